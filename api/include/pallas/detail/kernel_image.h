@@ -1,0 +1,83 @@
+// The runtime interface of generated code. Not for users: include pallas/pallas.h instead.
+//
+// A generated kernel instance is a KernelImage (its metadata, its cubins, its host form) plus a
+// typed entry point that checks its operands (check_operand, check_dim), computes the grid from
+// run-time shapes and calls launch_kernel.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "pallas/launch.h"
+#include "pallas/metadata.h"
+#include "pallas/status.h"
+
+namespace pallas::detail {
+
+// The sequential CPU form of a kernel: runs every program of the grid on the calling thread.
+// `args` are the kernel parameters, laid out exactly as for the CUDA form.
+using HostEntry = void (*)(void** args, int64_t grid0, int64_t grid1, int64_t grid2);
+
+struct Cubin {
+  int sm;              // 90 for sm_90 / sm_90a, 100 for sm_100a, ...
+  bool arch_specific;  // an 'a' target: runs only on exactly this architecture
+  const unsigned char* data;
+  size_t size;
+};
+
+struct KernelImage {
+  const KernelMetadata* metadata;
+  const char* symbol;  // the entry symbol in each cubin
+  std::span<const Cubin> cubins;
+  HostEntry host_entry;      // null when the kernel has no host form
+  int threads;               // threads per program (CUDA block size, x)
+  int dynamic_shared_bytes;  // raised once per device when above the 48 KiB default
+  // Placeholder for the semaphore pool of DESIGN.md section 5: launch_kernel refuses kernels
+  // that need semaphores until the pool exists.
+  int semaphores_per_program = 0;
+};
+
+// The cubin to run on a device of compute capability sm / 10 . sm % 10, or null when there is
+// none. An arch-specific cubin (sm_90a) runs only on exactly its sm; a generic one (sm_80) on
+// devices with the same major version and a minor version at least its own. The arch-specific
+// exact match is preferred, else the generic cubin with the highest sm.
+const Cubin* select_cubin(std::span<const Cubin> cubins, int device_sm);
+
+// Launches `image` over `grid` programs with kernel parameters `args` (args[i] points at the
+// i-th parameter, as for cudaLaunchKernel).
+//
+// A grid with an extent of 0 launches nothing and returns Ok; a negative extent is
+// kInvalidArgument. The host backend calls image.host_entry synchronously (the stream is
+// ignored; kUnsupportedBackend when there is no host form). The CUDA backend runs on the
+// current device: it selects a cubin (kNoBinaryForArch naming the device and the built
+// targets when none fits), loads it lazily once per image and device (thread-safe; handles are
+// kept for the life of the process), raises the dynamic shared memory limit when needed and
+// launches with cudaLaunchKernelExC on launch.stream. It never synchronizes. Without a usable
+// device it returns kNoDevice; other CUDA failures are kCudaError with the CUDA error text.
+Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
+                     const Launch& launch);
+
+// Checks one tensor operand of an entry point. In order:
+//   a negative extent                    -> kInvalidArgument
+//   (a view with zero elements is accepted as it is, null data included)
+//   null data                            -> kNullPointer
+//   data not aligned to element_size     -> kMisaligned
+//   last dim stride != 1                 -> kInvalidArgument
+//   a dim whose stride is smaller than the span of the dims inside it (the dims would
+//   overlap; negative strides included) -> kInvalidArgument
+// Dims of extent 1 are never indexed, so their strides are not checked. Messages name the
+// kernel and the operand: "add_f32: operand 'x' is a null pointer".
+Status check_operand(const char* kernel, const char* operand, const void* data, size_t element_size,
+                     int rank, const int64_t* shape, const int64_t* strides);
+
+// Checks that dim `dim` of `operand` equals the value of the named dim, which was set by
+// dim `set_by_dim` of `set_by_operand` (null when the value is fixed by the kernel):
+//   "add_f32: operand 'y' dim 0 is 100, but dim 'n' is 1000 (set by operand 'x' dim 0)"
+// -> kShapeMismatch.
+Status check_dim(const char* kernel, const char* operand, int dim, int64_t actual,
+                 const char* dim_name, int64_t expected, const char* set_by_operand,
+                 int set_by_dim);
+
+}  // namespace pallas::detail

@@ -1,0 +1,49 @@
+// Static description of a generated kernel: operands, grid, per-target resource usage.
+// Generic harnesses and the benchmarks read this; every entry point exposes it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "pallas/dtype.h"
+
+namespace pallas {
+
+enum class OperandRole : uint8_t {
+  kInput,
+  kOutput,
+  kInOut,  // an input aliased to an output
+  kScalar
+};
+
+struct OperandMetadata {
+  const char* name;
+  OperandRole role;
+  DType dtype;
+  int rank;
+  std::array<int64_t, 4> block_shape;  // -1 = squeezed dim; entries past `rank` are 0
+};
+
+struct TargetMetadata {
+  const char* arch;    // "sm_90a"
+  int sm;              // 90
+  bool arch_specific;  // true for the 'a' targets
+  int registers;       // per thread
+  int spill_stores;    // bytes
+  int spill_loads;     // bytes
+  int shared_bytes;    // static + dynamic shared memory per program
+  size_t cubin_bytes;
+};
+
+struct KernelMetadata {
+  const char* name;  // the instance, "add_f32"
+  const char* op;    // the op family, "add"
+  const char* grid;  // the grid as text, "[cdiv(n, 1024)]"
+  int threads_per_program;
+  std::span<const OperandMetadata> operands;
+  std::span<const TargetMetadata> targets;
+};
+
+}  // namespace pallas

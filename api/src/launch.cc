@@ -1,0 +1,314 @@
+// pallas::detail::launch_kernel: cubin selection, lazy loading and launch on the CUDA runtime.
+#include "pallas/launch.h"
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "pallas/detail/kernel_image.h"
+
+static_assert(std::is_same_v<pallas::Stream, cudaStream_t>,
+              "pallas::Stream must be the same type as cudaStream_t");
+
+namespace pallas {
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::kCuda:
+      return "cuda";
+    case Backend::kHost:
+      return "host";
+  }
+  return "unknown backend";
+}
+
+bool cuda_device_available() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // the answer is `false`; leave no error behind for the caller
+    return false;
+  }
+  return count > 0;
+}
+
+}  // namespace pallas
+
+namespace pallas::detail {
+namespace {
+
+constexpr int64_t kMaxGridX = 2147483647;  // 2^31 - 1
+constexpr int64_t kMaxGridYZ = 65535;
+constexpr int kDefaultDynamicSharedBytes = 48 * 1024;
+
+const char* kernel_name(const KernelImage& image) {
+  if (image.metadata != nullptr && image.metadata->name != nullptr) return image.metadata->name;
+  return image.symbol != nullptr ? image.symbol : "<unnamed kernel>";
+}
+
+std::string arch_name(int sm, bool arch_specific) {
+  return "sm_" + std::to_string(sm) + (arch_specific ? "a" : "");
+}
+
+// Errors that mean "there is no usable device here", as opposed to a failing call.
+bool is_no_device_error(cudaError_t err) {
+  switch (err) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInitializationError:
+    case cudaErrorStubLibrary:
+    case cudaErrorCallRequiresNewerDriver:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorSystemNotReady:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// "<kernel>: cudaXxx failed: <name>: <text>" as kNoDevice or kCudaError. The error is reported
+// through the Status, so it is cleared from cudaGetLastError (sticky errors stay).
+Status cuda_failure(const char* kernel, const char* call, cudaError_t err) {
+  (void)cudaGetLastError();
+  const bool no_device = is_no_device_error(err);
+  std::string message = kernel;
+  message += no_device ? ": no usable CUDA device: " : ": ";
+  message += call;
+  message += " failed: ";
+  message += cudaGetErrorName(err);
+  message += ": ";
+  message += cudaGetErrorString(err);
+  return Status::Error(no_device ? StatusCode::kNoDevice : StatusCode::kCudaError,
+                       std::move(message));
+}
+
+struct DeviceInfo {
+  bool known = false;
+  int sm = 0;                // 10 * major + minor
+  int max_shared_optin = 0;  // bytes of shared memory per block with opt-in
+};
+
+struct LoadedKernel {
+  cudaKernel_t kernel = nullptr;
+  int shared_bytes_raised = kDefaultDynamicSharedBytes;  // on this device
+};
+
+// Process-lifetime cache of devices, libraries and kernels. Never destroyed: the handles stay
+// valid until exit and no static destructor races a launch from another thread.
+struct LoadCache {
+  std::mutex mutex;
+  std::vector<DeviceInfo> devices;
+  std::map<const unsigned char*, cudaLibrary_t> libraries;  // by cubin data
+  // by (cubin data, symbol, device)
+  std::map<std::tuple<const unsigned char*, const void*, int>, LoadedKernel> kernels;
+};
+
+LoadCache& load_cache() {
+  static LoadCache* cache = new LoadCache;
+  return *cache;
+}
+
+std::string device_name(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "device " + std::to_string(device);
+  }
+  return prop.name;
+}
+
+Status device_info(LoadCache& cache, const char* kernel, int device, DeviceInfo& info) {
+  if (device < 0) {
+    return Status::Error(
+        StatusCode::kCudaError,
+        std::string(kernel) + ": cudaGetDevice returned device " + std::to_string(device));
+  }
+  const auto index = static_cast<size_t>(device);
+  if (index >= cache.devices.size()) cache.devices.resize(index + 1);
+  DeviceInfo& cached = cache.devices[index];
+  if (!cached.known) {
+    int major = 0, minor = 0, optin = 0;
+    cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    }
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    }
+    if (err != cudaSuccess) return cuda_failure(kernel, "cudaDeviceGetAttribute", err);
+    cached = DeviceInfo{true, 10 * major + minor, optin};
+  }
+  info = cached;
+  return Status::Ok();
+}
+
+Status no_binary(const KernelImage& image, int device, int sm) {
+  std::string targets;
+  for (const Cubin& cubin : image.cubins) {
+    if (!targets.empty()) targets += ", ";
+    targets += arch_name(cubin.sm, cubin.arch_specific);
+  }
+  if (targets.empty()) targets = "none";
+  return Status::Error(StatusCode::kNoBinaryForArch,
+                       std::string(kernel_name(image)) + ": no binary for " + device_name(device) +
+                           " (" + arch_name(sm, false) + "); built targets: " + targets);
+}
+
+// Loads (once) the kernel of `cubin` for `device` and raises its dynamic shared memory limit
+// when this image needs more than has been raised so far. Called with the cache locked.
+Status load_kernel(LoadCache& cache, const KernelImage& image, const Cubin& cubin, int device,
+                   const DeviceInfo& info, cudaKernel_t& kernel) {
+  const char* name = kernel_name(image);
+  LoadedKernel& loaded = cache.kernels[{cubin.data, image.symbol, device}];
+  if (loaded.kernel == nullptr) {
+    auto [it, inserted] = cache.libraries.try_emplace(cubin.data, nullptr);
+    if (inserted) {
+      const cudaError_t err =
+          cudaLibraryLoadData(&it->second, cubin.data, nullptr, nullptr, 0, nullptr, nullptr, 0);
+      if (err != cudaSuccess) {
+        cache.libraries.erase(it);
+        return cuda_failure(name, "cudaLibraryLoadData", err);
+      }
+    }
+    const cudaError_t err = cudaLibraryGetKernel(&loaded.kernel, it->second, image.symbol);
+    if (err != cudaSuccess) {
+      loaded.kernel = nullptr;
+      return cuda_failure(name, "cudaLibraryGetKernel", err);
+    }
+  }
+  if (image.dynamic_shared_bytes > loaded.shared_bytes_raised) {
+    if (image.dynamic_shared_bytes > info.max_shared_optin) {
+      return Status::Error(
+          StatusCode::kNoBinaryForArch,
+          std::string(name) + ": needs " + std::to_string(image.dynamic_shared_bytes) +
+              " bytes of dynamic shared memory per program, but " + device_name(device) + " (" +
+              arch_name(info.sm, false) + ") allows " + std::to_string(info.max_shared_optin));
+    }
+    const cudaError_t err =
+        cudaKernelSetAttributeForDevice(loaded.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        image.dynamic_shared_bytes, device);
+    if (err != cudaSuccess) return cuda_failure(name, "cudaKernelSetAttributeForDevice", err);
+    loaded.shared_bytes_raised = image.dynamic_shared_bytes;
+  }
+  kernel = loaded.kernel;
+  return Status::Ok();
+}
+
+Status launch_cuda(const KernelImage& image, void** args, const std::array<int64_t, 3>& grid,
+                   Stream stream) {
+  const char* name = kernel_name(image);
+  static constexpr const char* kAxisNames[3] = {"x", "y", "z"};
+  for (size_t axis = 0; axis < 3; ++axis) {
+    const int64_t limit = axis == 0 ? kMaxGridX : kMaxGridYZ;
+    if (grid[axis] > limit) {
+      return Status::Error(StatusCode::kInvalidArgument,
+                           std::string(name) + ": grid axis " + std::to_string(axis) + " has " +
+                               std::to_string(grid[axis]) + " programs; CUDA allows at most " +
+                               std::to_string(limit) + " on axis " + std::to_string(axis) + " (" +
+                               kAxisNames[axis] + ")");
+    }
+  }
+  if (image.threads < 1 || image.threads > 1024) {
+    return Status::Error(StatusCode::kInvalidArgument,
+                         std::string(name) + ": " + std::to_string(image.threads) +
+                             " threads per program; CUDA allows 1 to 1024");
+  }
+  if (image.dynamic_shared_bytes < 0) {
+    return Status::Error(StatusCode::kInvalidArgument,
+                         std::string(name) + ": negative dynamic shared memory size " +
+                             std::to_string(image.dynamic_shared_bytes));
+  }
+  if (image.symbol == nullptr) {
+    return Status::Error(StatusCode::kInvalidArgument,
+                         std::string(name) + ": the kernel image has no entry symbol");
+  }
+
+  int device = -1;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+    return cuda_failure(name, "cudaGetDevice", err);
+  }
+
+  cudaKernel_t kernel = nullptr;
+  {
+    LoadCache& cache = load_cache();
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    DeviceInfo info;
+    if (Status s = device_info(cache, name, device, info); !s.ok()) return s;
+    const Cubin* cubin = select_cubin(image.cubins, info.sm);
+    if (cubin == nullptr) return no_binary(image, device, info.sm);
+    if (Status s = load_kernel(cache, image, *cubin, device, info, kernel); !s.ok()) return s;
+  }
+
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
+                        static_cast<unsigned>(grid[2]));
+  config.blockDim = dim3(static_cast<unsigned>(image.threads), 1, 1);
+  config.dynamicSmemBytes = static_cast<size_t>(image.dynamic_shared_bytes);
+  config.stream = stream;
+  config.attrs = nullptr;
+  config.numAttrs = 0;
+  if (const cudaError_t err =
+          cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel), args);
+      err != cudaSuccess) {
+    return cuda_failure(name, "cudaLaunchKernelExC", err);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const Cubin* select_cubin(std::span<const Cubin> cubins, int device_sm) {
+  const Cubin* best = nullptr;
+  for (const Cubin& cubin : cubins) {
+    if (cubin.arch_specific) {
+      if (cubin.sm == device_sm) return &cubin;  // the exact match always wins
+      continue;
+    }
+    const bool compatible = cubin.sm / 10 == device_sm / 10 && cubin.sm % 10 <= device_sm % 10;
+    if (compatible && (best == nullptr || cubin.sm > best->sm)) best = &cubin;
+  }
+  return best;
+}
+
+Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
+                     const Launch& launch) {
+  const char* name = kernel_name(image);
+  if (image.semaphores_per_program != 0) {
+    return Status::Error(StatusCode::kInvalidArgument,
+                         std::string(name) + ": needs semaphores, not supported yet");
+  }
+  for (size_t axis = 0; axis < 3; ++axis) {
+    if (grid[axis] < 0) {
+      return Status::Error(StatusCode::kInvalidArgument,
+                           std::string(name) + ": grid axis " + std::to_string(axis) +
+                               " has negative extent " + std::to_string(grid[axis]));
+    }
+  }
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return Status::Ok();
+
+  switch (launch.backend) {
+    case Backend::kHost:
+      if (image.host_entry == nullptr) {
+        return Status::Error(StatusCode::kUnsupportedBackend,
+                             std::string(name) + ": no host form was built for this kernel");
+      }
+      image.host_entry(args, grid[0], grid[1], grid[2]);
+      return Status::Ok();
+    case Backend::kCuda:
+      return launch_cuda(image, args, grid, launch.stream);
+  }
+  return Status::Error(
+      StatusCode::kUnsupportedBackend,
+      std::string(name) + ": unknown backend " + std::to_string(static_cast<int>(launch.backend)));
+}
+
+}  // namespace pallas::detail

@@ -1,0 +1,31 @@
+//===- Emitter.h - generated C++ for one op -------------------------*- C++ -*-===//
+#ifndef PALLAS_CODEGEN_EMITTER_H
+#define PALLAS_CODEGEN_EMITTER_H
+
+#include "pallas/Codegen/Pipelines.h"
+#include "pallas/EDSL/Trace.h"
+
+#include <string>
+#include <vector>
+
+namespace pallas::codegen {
+
+/// Everything generated for one kernel instance.
+struct CompiledInstance {
+  const edsl::TracedKernel* kernel;
+  std::vector<GpuBinary> gpu;
+};
+
+/// The public header `pallas/kernels/<op>.h`: one typed overload per instance,
+/// plus `<instance>_argv` and `<instance>_metadata` (Halide's pattern).
+std::string emitHeader(const std::string& op, const std::string& spec_file,
+                       const std::vector<CompiledInstance>& instances);
+
+/// The source: embedded cubins, metadata, argument checks, grid computation
+/// and the launch through the runtime. Links against `<op>_host.o`.
+std::string emitSource(const std::string& op, const std::string& spec_file,
+                       const std::vector<CompiledInstance>& instances);
+
+}  // namespace pallas::codegen
+
+#endif  // PALLAS_CODEGEN_EMITTER_H

@@ -1,0 +1,55 @@
+//===- Pipelines.h - kernel IR to cubins and host objects ---------*- C++ -*-===//
+#ifndef PALLAS_CODEGEN_PIPELINES_H
+#define PALLAS_CODEGEN_PIPELINES_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pallas::codegen {
+
+/// Registers every pass and translation the pipelines use.
+void registerPipelineDependencies(mlir::DialectRegistry& registry);
+
+struct GpuOptions {
+  std::vector<std::string> archs = {"sm_90a", "sm_80"};
+  std::string ptxas = "/usr/local/cuda/bin/ptxas";
+  std::string cuda_root = "/usr/local/cuda";
+  /// PTX ISA version written into the PTX: 8.0 is accepted by every ptxas
+  /// from CUDA 12.0 on and is the first with sm_90a.
+  std::string ptx_features = "+ptx80";
+};
+
+/// One kernel compiled for one GPU target, with ptxas' resource report.
+struct GpuBinary {
+  std::string arch;  // "sm_90a"
+  int sm = 0;        // 90
+  bool arch_specific = false;
+  std::string ptx;
+  std::string cubin;
+  int registers = 0;
+  int spill_stores = 0;
+  int spill_loads = 0;
+  int shared_bytes = 0;
+};
+
+/// Lowers the kernel IR in `module` (consumed) to PTX and cubins for every
+/// arch. On failure returns false with the reason in `error`.
+bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
+                   std::vector<GpuBinary>& binaries, std::string& error);
+
+/// Lowers the kernel IR in `module` (consumed) to LLVM IR functions
+/// `void pallas_host_<kernel>(void** args, int64_t g0, int64_t g1, int64_t g2)`.
+std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMContext& context,
+                                           std::string& error);
+
+/// Compiles LLVM IR to a relocatable object for the host (generic x86-64).
+bool emitHostObject(llvm::Module& module, std::string& object, std::string& error);
+
+}  // namespace pallas::codegen
+
+#endif  // PALLAS_CODEGEN_PIPELINES_H

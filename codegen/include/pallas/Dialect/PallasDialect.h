@@ -1,0 +1,27 @@
+//===- PallasDialect.h - the pallas kernel dialect ----------------*- C++ -*-===//
+#ifndef PALLAS_DIALECT_PALLASDIALECT_H
+#define PALLAS_DIALECT_PALLASDIALECT_H
+
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "pallas/Dialect/PallasDialect.h.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "pallas/Dialect/PallasTypes.h.inc"
+
+#define GET_OP_CLASSES
+#include "pallas/Dialect/PallasOps.h.inc"
+
+namespace mlir::pallas {
+/// Name of the unit attribute that marks a func.func as a pallas kernel.
+inline constexpr llvm::StringLiteral kKernelAttrName = "pallas.kernel";
+/// Name of the i32 attribute holding the number of grid axes.
+inline constexpr llvm::StringLiteral kGridRankAttrName = "pallas.grid_rank";
+}  // namespace mlir::pallas
+
+#endif  // PALLAS_DIALECT_PALLASDIALECT_H

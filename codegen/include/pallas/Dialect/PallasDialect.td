@@ -1,0 +1,120 @@
+//===- PallasDialect.td - the pallas kernel dialect --------*- tablegen -*-===//
+//
+// Kernel-level concepts of the Pallas programming model: program ids, block
+// references into the operands, and block loads/stores with edge masking.
+// Block values themselves are upstream `vector` values; arithmetic on them is
+// upstream `arith`/`math`, control flow is `scf`.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PALLAS_DIALECT_TD
+#define PALLAS_DIALECT_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Pallas_Dialect : Dialect {
+  let name = "pallas";
+  let cppNamespace = "::mlir::pallas";
+  let summary = "Pallas kernels: a grid of programs operating on blocks";
+  let description = [{
+    A pallas kernel is a `func.func` carrying the `pallas.kernel` attribute.
+    Its arguments are the operand arrays (dynamically shaped memrefs whose
+    last dim has unit stride) and the scalar parameters. The body runs once
+    per program of the grid; `pallas.block` selects the block of an operand
+    that the current program sees, and `pallas.load`/`pallas.store` move
+    whole blocks (or static slices of them) between memory and `vector`
+    values. Elements of an edge block that fall outside the array are masked:
+    loads produce zero there and stores skip them.
+  }];
+  let useDefaultTypePrinterParser = 1;
+  let dependentDialects = ["::mlir::vector::VectorDialect", "::mlir::memref::MemRefDialect"];
+}
+
+class Pallas_Type<string name, string typeMnemonic> : TypeDef<Pallas_Dialect, name> {
+  let mnemonic = typeMnemonic;
+}
+
+def Pallas_RefType : Pallas_Type<"Ref", "ref"> {
+  let summary = "a reference to the block of an operand seen by one program";
+  let description = [{
+    `!pallas.ref<8x128xf32>` is the block an index map selected: its shape is
+    the block shape with squeezed dims dropped. It is a symbolic handle: the
+    array, the block origin and the array extents (for edge masking) come
+    from the `pallas.block` op that defines it.
+  }];
+  let parameters = (ins ArrayRefParameter<"int64_t">:$shape, "Type":$elementType);
+  let hasCustomAssemblyFormat = 1;
+  let extraClassDeclaration = [{
+    int64_t getRank() const { return getShape().size(); }
+    int64_t getNumElements() const;
+  }];
+}
+
+class Pallas_Op<string mnemonic, list<Trait> traits = []> : Op<Pallas_Dialect, mnemonic, traits>;
+
+def Pallas_ProgramIdOp : Pallas_Op<"program_id", [Pure]> {
+  let summary = "index of the current program along a grid axis";
+  let arguments = (ins I32Attr:$axis);
+  let results = (outs Index:$result);
+  let assemblyFormat = "$axis attr-dict";
+}
+
+def Pallas_NumProgramsOp : Pallas_Op<"num_programs", [Pure]> {
+  let summary = "number of programs along a grid axis";
+  let arguments = (ins I32Attr:$axis);
+  let results = (outs Index:$result);
+  let assemblyFormat = "$axis attr-dict";
+}
+
+def Pallas_BlockOp : Pallas_Op<"block", [Pure]> {
+  let summary = "the block of an operand selected by block indices";
+  let description = [{
+    `indices` are the block indices the index map returned, one per array
+    dim. For a `Blocked(n)` dim the block starts at element `index * n`; for
+    a squeezed dim (block extent 1, dropped from the ref shape) at `index`.
+
+    ```mlir
+    %r = pallas.block %x[%i, %c0] {block_shape = array<i64: 1, 256>,
+                                   squeezed = array<i1: true, false>}
+        : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<256xf32>
+    ```
+  }];
+  let arguments = (ins AnyMemRef:$array, Variadic<Index>:$indices,
+                       DenseI64ArrayAttr:$block_shape, DenseBoolArrayAttr:$squeezed);
+  let results = (outs Pallas_RefType:$ref);
+  let assemblyFormat = "$array `[` $indices `]` attr-dict `:` type($array) `->` type($ref)";
+  let hasVerifier = 1;
+}
+
+def Pallas_LoadOp : Pallas_Op<"load", [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
+  let summary = "load a block (or a static slice of it), masked at the array edge";
+  let description = [{
+    Reads the slice `[offsets, offsets + sizes)` of the block. The result may
+    have a larger shape than the slice: the slice is broadcast to it with
+    numpy rules (trailing dims aligned, slice dims of extent 1 stretched).
+    Elements outside the array read as zero.
+  }];
+  let arguments = (ins Pallas_RefType:$ref, DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes);
+  let results = (outs AnyVectorOfNonZeroRank:$result);
+  let assemblyFormat = "$ref `[` $offsets `]` `[` $sizes `]` attr-dict `:` type($ref) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Pallas_StoreOp : Pallas_Op<"store", [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
+  let summary = "store a block value into a static slice of a block, masked at the array edge";
+  let arguments = (ins AnyVectorOfNonZeroRank:$value, Pallas_RefType:$ref, DenseI64ArrayAttr:$offsets);
+  let assemblyFormat = "$value `,` $ref `[` $offsets `]` attr-dict `:` type($value) `,` type($ref)";
+  let hasVerifier = 1;
+}
+
+def Pallas_IotaOp : Pallas_Op<"iota", [Pure]> {
+  let summary = "a block whose elements are their own coordinate along `dimension`";
+  let arguments = (ins I64Attr:$dimension);
+  let results = (outs VectorOfAnyRankOf<[AnySignlessInteger]>:$result);
+  let assemblyFormat = "$dimension attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+#endif // PALLAS_DIALECT_TD

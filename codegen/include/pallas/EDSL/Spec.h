@@ -1,0 +1,414 @@
+//===- Spec.h - the kernel declaration EDSL -----------------------*- C++ -*-===//
+//
+// Kernels are declared in kernel_specs/*.cc with this header, Pallas style:
+//
+//   PALLAS_KERNEL(add) {
+//     auto T = spec.dtype_param("T", {f32, f16, bf16});   // one kernel per dtype
+//     auto n = spec.dim("n");                             // a run-time array dim
+//     auto x = spec.input("x", T, {n});
+//     auto y = spec.input("y", T, {n});
+//     auto out = spec.output("out", T, {n});
+//     spec.grid({cdiv(n, 1024)});                         // programs, from run-time dims
+//     for (auto op : {x, y, out})                         // program i sees block i
+//       spec.block(op, {Blocked(1024)}, [](ProgramIds p) { return at(p[0]); });
+//     spec.body([](Ref x, Ref y, Ref out) {               // refs in declaration order
+//       out.store((x.load().cast(f32) + y.load().cast(f32)).cast(out.dtype()));
+//     });
+//   }
+//
+// The spec function runs once per instance (dtype combination); the body is
+// traced into the kernel IR (the `pallas` dialect plus upstream arith, math,
+// vector and scf). Mistakes throw SpecError with a message that names the
+// spec, the operand and the dim. This header includes no MLIR headers so that
+// spec files compile quickly; traced values hold opaque MLIR handles.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PALLAS_EDSL_SPEC_H
+#define PALLAS_EDSL_SPEC_H
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace pallas::edsl {
+
+/// Element types. Operands use f32, f16, bf16 and i32; `i1` (predicates) and
+/// `index` (program ids, loop counters) appear only inside bodies.
+enum class DType { f32, f16, bf16, i32, i1, index };
+inline constexpr DType f32 = DType::f32;
+inline constexpr DType f16 = DType::f16;
+inline constexpr DType bf16 = DType::bf16;
+inline constexpr DType i32 = DType::i32;
+const char* name(DType dtype);
+bool is_float(DType dtype);
+
+/// Every mistake in a spec is reported as a SpecError; the message starts
+/// with "spec '<instance>': ".
+class SpecError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+//===----------------------------------------------------------------------===//
+// Run-time dims and grid expressions
+//===----------------------------------------------------------------------===//
+
+/// An integer expression of run-time array dims: a dim, a constant, or
+/// +, -, *, cdiv of expressions. Grids are written with these.
+class DimExpr {
+ public:
+  enum class Kind { kDim, kConst, kAdd, kSub, kMul, kCdiv };
+  DimExpr(int64_t value);  // NOLINT: constants convert implicitly
+  static DimExpr dim(int index, std::string name);
+
+  Kind kind() const { return node_->kind; }
+  int dim_index() const { return node_->dim_index; }
+  const std::string& dim_name() const { return node_->name; }
+  /// C++ source for the expression, e.g. "pallas_cdiv(n, 1024)".
+  std::string to_cpp() const;
+  /// Human form, e.g. "cdiv(n, 1024)".
+  std::string to_string() const;
+
+  friend DimExpr operator+(const DimExpr& a, const DimExpr& b);
+  friend DimExpr operator-(const DimExpr& a, const DimExpr& b);
+  friend DimExpr operator*(const DimExpr& a, const DimExpr& b);
+  friend DimExpr cdiv(const DimExpr& a, const DimExpr& b);
+
+ private:
+  struct Node {
+    Kind kind;
+    int64_t value = 0;
+    int dim_index = -1;
+    std::string name;
+    std::shared_ptr<const Node> lhs, rhs;
+  };
+  explicit DimExpr(std::shared_ptr<const Node> node) : node_(std::move(node)) {}
+  static DimExpr binary(Kind kind, const DimExpr& a, const DimExpr& b);
+  std::string print(bool cpp) const;
+  std::shared_ptr<const Node> node_;
+};
+
+//===----------------------------------------------------------------------===//
+// Block shapes
+//===----------------------------------------------------------------------===//
+
+/// A block dim of `size` elements; block i covers [i*size, (i+1)*size).
+/// Edge blocks are masked, so `size` need not divide the array dim.
+struct Blocked {
+  int64_t size;
+};
+/// A block dim of extent 1 dropped from the block shape; the index map's
+/// value for it is an element index.
+struct Squeezed {};
+inline constexpr Squeezed squeezed{};
+
+class BlockDim {
+ public:
+  BlockDim(Blocked b) : size_(b.size) {}  // NOLINT
+  BlockDim(Squeezed) : size_(1), squeezed_(true) {}  // NOLINT
+  int64_t size() const { return size_; }
+  bool is_squeezed() const { return squeezed_; }
+
+ private:
+  int64_t size_;
+  bool squeezed_ = false;
+};
+
+//===----------------------------------------------------------------------===//
+// Traced values
+//===----------------------------------------------------------------------===//
+
+/// A value in a kernel body: a scalar (index, i32, f32, ...) or a block
+/// (an N-d array of a dtype, held in registers across the program's threads).
+class Value {
+ public:
+  Value() = default;
+  static Value from_opaque(void* impl) { return Value(impl); }
+  void* opaque() const { return impl_; }
+  bool valid() const { return impl_ != nullptr; }
+
+  DType dtype() const;
+  /// The block shape; empty for scalars.
+  std::vector<int64_t> shape() const;
+  bool is_block() const { return !shape().empty(); }
+
+  /// Converts element type: float<->float rounds to nearest even, float<->int
+  /// truncates toward zero, index<->i32 wraps. Casting to the same dtype is a no-op.
+  Value cast(DType to) const;
+
+ private:
+  explicit Value(void* impl) : impl_(impl) {}
+  void* impl_ = nullptr;
+};
+
+/// A scalar kernel parameter; converts to its Value inside a body.
+class Scalar {
+ public:
+  Scalar() = default;
+  explicit Scalar(int index) : index_(index) {}
+  operator Value() const;  // NOLINT
+  int index() const { return index_; }
+
+ private:
+  int index_ = -1;
+};
+
+// Arithmetic (both operands must have the same dtype; a scalar or a block of
+// trailing-matching shape broadcasts numpy-style to the other operand's shape).
+Value operator+(const Value& a, const Value& b);
+Value operator-(const Value& a, const Value& b);
+Value operator*(const Value& a, const Value& b);
+Value operator/(const Value& a, const Value& b);
+Value operator-(const Value& a);
+// Comparisons produce i1 values.
+Value operator<(const Value& a, const Value& b);
+Value operator<=(const Value& a, const Value& b);
+Value operator>(const Value& a, const Value& b);
+Value operator>=(const Value& a, const Value& b);
+Value operator==(const Value& a, const Value& b);
+Value operator!=(const Value& a, const Value& b);
+
+/// A constant of `dtype` (scalar); used for literals in arithmetic.
+Value constant(double value, DType dtype);
+
+// Literals take the dtype of the other operand: `x * 0.5` with x bf16 is bf16.
+#define PALLAS_EDSL_LITERAL_OPERATOR(op)                         \
+  template <class N>                                             \
+    requires std::is_arithmetic_v<N>                             \
+  Value operator op(const Value& a, N b) {                       \
+    return a op constant(static_cast<double>(b), a.dtype());     \
+  }                                                              \
+  template <class N>                                             \
+    requires std::is_arithmetic_v<N>                             \
+  Value operator op(N a, const Value& b) {                       \
+    return constant(static_cast<double>(a), b.dtype()) op b;     \
+  }
+PALLAS_EDSL_LITERAL_OPERATOR(+)
+PALLAS_EDSL_LITERAL_OPERATOR(-)
+PALLAS_EDSL_LITERAL_OPERATOR(*)
+PALLAS_EDSL_LITERAL_OPERATOR(/)
+PALLAS_EDSL_LITERAL_OPERATOR(<)
+PALLAS_EDSL_LITERAL_OPERATOR(<=)
+PALLAS_EDSL_LITERAL_OPERATOR(>)
+PALLAS_EDSL_LITERAL_OPERATOR(>=)
+#undef PALLAS_EDSL_LITERAL_OPERATOR
+
+// Math. Transcendentals (exp, exp2, log, tanh, rsqrt, sqrt, erf, logistic)
+// need f32 operands: cast half-precision blocks to f32 first.
+Value exp(const Value& x);
+Value exp2(const Value& x);
+Value log(const Value& x);
+Value tanh(const Value& x);
+Value rsqrt(const Value& x);
+Value sqrt(const Value& x);
+Value erf(const Value& x);
+Value logistic(const Value& x);  // 1 / (1 + exp(-x))
+Value abs(const Value& x);
+Value maximum(const Value& a, const Value& b);  // NaN-propagating for floats
+Value minimum(const Value& a, const Value& b);
+/// Elementwise `cond ? a : b`; cond is i1.
+Value select(const Value& cond, const Value& a, const Value& b);
+/// Broadcasts numpy-style (trailing dims aligned, extent-1 dims stretched).
+Value broadcast_to(const Value& x, std::vector<int64_t> shape);
+/// A block of `shape` whose elements are their coordinate along `dimension`.
+Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype = i32);
+/// The current program's index along a grid axis, and the grid extent.
+Value program_id(int axis);
+Value num_programs(int axis);
+
+/// `for (i = lo; i < hi; ++i) carry = body(i, carry)`, carrying any number of
+/// values (scalars or blocks) through the loop; returns the final carry.
+/// `lo` and `hi` are index values (program ids, constants, ...).
+std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> carry,
+                        const std::function<std::vector<Value>(Value i, std::vector<Value>)>& body);
+Value index(int64_t value);  // an index constant
+
+//===----------------------------------------------------------------------===//
+// Operands and refs
+//===----------------------------------------------------------------------===//
+
+/// A handle to a declared operand.
+struct Operand {
+  int index = -1;
+};
+
+/// The block of an operand the current program sees (Pallas' Ref).
+class Ref {
+ public:
+  Ref(void* impl, int operand) : impl_(impl), operand_(operand) {}
+  /// Loads the whole block; elements past the array edge read as 0.
+  Value load() const;
+  /// Loads the static slice [offsets, offsets + sizes) of the block.
+  Value load(std::vector<int64_t> offsets, std::vector<int64_t> sizes) const;
+  /// Stores a whole block; elements past the array edge are skipped.
+  void store(const Value& value) const;
+  /// Stores `value` into the static slice starting at `offsets`.
+  void store(const Value& value, std::vector<int64_t> offsets) const;
+  std::vector<int64_t> shape() const;
+  DType dtype() const;
+  const std::string& name() const;
+
+ private:
+  void* impl_;
+  int operand_;
+};
+
+/// Block indices returned by an index map: `at(p[0], 0)`.
+class Idx {
+ public:
+  Idx(const Value& v) : value_(v) {}  // NOLINT
+  Idx(int64_t c) : constant_(c), is_constant_(true) {}  // NOLINT
+  Idx(int c) : Idx(static_cast<int64_t>(c)) {}  // NOLINT
+  Value value() const;
+
+ private:
+  Value value_;
+  int64_t constant_ = 0;
+  bool is_constant_ = false;
+};
+using Indices = std::vector<Idx>;
+using ProgramIds = std::vector<Value>;
+template <class... A>
+Indices at(A&&... indices) {
+  return Indices{Idx(std::forward<A>(indices))...};
+}
+using IndexMap = std::function<Indices(const ProgramIds&)>;
+
+//===----------------------------------------------------------------------===//
+// The spec
+//===----------------------------------------------------------------------===//
+
+enum class Role { kInput, kOutput, kScalar };
+
+/// Everything a spec declared, for the tracer and the emitter.
+struct OperandDecl {
+  std::string name;
+  Role role;
+  DType dtype;
+  std::vector<DimExpr> shape;  // array dims (each a plain run-time dim)
+  std::vector<BlockDim> block;
+  IndexMap index_map;
+  bool has_block = false;
+  int aliased_to = -1;    // for an input: the output operand it aliases
+  int aliased_from = -1;  // for an output: the input operand aliased to it
+};
+
+class KernelSpec {
+ public:
+  KernelSpec(std::string op, std::vector<int> instance_choice);
+
+  /// One kernel instance per option; returns this instance's dtype.
+  DType dtype_param(const std::string& name, std::vector<DType> options);
+  /// One instance per combination; returns this instance's dtypes.
+  std::vector<DType> dtype_params(const std::vector<std::string>& names,
+                                  std::vector<std::vector<DType>> combinations);
+  /// A run-time array dim, bound by the first operand using it.
+  DimExpr dim(const std::string& name);
+  Operand input(const std::string& name, DType dtype, std::vector<DimExpr> shape);
+  Operand output(const std::string& name, DType dtype, std::vector<DimExpr> shape);
+  Scalar scalar(const std::string& name, DType dtype);
+  /// `output` is written in place over `input` (Pallas' input_output_aliases):
+  /// the entry point takes one mutable tensor for both.
+  void alias(Operand input, Operand output);
+  /// Programs along up to 3 axes.
+  void grid(std::vector<DimExpr> axes);
+  void block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map);
+  /// The body receives one Ref per (non-scalar) operand in declaration order.
+  template <class F>
+  void body(F&& f);
+  /// Threads per program on the GPU (a multiple of 32; default one warpgroup).
+  void threads(int count) { threads_ = count; }
+
+  // --- read by the tracer and the emitter ---
+  const std::string& op() const { return op_; }
+  std::string instance_name() const;
+  int num_instances() const { return num_instances_; }
+  const std::vector<int>& param_counts() const { return param_counts_; }
+  const std::vector<OperandDecl>& operands() const { return operands_; }
+  const std::vector<std::string>& dim_names() const { return dim_names_; }
+  const std::vector<DimExpr>& grid_axes() const { return grid_; }
+  int threads() const { return threads_; }
+  const std::function<void(std::span<const Ref>)>& body_fn() const { return body_; }
+  size_t body_arity() const { return body_arity_; }
+  bool has_body() const { return static_cast<bool>(body_); }
+  /// The tracer traces the body as soon as it is declared, while the spec
+  /// function's locals (captured by reference) are still alive.
+  void set_body_hook(std::function<void(KernelSpec&)> hook) { on_body_ = std::move(hook); }
+  std::vector<DType> instance_dtypes() const { return chosen_; }
+  [[noreturn]] void fail(const std::string& message) const;
+
+ private:
+  template <class F, size_t... I>
+  static void call_with_refs(F& f, std::span<const Ref> refs, std::index_sequence<I...>) {
+    f(refs[I]...);
+  }
+  template <class T>
+  struct arity : arity<decltype(&T::operator())> {};
+  template <class C, class R, class... A>
+  struct arity<R (C::*)(A...) const> : std::integral_constant<size_t, sizeof...(A)> {};
+  template <class C, class R, class... A>
+  struct arity<R (C::*)(A...)> : std::integral_constant<size_t, sizeof...(A)> {};
+
+  Operand add_operand(const std::string& name, Role role, DType dtype,
+                      std::vector<DimExpr> shape);
+  const OperandDecl& decl(Operand op, const char* what) const;
+
+  std::string op_;
+  std::vector<int> instance_choice_;
+  int params_seen_ = 0;
+  int num_instances_ = 1;
+  std::vector<DType> chosen_;
+  std::vector<int> param_counts_;
+  std::vector<OperandDecl> operands_;
+  std::vector<std::string> dim_names_;
+  std::vector<DimExpr> grid_;
+  int threads_ = 128;
+  std::function<void(std::span<const Ref>)> body_;
+  size_t body_arity_ = 0;
+  std::function<void(KernelSpec&)> on_body_;
+};
+
+template <class F>
+void KernelSpec::body(F&& f) {
+  using Fn = std::decay_t<F>;
+  constexpr size_t n = arity<Fn>::value;
+  body_arity_ = n;
+  body_ = [fn = Fn(std::forward<F>(f))](std::span<const Ref> refs) mutable {
+    call_with_refs(fn, refs, std::make_index_sequence<n>{});
+  };
+  if (on_body_) on_body_(*this);
+}
+
+//===----------------------------------------------------------------------===//
+// Registration
+//===----------------------------------------------------------------------===//
+
+using SpecFn = void (*)(KernelSpec&);
+struct Registration {
+  const char* op;
+  SpecFn fn;
+  const char* file;
+};
+/// All specs linked into the tool, sorted by name.
+std::vector<Registration> registered_specs();
+struct Registrar {
+  Registrar(const char* op, SpecFn fn, const char* file);
+};
+
+}  // namespace pallas::edsl
+
+/// Declares and registers a kernel spec; the body sees `spec`.
+#define PALLAS_KERNEL(op_name)                                                              \
+  static void pallas_spec_##op_name(::pallas::edsl::KernelSpec& spec);                      \
+  static const ::pallas::edsl::Registrar pallas_registrar_##op_name(#op_name,               \
+                                                                    &pallas_spec_##op_name, \
+                                                                    __FILE__);              \
+  static void pallas_spec_##op_name([[maybe_unused]] ::pallas::edsl::KernelSpec& spec)
+
+#endif  // PALLAS_EDSL_SPEC_H

@@ -1,0 +1,197 @@
+//===- Driver.cpp - the pallas-codegen command line -----------------------===//
+//
+//   pallas-codegen --list
+//   pallas-codegen --op add --print-kernel-ir
+//   pallas-codegen --op add --out-dir DIR [--ptxas P] [--cuda-root R] [--archs sm_90a,sm_80]
+//
+// The last form writes, for the op's every instance (dtype combination):
+//   DIR/include/pallas/kernels/<op>.h   typed entry points, argv form, metadata
+//   DIR/<op>.cc                          embedded cubins, checks, launch
+//   DIR/<op>_host.o                      the host form (CPU loops)
+//   DIR/<op>.kernel.mlir                 the traced kernel IR, for reading
+//   DIR/ptx/<instance>.<arch>.ptx        the PTX given to ptxas, for reading
+// Files are rewritten only when their bytes change, so rebuilds are quiet and
+// outputs are byte-identical across runs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pallas/Codegen/Driver.h"
+
+#include "pallas/Codegen/Emitter.h"
+#include "pallas/Codegen/Pipelines.h"
+#include "pallas/Dialect/PallasDialect.h"
+#include "pallas/EDSL/Trace.h"
+#include "pallas/Transforms/Passes.h"
+
+#include "mlir/IR/OperationSupport.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/InitAllPasses.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Linker/Linker.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstring>
+#include <iostream>
+
+namespace pallas::codegen {
+
+void registerPipelineDependencies(mlir::DialectRegistry& registry) {
+  mlir::registerAllDialects(registry);
+  mlir::registerAllExtensions(registry);
+  mlir::registerAllToLLVMIRTranslations(registry);
+  mlir::NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+  registry.insert<mlir::pallas::PallasDialect>();
+  static bool passes = [] {
+    mlir::registerAllPasses();
+    mlir::pallas::registerPallasPasses();
+    return true;
+  }();
+  (void)passes;
+}
+
+namespace {
+
+int usage() {
+  std::cerr << "usage: pallas-codegen --list\n"
+               "       pallas-codegen --op NAME --print-kernel-ir\n"
+               "       pallas-codegen --op NAME --out-dir DIR [--ptxas PATH] [--cuda-root DIR]\n"
+               "                      [--archs sm_90a,sm_80]\n";
+  return 2;
+}
+
+/// Writes `bytes` to `path` unless it already holds exactly them.
+bool writeIfChanged(const std::string& path, const std::string& bytes) {
+  if (auto existing = llvm::MemoryBuffer::getFile(path, /*IsText=*/false))
+    if ((*existing)->getBuffer() == bytes) return true;
+  llvm::sys::fs::create_directories(llvm::sys::path::parent_path(path));
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_None);
+  if (ec) {
+    std::cerr << "pallas-codegen: cannot write " << path << ": " << ec.message() << "\n";
+    return false;
+  }
+  os << bytes;
+  return true;
+}
+
+std::string printModule(mlir::ModuleOp module) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module.print(os);
+  return text;
+}
+
+}  // namespace
+
+int codegenMain(int argc, char** argv) {
+  std::string op, outDir;
+  bool list = false, printIR = false;
+  GpuOptions gpu;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--list") list = true;
+    else if (a == "--print-kernel-ir") printIR = true;
+    else if (a == "--op") op = next();
+    else if (a == "--out-dir") outDir = next();
+    else if (a == "--ptxas") gpu.ptxas = next();
+    else if (a == "--cuda-root") gpu.cuda_root = next();
+    else if (a == "--archs") {
+      gpu.archs.clear();
+      llvm::SmallVector<llvm::StringRef> parts;
+      llvm::StringRef(next()).split(parts, ',', -1, false);
+      for (auto p : parts) gpu.archs.push_back(p.str());
+    } else {
+      std::cerr << "pallas-codegen: unknown argument '" << a << "'\n";
+      return usage();
+    }
+  }
+  auto specs = edsl::registered_specs();
+  if (list) {
+    for (const auto& s : specs) std::cout << s.op << "\n";
+    return 0;
+  }
+  if (op.empty() || (!printIR && outDir.empty())) return usage();
+  const edsl::Registration* reg = nullptr;
+  for (const auto& s : specs)
+    if (op == s.op) reg = &s;
+  if (!reg) {
+    std::cerr << "pallas-codegen: no kernel spec named '" << op << "'; known:";
+    for (const auto& s : specs) std::cerr << " " << s.op;
+    std::cerr << "\n";
+    return 1;
+  }
+
+  mlir::DialectRegistry registry;
+  registerPipelineDependencies(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+
+  std::vector<edsl::TracedKernel> kernels;
+  try {
+    kernels = edsl::trace_spec(reg->op, reg->fn, context);
+  } catch (const edsl::SpecError& e) {
+    std::cerr << reg->file << ": error: " << e.what() << "\n";
+    return 1;
+  }
+  std::string specFile = llvm::sys::path::filename(reg->file).str();
+  specFile = "kernel_specs/" + specFile;
+
+  std::string kernelIR;
+  for (auto& k : kernels) kernelIR += printModule(*k.module) + "\n";
+  if (printIR) {
+    std::cout << kernelIR;
+    return 0;
+  }
+
+  std::vector<CompiledInstance> compiled;
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> host;
+  for (auto& k : kernels) {
+    std::string error;
+    CompiledInstance inst{&k, {}};
+    mlir::OwningOpRef<mlir::ModuleOp> gpuModule(mlir::ModuleOp(*k.module).clone());
+    if (!compileForGpu(*gpuModule, gpu, inst.gpu, error)) {
+      std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";
+      return 1;
+    }
+    mlir::OwningOpRef<mlir::ModuleOp> hostModule(mlir::ModuleOp(*k.module).clone());
+    std::unique_ptr<llvm::Module> lowered = lowerForHost(*hostModule, llvmContext, error);
+    if (!lowered) {
+      std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";
+      return 1;
+    }
+    if (!host) {
+      host = std::move(lowered);
+      host->setModuleIdentifier(op + "_host");
+      host->setSourceFileName(specFile);
+    } else if (llvm::Linker::linkModules(*host, std::move(lowered))) {
+      std::cerr << "pallas-codegen: cannot link the host forms of '" << op << "'\n";
+      return 1;
+    }
+    compiled.push_back(std::move(inst));
+  }
+  std::string object, error;
+  if (!emitHostObject(*host, object, error)) {
+    std::cerr << "pallas-codegen: " << op << ": " << error << "\n";
+    return 1;
+  }
+
+  bool ok = writeIfChanged(outDir + "/include/pallas/kernels/" + op + ".h",
+                           emitHeader(op, specFile, compiled)) &&
+            writeIfChanged(outDir + "/" + op + ".cc", emitSource(op, specFile, compiled)) &&
+            writeIfChanged(outDir + "/" + op + "_host.o", object) &&
+            writeIfChanged(outDir + "/" + op + ".kernel.mlir", kernelIR);
+  for (const auto& inst : compiled)
+    for (const auto& bin : inst.gpu)
+      ok = ok && writeIfChanged(outDir + "/ptx/" + inst.kernel->instance + "." + bin.arch + ".ptx",
+                                bin.ptx);
+  return ok ? 0 : 1;
+}
+
+}  // namespace pallas::codegen

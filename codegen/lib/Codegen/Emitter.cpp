@@ -1,0 +1,267 @@
+//===- Emitter.cpp - generated C++ for one op ------------------------------===//
+//
+// The entry point's parameters follow the declaration order of the spec (the
+// ABI, as with Halide generators): arrays as TensorViews (const for inputs),
+// scalars by value; an input aliased to an output appears once, mutable, in
+// the input's position. The kernel parameters are the MLIR memref
+// descriptors of the arrays, expanded (allocated, aligned, offset, sizes...,
+// strides...), followed by the scalars, in the same order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pallas/Codegen/Emitter.h"
+
+#include <sstream>
+
+namespace pallas::codegen {
+
+using edsl::DType;
+using edsl::OperandDecl;
+using edsl::Role;
+
+namespace {
+
+const char* cppType(DType d) {
+  switch (d) {
+    case DType::f32: return "float";
+    case DType::f16: return "pallas::half";
+    case DType::bf16: return "pallas::bfloat16";
+    case DType::i32: return "int32_t";
+    default: return "void";
+  }
+}
+
+const char* runtimeDType(DType d) {
+  switch (d) {
+    case DType::f32: return "pallas::DType::kF32";
+    case DType::f16: return "pallas::DType::kF16";
+    case DType::bf16: return "pallas::DType::kBF16";
+    default: return "pallas::DType::kI32";
+  }
+}
+
+/// The entry point parameters: operand indices, aliased outputs dropped.
+std::vector<int> entryParams(const edsl::KernelSpec& spec) {
+  std::vector<int> params;
+  for (size_t i = 0; i < spec.operands().size(); ++i)
+    if (spec.operands()[i].aliased_from < 0) params.push_back(static_cast<int>(i));
+  return params;
+}
+
+/// The view an operand's data comes from (an aliased output reads its input's).
+int viewOf(const edsl::KernelSpec& spec, int operand) {
+  int from = spec.operands()[operand].aliased_from;
+  return from >= 0 ? from : operand;
+}
+
+std::string paramType(const OperandDecl& d) {
+  if (d.role == Role::kScalar) return cppType(d.dtype);
+  bool mutable_view = d.role == Role::kOutput || d.aliased_to >= 0;
+  return "pallas::TensorView<" + std::string(mutable_view ? "" : "const ") + cppType(d.dtype) +
+         ", " + std::to_string(d.shape.size()) + ">";
+}
+
+std::string signature(const edsl::KernelSpec& spec, bool with_default) {
+  std::string s = "pallas::Status " + spec.op() + "(";
+  for (int i : entryParams(spec)) {
+    const OperandDecl& d = spec.operands()[i];
+    s += paramType(d) + " " + d.name + ", ";
+  }
+  return s + "const pallas::Launch& launch" + (with_default ? " = {}" : "") + ")";
+}
+
+std::string shapeText(const OperandDecl& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.shape.size(); ++i) s += (i ? ", " : "") + d.shape[i].dim_name();
+  s += "], block [";
+  for (size_t i = 0; i < d.block.size(); ++i)
+    s += (i ? ", " : "") +
+         (d.block[i].is_squeezed() ? std::string("squeezed") : std::to_string(d.block[i].size()));
+  return s + "]";
+}
+
+std::string gridText(const edsl::KernelSpec& spec) {
+  std::string s = "[";
+  for (size_t i = 0; i < spec.grid_axes().size(); ++i)
+    s += (i ? ", " : "") + spec.grid_axes()[i].to_string();
+  return s + "]";
+}
+
+void emitBytes(std::ostringstream& os, const std::string& bytes) {
+  static const char* hex = "0123456789abcdef";
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    auto c = static_cast<unsigned char>(bytes[i]);
+    os << (i % 16 == 0 ? "\n   " : "") << " 0x" << hex[c >> 4] << hex[c & 15] << ",";
+  }
+  os << "\n";
+}
+
+void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
+  const edsl::KernelSpec& spec = *inst.kernel->spec;
+  const std::string& name = inst.kernel->instance;
+  const auto& ops = spec.operands();
+
+  os << "// ---- " << name << " ----\n\n";
+  os << "extern \"C\" void pallas_host_" << name << "(void** args, int64_t grid0, int64_t grid1,"
+     << " int64_t grid2);\n\nnamespace {\n\n";
+  for (const GpuBinary& bin : inst.gpu) {
+    os << "// " << bin.arch << ": " << bin.registers << " registers, " << bin.spill_stores
+       << " bytes spill stores, " << bin.spill_loads << " bytes spill loads.\n";
+    os << "alignas(16) constexpr unsigned char " << name << "_" << bin.arch << "[] = {";
+    emitBytes(os, bin.cubin);
+    os << "};\n\n";
+  }
+  os << "constexpr pallas::OperandMetadata " << name << "_operands[] = {\n";
+  for (const OperandDecl& d : ops) {
+    const char* role = d.role == Role::kScalar  ? "kScalar"
+                       : d.aliased_to >= 0      ? "kInOut"
+                       : d.role == Role::kInput ? "kInput"
+                                                : "kOutput";
+    os << "    {\"" << d.name << "\", pallas::OperandRole::" << role << ", "
+       << runtimeDType(d.dtype) << ", " << d.shape.size() << ", {";
+    for (size_t i = 0; i < 4; ++i)
+      os << (i ? ", " : "")
+         << (i < d.block.size() ? (d.block[i].is_squeezed() ? -1 : d.block[i].size()) : 0);
+    os << "}},\n";
+  }
+  os << "};\n\n";
+  os << "constexpr pallas::TargetMetadata " << name << "_targets[] = {\n";
+  for (const GpuBinary& bin : inst.gpu)
+    os << "    {\"" << bin.arch << "\", " << bin.sm << ", " << (bin.arch_specific ? "true" : "false")
+       << ", " << bin.registers << ", " << bin.spill_stores << ", " << bin.spill_loads << ", "
+       << bin.shared_bytes << ", sizeof(" << name << "_" << bin.arch << ")},\n";
+  os << "};\n\n";
+  os << "constexpr pallas::KernelMetadata " << name << "_metadata_value = {\"" << name << "\", \""
+     << spec.op() << "\", \"" << gridText(spec) << "\", " << spec.threads() << ", " << name
+     << "_operands, " << name << "_targets};\n\n";
+  os << "constexpr pallas::detail::Cubin " << name << "_cubins[] = {\n";
+  for (const GpuBinary& bin : inst.gpu)
+    os << "    {" << bin.sm << ", " << (bin.arch_specific ? "true" : "false") << ", " << name << "_"
+       << bin.arch << ", sizeof(" << name << "_" << bin.arch << ")},\n";
+  os << "};\n\n";
+  os << "const pallas::detail::KernelImage " << name << "_image = {&" << name
+     << "_metadata_value, \"" << name << "\", " << name << "_cubins, &pallas_host_" << name << ", "
+     << spec.threads() << ", 0};\n\n}  // namespace\n\n";
+
+  // The typed entry point.
+  os << "namespace pallas::kernels {\n\n" << signature(spec, false) << " {\n";
+  os << "  constexpr const char* kKernel = \"" << name << "\";\n";
+  for (int i : entryParams(spec)) {
+    const OperandDecl& d = ops[i];
+    if (d.role == Role::kScalar) continue;
+    os << "  if (pallas::Status s = pallas::detail::check_operand(kKernel, \"" << d.name << "\", "
+       << d.name << ".data(), sizeof(" << cppType(d.dtype) << "), " << d.shape.size() << ", "
+       << d.name << ".shape().data(), " << d.name << ".strides().data()); !s.ok())\n"
+       << "    return s;\n";
+  }
+  // Bind each run-time dim from its first operand; check every other use.
+  std::vector<std::pair<int, int>> bound(spec.dim_names().size(), {-1, -1});
+  for (int i : entryParams(spec)) {
+    const OperandDecl& d = ops[i];
+    for (size_t k = 0; k < d.shape.size(); ++k) {
+      int dim = d.shape[k].dim_index();
+      const std::string& dn = spec.dim_names()[dim];
+      if (bound[dim].first < 0) {
+        bound[dim] = {i, static_cast<int>(k)};
+        os << "  const int64_t " << dn << " = " << d.name << ".shape(" << k << ");\n";
+      } else {
+        const OperandDecl& by = ops[bound[dim].first];
+        os << "  if (pallas::Status s = pallas::detail::check_dim(kKernel, \"" << d.name << "\", "
+           << k << ", " << d.name << ".shape(" << k << "), \"" << dn << "\", " << dn << ", \""
+           << by.name << "\", " << bound[dim].second << "); !s.ok())\n    return s;\n";
+      }
+    }
+  }
+  for (size_t dim = 0; dim < bound.size(); ++dim)
+    if (bound[dim].first < 0) os << "  // dim '" << spec.dim_names()[dim] << "' is unused\n";
+  // Kernel parameters: memref descriptors and scalars in declaration order.
+  std::string args;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OperandDecl& d = ops[i];
+    std::string var = "p_" + d.name;
+    if (d.role == Role::kScalar) {
+      os << "  " << cppType(d.dtype) << " " << var << " = " << d.name << ";\n";
+      args += "&" + var + ", ";
+      continue;
+    }
+    os << "  auto " << var << " = descriptor(" << ops[viewOf(spec, static_cast<int>(i))].name
+       << ");\n";
+    args += "&" + var + ".allocated, &" + var + ".aligned, &" + var + ".offset, ";
+    for (size_t k = 0; k < d.shape.size(); ++k) args += "&" + var + ".sizes[" + std::to_string(k) + "], ";
+    for (size_t k = 0; k < d.shape.size(); ++k) args += "&" + var + ".strides[" + std::to_string(k) + "], ";
+  }
+  args.resize(args.size() - 2);
+  os << "  void* args[] = {" << args << "};\n";
+  os << "  const std::array<int64_t, 3> grid = {";
+  for (size_t a = 0; a < 3; ++a)
+    os << (a ? ", " : "") << (a < spec.grid_axes().size() ? spec.grid_axes()[a].to_cpp() : "1");
+  os << "};\n";
+  os << "  return pallas::detail::launch_kernel(" << name << "_image, args, grid, launch);\n}\n\n";
+
+  // argv form and metadata.
+  os << "pallas::Status " << name << "_argv(void* const* args, const pallas::Launch& launch) {\n"
+     << "  return " << spec.op() << "(";
+  int k = 0;
+  for (int i : entryParams(spec))
+    os << "*static_cast<const " << paramType(ops[i]) << "*>(args[" << k++ << "]), ";
+  os << "launch);\n}\n\n";
+  os << "const pallas::KernelMetadata& " << name << "_metadata() { return " << name
+     << "_metadata_value; }\n\n}  // namespace pallas::kernels\n\n";
+}
+
+}  // namespace
+
+std::string emitHeader(const std::string& op, const std::string& spec_file,
+                       const std::vector<CompiledInstance>& instances) {
+  std::ostringstream os;
+  os << "// Generated by pallas-codegen from " << spec_file << " (op '" << op
+     << "'). Do not edit.\n#pragma once\n\n"
+     << "#include <pallas/dtype.h>\n#include <pallas/launch.h>\n#include <pallas/metadata.h>\n"
+     << "#include <pallas/status.h>\n#include <pallas/tensor_view.h>\n\n"
+     << "namespace pallas::kernels {\n\n";
+  for (const CompiledInstance& inst : instances) {
+    const edsl::KernelSpec& spec = *inst.kernel->spec;
+    const std::string& name = inst.kernel->instance;
+    os << "/// " << name << ": grid " << gridText(spec) << ", " << spec.threads()
+       << " threads per program.\n";
+    for (const OperandDecl& d : spec.operands()) {
+      os << "///   " << d.name << ": " << edsl::name(d.dtype) << " ";
+      if (d.role == Role::kScalar) os << "scalar\n";
+      else
+        os << (d.aliased_to >= 0 ? "input, updated in place" : d.role == Role::kInput ? "input" : "output")
+           << " " << shapeText(d) << "\n";
+    }
+    os << "[[nodiscard]] " << signature(spec, true) << ";\n";
+    os << "/// args[i] points at the i-th parameter of the typed entry point.\n";
+    os << "[[nodiscard]] pallas::Status " << name
+       << "_argv(void* const* args, const pallas::Launch& launch = {});\n";
+    os << "const pallas::KernelMetadata& " << name << "_metadata();\n\n";
+  }
+  os << "}  // namespace pallas::kernels\n";
+  return os.str();
+}
+
+std::string emitSource(const std::string& op, const std::string& spec_file,
+                       const std::vector<CompiledInstance>& instances) {
+  std::ostringstream os;
+  os << "// Generated by pallas-codegen from " << spec_file << " (op '" << op
+     << "'). Do not edit.\n\n"
+     << "#include \"pallas/kernels/" << op << ".h\"\n\n#include <pallas/detail/kernel_image.h>\n\n"
+     << "#include <array>\n#include <cstdint>\n\n"
+     << "namespace {\n\n"
+     << "// The MLIR memref descriptor: what the kernels' array parameters expand to.\n"
+     << "template <int Rank>\nstruct MemRefDescriptor {\n  void* allocated;\n  void* aligned;\n"
+     << "  int64_t offset;\n  int64_t sizes[Rank];\n  int64_t strides[Rank];\n};\n\n"
+     << "template <class T, int Rank>\nMemRefDescriptor<Rank> descriptor(const "
+        "pallas::TensorView<T, Rank>& v) {\n"
+     << "  MemRefDescriptor<Rank> d{};\n"
+     << "  d.allocated = d.aligned = const_cast<void*>(static_cast<const void*>(v.data()));\n"
+     << "  for (int i = 0; i < Rank; ++i) {\n    d.sizes[i] = v.shape(i);\n"
+     << "    d.strides[i] = v.stride(i);\n  }\n  return d;\n}\n\n"
+     << "[[maybe_unused]] constexpr int64_t pallas_cdiv(int64_t a, int64_t b) { return (a + b - 1) "
+        "/ b; }\n\n}  // namespace\n\n";
+  for (const CompiledInstance& inst : instances) emitInstance(os, inst);
+  return os.str();
+}
+
+}  // namespace pallas::codegen

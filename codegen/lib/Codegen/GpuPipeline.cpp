@@ -1,0 +1,142 @@
+//===- GpuPipeline.cpp - kernel IR -> gpu/nvvm -> PTX -> ptxas -> cubin ---===//
+
+#include "pallas/Codegen/Pipelines.h"
+#include "pallas/Transforms/Passes.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/Regex.h"
+
+namespace pallas::codegen {
+
+namespace {
+
+/// Parses "sm_90a" into (90, arch-specific).
+bool parseArch(const std::string& arch, int& sm, bool& specific) {
+  llvm::Regex re("^sm_([0-9]+)(a?)$");
+  llvm::SmallVector<llvm::StringRef> m;
+  if (!re.match(arch, &m)) return false;
+  sm = std::stoi(m[1].str());
+  specific = !m[2].empty();
+  return true;
+}
+
+int firstInt(const std::string& text, const char* pattern) {
+  llvm::Regex re(pattern);
+  llvm::SmallVector<llvm::StringRef> m;
+  if (!re.match(text, &m)) return 0;
+  return std::stoi(m[1].str());
+}
+
+/// Runs ptxas on `ptx`, filling the cubin and the resource report.
+bool runPtxas(const GpuOptions& options, GpuBinary& bin, std::string& error) {
+  llvm::SmallString<128> ptxPath, cubinPath, logPath;
+  int fd;
+  if (llvm::sys::fs::createTemporaryFile("pallas", "ptx", fd, ptxPath) ||
+      llvm::sys::fs::createTemporaryFile("pallas", "cubin", cubinPath) ||
+      llvm::sys::fs::createTemporaryFile("pallas", "log", logPath)) {
+    error = "cannot create temporary files for ptxas";
+    return false;
+  }
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    os << bin.ptx;
+  }
+  std::string archFlag = "-arch=" + bin.arch;
+  llvm::SmallVector<llvm::StringRef> args = {options.ptxas, archFlag, "-O3", "-v",
+                                             ptxPath,       "-o",     cubinPath};
+  std::optional<llvm::StringRef> redirects[] = {std::nullopt, logPath.str(), logPath.str()};
+  std::string execError;
+  int rc = llvm::sys::ExecuteAndWait(options.ptxas, args, std::nullopt, redirects, 0, 0,
+                                     &execError);
+  auto log = llvm::MemoryBuffer::getFile(logPath);
+  std::string logText = log ? (*log)->getBuffer().str() : "";
+  if (rc != 0) {
+    error = "ptxas " + archFlag + " failed (" + std::to_string(rc) + "): " + execError + "\n" +
+            logText;
+  } else {
+    auto cubin = llvm::MemoryBuffer::getFile(cubinPath);
+    if (!cubin) {
+      error = "ptxas produced no cubin";
+      rc = 1;
+    } else {
+      bin.cubin = (*cubin)->getBuffer().str();
+      bin.registers = firstInt(logText, "Used ([0-9]+) registers");
+      bin.spill_stores = firstInt(logText, "([0-9]+) bytes spill stores");
+      bin.spill_loads = firstInt(logText, "([0-9]+) bytes spill loads");
+      bin.shared_bytes = firstInt(logText, "([0-9]+) bytes smem");
+    }
+  }
+  llvm::sys::fs::remove(ptxPath);
+  llvm::sys::fs::remove(cubinPath);
+  llvm::sys::fs::remove(logPath);
+  return rc == 0;
+}
+
+}  // namespace
+
+bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
+                   std::vector<GpuBinary>& binaries, std::string& error) {
+  mlir::MLIRContext* ctx = module.getContext();
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(ctx, [&](mlir::Diagnostic& d) {
+    llvm::raw_string_ostream(diagnostics) << d.getLocation() << ": " << d << "\n";
+    return mlir::success();
+  });
+
+  // 1. Blocks -> threads, then everything in the gpu.module to NVVM.
+  mlir::PassManager lower(ctx);
+  std::string pipeline =
+      "pallas-sink-broadcasts,convert-pallas-to-gpu,"
+      "gpu.module(canonicalize,cse,expand-strided-metadata,convert-scf-to-cf,convert-vector-to-llvm,"
+      "convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse,reconcile-unrealized-casts)";
+  if (mlir::failed(mlir::parsePassPipeline(pipeline, lower)) ||
+      mlir::failed(lower.run(module))) {
+    error = "GPU lowering failed:\n" + diagnostics;
+    return false;
+  }
+
+  // 2. One NVVM target per arch, then LLVM's NVPTX backend to PTX.
+  llvm::SmallVector<mlir::Attribute> targets;
+  for (const std::string& arch : options.archs)
+    targets.push_back(mlir::NVVM::NVVMTargetAttr::get(ctx, /*optLevel=*/3, "nvptx64-nvidia-cuda",
+                                                      arch, options.ptx_features));
+  module.walk([&](mlir::gpu::GPUModuleOp m) { m.setTargetsAttr(mlir::ArrayAttr::get(ctx, targets)); });
+  mlir::PassManager serialize(ctx);
+  if (mlir::failed(mlir::parsePassPipeline(
+          "gpu-module-to-binary{format=isa toolkit=" + options.cuda_root + "}",
+          serialize)) ||
+      mlir::failed(serialize.run(module))) {
+    error = "PTX generation failed:\n" + diagnostics;
+    return false;
+  }
+  mlir::gpu::BinaryOp binary;
+  module.walk([&](mlir::gpu::BinaryOp b) { binary = b; });
+  if (!binary) {
+    error = "PTX generation produced no gpu.binary";
+    return false;
+  }
+  // 3. ptxas per arch.
+  for (mlir::Attribute a : binary.getObjects()) {
+    auto object = llvm::cast<mlir::gpu::ObjectAttr>(a);
+    auto target = llvm::cast<mlir::NVVM::NVVMTargetAttr>(object.getTarget());
+    GpuBinary bin;
+    bin.arch = target.getChip().str();
+    if (!parseArch(bin.arch, bin.sm, bin.arch_specific)) {
+      error = "unsupported GPU arch '" + bin.arch + "' (expected sm_XY or sm_XYa)";
+      return false;
+    }
+    bin.ptx = object.getObject().getValue().str();
+    if (!runPtxas(options, bin, error)) return false;
+    binaries.push_back(std::move(bin));
+  }
+  return true;
+}
+
+}  // namespace pallas::codegen

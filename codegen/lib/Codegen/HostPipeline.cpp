@@ -1,0 +1,126 @@
+//===- HostPipeline.cpp - kernel IR -> CPU loops -> LLVM IR -> object -----===//
+
+#include "pallas/Codegen/Pipelines.h"
+#include "pallas/Transforms/Passes.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+
+namespace pallas::codegen {
+
+namespace {
+
+/// Adds `void pallas_host_<k>(void** args, i64 g0, i64 g1, i64 g2)` around
+/// each lowered kernel `pallas_host_<k>(params..., g0, g1, g2)`: args[i]
+/// points at parameter i, exactly the array the CUDA launch receives.
+void addArgvWrappers(llvm::Module& module) {
+  std::vector<llvm::Function*> kernels;
+  for (llvm::Function& f : module)
+    if (!f.isDeclaration() && f.getName().starts_with("pallas_host_")) kernels.push_back(&f);
+  llvm::LLVMContext& ctx = module.getContext();
+  auto* ptr = llvm::PointerType::getUnqual(ctx);
+  auto* i64 = llvm::Type::getInt64Ty(ctx);
+  for (llvm::Function* impl : kernels) {
+    std::string name = impl->getName().str();
+    impl->setName(name + "_impl");
+    impl->setLinkage(llvm::GlobalValue::InternalLinkage);
+    auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, i64, i64, i64}, false);
+    auto* wrapper = llvm::Function::Create(type, llvm::GlobalValue::ExternalLinkage, name, module);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", wrapper));
+    std::vector<llvm::Value*> args;
+    unsigned numParams = impl->arg_size() - 3;
+    for (unsigned i = 0; i < numParams; ++i) {
+      llvm::Value* slot = b.CreateConstGEP1_64(ptr, wrapper->getArg(0), i);
+      llvm::Value* param = b.CreateLoad(ptr, slot);
+      args.push_back(b.CreateLoad(impl->getArg(i)->getType(), param));
+    }
+    for (unsigned g = 1; g <= 3; ++g) args.push_back(wrapper->getArg(g));
+    b.CreateCall(impl, args);
+    b.CreateRetVoid();
+  }
+}
+
+llvm::TargetMachine* hostTargetMachine(std::string& error) {
+  static std::unique_ptr<llvm::TargetMachine> machine;
+  if (machine) return machine.get();
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target) return nullptr;
+  // Generic CPU so the library runs on any machine of the architecture.
+  llvm::TargetOptions options;
+  machine.reset(target->createTargetMachine(triple, "generic", "", options, llvm::Reloc::PIC_));
+  return machine.get();
+}
+
+}  // namespace
+
+std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMContext& context,
+                                           std::string& error) {
+  mlir::MLIRContext* ctx = module.getContext();
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(ctx, [&](mlir::Diagnostic& d) {
+    llvm::raw_string_ostream(diagnostics) << d.getLocation() << ": " << d << "\n";
+    return mlir::success();
+  });
+  mlir::PassManager pm(ctx);
+  // bf16 casts become integer code (no libgcc helper exists for them);
+  // transcendentals become libm calls, the rest LLVM intrinsics.
+  std::string pipeline =
+      "pallas-sink-broadcasts,convert-pallas-to-loops,canonicalize,cse,"
+      "func.func(arith-expand{include-bf16=true}),convert-math-to-libm,convert-scf-to-cf,"
+      "expand-strided-metadata,convert-to-llvm,reconcile-unrealized-casts";
+  if (mlir::failed(mlir::parsePassPipeline(pipeline, pm)) || mlir::failed(pm.run(module))) {
+    error = "host lowering failed:\n" + diagnostics;
+    return nullptr;
+  }
+  std::unique_ptr<llvm::Module> llvmModule = mlir::translateModuleToLLVMIR(module, context);
+  if (!llvmModule) {
+    error = "translation of the host form to LLVM IR failed:\n" + diagnostics;
+    return nullptr;
+  }
+  addArgvWrappers(*llvmModule);
+  return llvmModule;
+}
+
+bool emitHostObject(llvm::Module& module, std::string& object, std::string& error) {
+  llvm::TargetMachine* machine = hostTargetMachine(error);
+  if (!machine) return false;
+  module.setDataLayout(machine->createDataLayout());
+  module.setTargetTriple(machine->getTargetTriple());
+
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(machine);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cam, mam);
+  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(module, mam);
+
+  llvm::SmallString<0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager codegen;
+  if (machine->addPassesToEmitFile(codegen, os, nullptr, llvm::CodeGenFileType::ObjectFile)) {
+    error = "the host target cannot emit object files";
+    return false;
+  }
+  codegen.run(module);
+  object.assign(buffer.begin(), buffer.end());
+  return true;
+}
+
+}  // namespace pallas::codegen

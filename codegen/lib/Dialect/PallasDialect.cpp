@@ -1,0 +1,141 @@
+//===- PallasDialect.cpp - the pallas kernel dialect ----------------------===//
+
+#include "pallas/Dialect/PallasDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::pallas;
+
+#include "pallas/Dialect/PallasDialect.cpp.inc"
+
+void PallasDialect::initialize() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "pallas/Dialect/PallasTypes.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "pallas/Dialect/PallasOps.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// RefType: `!pallas.ref<8x128xf32>`
+//===----------------------------------------------------------------------===//
+
+Type RefType::parse(AsmParser& parser) {
+  SmallVector<int64_t> shape;
+  Type elementType;
+  if (parser.parseLess() || parser.parseDimensionList(shape, /*allowDynamic=*/false) ||
+      parser.parseType(elementType) || parser.parseGreater())
+    return {};
+  return RefType::get(parser.getContext(), shape, elementType);
+}
+
+void RefType::print(AsmPrinter& printer) const {
+  printer << "<";
+  for (int64_t d : getShape()) printer << d << "x";
+  printer << getElementType() << ">";
+}
+
+int64_t RefType::getNumElements() const {
+  int64_t n = 1;
+  for (int64_t d : getShape()) n *= d;
+  return n;
+}
+
+#define GET_TYPEDEF_CLASSES
+#include "pallas/Dialect/PallasTypes.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Verifiers
+//===----------------------------------------------------------------------===//
+
+LogicalResult BlockOp::verify() {
+  auto arrayType = cast<MemRefType>(getArray().getType());
+  int64_t rank = arrayType.getRank();
+  if (static_cast<int64_t>(getIndices().size()) != rank)
+    return emitOpError() << "has " << getIndices().size() << " block indices for a rank-" << rank
+                         << " array";
+  if (static_cast<int64_t>(getBlockShape().size()) != rank ||
+      static_cast<int64_t>(getSqueezed().size()) != rank)
+    return emitOpError() << "block_shape and squeezed must have one entry per array dim (" << rank
+                         << ")";
+  SmallVector<int64_t> refShape;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (getSqueezed()[d]) {
+      if (getBlockShape()[d] != 1) return emitOpError() << "squeezed dim " << d << " must be 1";
+      continue;
+    }
+    if (getBlockShape()[d] <= 0) return emitOpError() << "block dim " << d << " must be positive";
+    refShape.push_back(getBlockShape()[d]);
+  }
+  RefType refType = getRef().getType();
+  if (refType.getElementType() != arrayType.getElementType() ||
+      ArrayRef<int64_t>(refShape) != refType.getShape())
+    return emitOpError() << "result " << refType << " does not match the unsqueezed block shape";
+  return success();
+}
+
+/// Checks that `[offsets, offsets + sizes)` lies inside a block of `shape`.
+static LogicalResult verifySlice(Operation* op, RefType ref, ArrayRef<int64_t> offsets,
+                                 ArrayRef<int64_t> sizes) {
+  if (static_cast<int64_t>(offsets.size()) != ref.getRank() ||
+      static_cast<int64_t>(sizes.size()) != ref.getRank())
+    return op->emitOpError() << "slice must have one offset and size per block dim ("
+                             << ref.getRank() << ")";
+  for (int64_t d = 0; d < ref.getRank(); ++d)
+    if (offsets[d] < 0 || sizes[d] <= 0 || offsets[d] + sizes[d] > ref.getShape()[d])
+      return op->emitOpError() << "slice [" << offsets[d] << ", " << offsets[d] + sizes[d]
+                               << ") of dim " << d << " is outside the block extent "
+                               << ref.getShape()[d];
+  return success();
+}
+
+LogicalResult LoadOp::verify() {
+  RefType ref = getRef().getType();
+  if (failed(verifySlice(*this, ref, getOffsets(), getSizes()))) return failure();
+  VectorType result = getResult().getType();
+  if (result.getElementType() != ref.getElementType())
+    return emitOpError() << "result element type differs from the ref's";
+  // Numpy broadcasting from the slice shape to the result shape.
+  ArrayRef<int64_t> sizes = getSizes();
+  int64_t lead = result.getRank() - static_cast<int64_t>(sizes.size());
+  if (lead < 0) return emitOpError() << "result rank is smaller than the slice rank";
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1 && sizes[d] != result.getShape()[lead + d])
+      return emitOpError() << "slice dim " << d << " of extent " << sizes[d]
+                           << " cannot broadcast to " << result.getShape()[lead + d];
+  return success();
+}
+
+void LoadOp::getEffects(
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>& effects) {
+  effects.emplace_back(MemoryEffects::Read::get(), &getRefMutable());
+}
+
+LogicalResult StoreOp::verify() {
+  RefType ref = getRef().getType();
+  VectorType value = getValue().getType();
+  if (value.getElementType() != ref.getElementType())
+    return emitOpError() << "stored element type " << value.getElementType()
+                         << " differs from the ref's " << ref.getElementType();
+  return verifySlice(*this, ref, getOffsets(), value.getShape());
+}
+
+void StoreOp::getEffects(
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>& effects) {
+  effects.emplace_back(MemoryEffects::Write::get(), &getRefMutable());
+}
+
+LogicalResult IotaOp::verify() {
+  if (getDimension() < 0 || getDimension() >= getResult().getType().getRank())
+    return emitOpError() << "dimension " << getDimension() << " is out of range";
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "pallas/Dialect/PallasOps.cpp.inc"

@@ -1,0 +1,220 @@
+//===- Spec.cpp - kernel declarations: dims, operands, blocks, grid -------===//
+
+#include "pallas/EDSL/Spec.h"
+
+#include <algorithm>
+#include <map>
+
+namespace pallas::edsl {
+
+const char* name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "i32";
+    case DType::i1: return "i1";
+    case DType::index: return "index";
+  }
+  return "?";
+}
+
+bool is_float(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+}
+
+//===----------------------------------------------------------------------===//
+// DimExpr
+//===----------------------------------------------------------------------===//
+
+DimExpr::DimExpr(int64_t value)
+    : node_(std::make_shared<const Node>(Node{Kind::kConst, value, -1, "", nullptr, nullptr})) {}
+
+DimExpr DimExpr::dim(int index, std::string name) {
+  return DimExpr(
+      std::make_shared<const Node>(Node{Kind::kDim, 0, index, std::move(name), nullptr, nullptr}));
+}
+
+DimExpr DimExpr::binary(Kind kind, const DimExpr& a, const DimExpr& b) {
+  return DimExpr(std::make_shared<const Node>(Node{kind, 0, -1, "", a.node_, b.node_}));
+}
+
+DimExpr operator+(const DimExpr& a, const DimExpr& b) {
+  return DimExpr::binary(DimExpr::Kind::kAdd, a, b);
+}
+DimExpr operator-(const DimExpr& a, const DimExpr& b) {
+  return DimExpr::binary(DimExpr::Kind::kSub, a, b);
+}
+DimExpr operator*(const DimExpr& a, const DimExpr& b) {
+  return DimExpr::binary(DimExpr::Kind::kMul, a, b);
+}
+DimExpr cdiv(const DimExpr& a, const DimExpr& b) {
+  return DimExpr::binary(DimExpr::Kind::kCdiv, a, b);
+}
+
+std::string DimExpr::print(bool cpp) const {
+  const Node& n = *node_;
+  auto sub = [](const std::shared_ptr<const Node>& p, bool c) { return DimExpr(p).print(c); };
+  switch (n.kind) {
+    case Kind::kConst: return std::to_string(n.value);
+    case Kind::kDim: return n.name;
+    case Kind::kAdd: return "(" + sub(n.lhs, cpp) + " + " + sub(n.rhs, cpp) + ")";
+    case Kind::kSub: return "(" + sub(n.lhs, cpp) + " - " + sub(n.rhs, cpp) + ")";
+    case Kind::kMul: return "(" + sub(n.lhs, cpp) + " * " + sub(n.rhs, cpp) + ")";
+    case Kind::kCdiv:
+      return std::string(cpp ? "pallas_cdiv(" : "cdiv(") + sub(n.lhs, cpp) + ", " +
+             sub(n.rhs, cpp) + ")";
+  }
+  return "?";
+}
+std::string DimExpr::to_cpp() const { return print(true); }
+std::string DimExpr::to_string() const { return print(false); }
+
+//===----------------------------------------------------------------------===//
+// KernelSpec
+//===----------------------------------------------------------------------===//
+
+KernelSpec::KernelSpec(std::string op, std::vector<int> instance_choice)
+    : op_(std::move(op)), instance_choice_(std::move(instance_choice)) {}
+
+std::string KernelSpec::instance_name() const {
+  std::string s = op_;
+  for (DType d : chosen_) s += std::string("_") + name(d);
+  return s;
+}
+
+void KernelSpec::fail(const std::string& message) const {
+  throw SpecError("spec '" + instance_name() + "': " + message);
+}
+
+std::vector<DType> KernelSpec::dtype_params(const std::vector<std::string>& names,
+                                            std::vector<std::vector<DType>> combinations) {
+  if (combinations.empty()) fail("dtype parameter list is empty");
+  for (const auto& c : combinations)
+    if (c.size() != names.size())
+      fail("each dtype combination must have " + std::to_string(names.size()) + " entries");
+  int slot = params_seen_++;
+  int choice = slot < static_cast<int>(instance_choice_.size()) ? instance_choice_[slot] : 0;
+  num_instances_ *= static_cast<int>(combinations.size());
+  param_counts_.push_back(static_cast<int>(combinations.size()));
+  const std::vector<DType>& picked = combinations.at(choice);
+  chosen_.insert(chosen_.end(), picked.begin(), picked.end());
+  return picked;
+}
+
+DType KernelSpec::dtype_param(const std::string& name, std::vector<DType> options) {
+  std::vector<std::vector<DType>> combos;
+  for (DType d : options) combos.push_back({d});
+  return dtype_params({name}, std::move(combos))[0];
+}
+
+DimExpr KernelSpec::dim(const std::string& name) {
+  if (std::find(dim_names_.begin(), dim_names_.end(), name) != dim_names_.end())
+    fail("dim '" + name + "' is declared twice");
+  dim_names_.push_back(name);
+  return DimExpr::dim(static_cast<int>(dim_names_.size()) - 1, name);
+}
+
+Operand KernelSpec::add_operand(const std::string& name, Role role, DType dtype,
+                                std::vector<DimExpr> shape) {
+  for (const auto& o : operands_)
+    if (o.name == name) fail("operand '" + name + "' is declared twice");
+  if (dtype == DType::i1 || dtype == DType::index)
+    fail("operand '" + name + "' has dtype " + std::string(edsl::name(dtype)) +
+         "; operands are f32, f16, bf16 or i32");
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d].kind() != DimExpr::Kind::kDim)
+      fail("operand '" + name + "' dim " + std::to_string(d) +
+           " must be a dim declared with spec.dim(), not '" + shape[d].to_string() + "'");
+  if (role != Role::kScalar && shape.empty())
+    fail("operand '" + name + "' must have at least one dim");
+  if (shape.size() > 4) fail("operand '" + name + "' has more than 4 dims");
+  OperandDecl decl{name, role, dtype, std::move(shape), {}, {}, false, -1, -1};
+  operands_.push_back(std::move(decl));
+  return Operand{static_cast<int>(operands_.size()) - 1};
+}
+
+Operand KernelSpec::input(const std::string& name, DType dtype, std::vector<DimExpr> shape) {
+  return add_operand(name, Role::kInput, dtype, std::move(shape));
+}
+Operand KernelSpec::output(const std::string& name, DType dtype, std::vector<DimExpr> shape) {
+  return add_operand(name, Role::kOutput, dtype, std::move(shape));
+}
+Scalar KernelSpec::scalar(const std::string& name, DType dtype) {
+  if (dtype != DType::f32 && dtype != DType::i32)
+    fail("scalar '" + name + "' must be f32 or i32, not " + std::string(edsl::name(dtype)));
+  return Scalar(add_operand(name, Role::kScalar, dtype, {}).index);
+}
+
+const OperandDecl& KernelSpec::decl(Operand op, const char* what) const {
+  if (op.index < 0 || op.index >= static_cast<int>(operands_.size()))
+    fail(std::string(what) + ": not an operand of this spec");
+  return operands_[op.index];
+}
+
+void KernelSpec::alias(Operand input, Operand output) {
+  const OperandDecl& in = decl(input, "alias");
+  const OperandDecl& out = decl(output, "alias");
+  if (in.role != Role::kInput || out.role != Role::kOutput)
+    fail("alias('" + in.name + "', '" + out.name + "') needs an input then an output");
+  if (in.dtype != out.dtype)
+    fail("alias of input '" + in.name + "' to output '" + out.name + "': dtypes differ (" +
+         name(in.dtype) + " vs " + name(out.dtype) + ")");
+  bool same_dims = in.shape.size() == out.shape.size();
+  for (size_t d = 0; same_dims && d < in.shape.size(); ++d)
+    same_dims = in.shape[d].dim_index() == out.shape[d].dim_index();
+  if (!same_dims)
+    fail("alias of input '" + in.name + "' to output '" + out.name + "': shapes differ");
+  if (in.aliased_to >= 0 || out.aliased_from >= 0)
+    fail("operand '" + in.name + "' or '" + out.name + "' is already aliased");
+  operands_[input.index].aliased_to = output.index;
+  operands_[output.index].aliased_from = input.index;
+}
+
+void KernelSpec::grid(std::vector<DimExpr> axes) {
+  if (axes.empty() || axes.size() > 3)
+    fail("grid has " + std::to_string(axes.size()) + " axes; 1 to 3 are supported");
+  grid_ = std::move(axes);
+}
+
+void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map) {
+  const OperandDecl& d = decl(operand, "block");
+  if (d.role == Role::kScalar) fail("scalar '" + d.name + "' cannot have a block");
+  if (d.has_block) fail("operand '" + d.name + "' has two block specs");
+  if (block_shape.size() != d.shape.size())
+    fail("operand '" + d.name + "' has rank " + std::to_string(d.shape.size()) +
+         " but its block has " + std::to_string(block_shape.size()) + " dims");
+  bool any_blocked = false;
+  for (size_t i = 0; i < block_shape.size(); ++i) {
+    if (!block_shape[i].is_squeezed() && block_shape[i].size() <= 0)
+      fail("operand '" + d.name + "' block dim " + std::to_string(i) + " is " +
+           std::to_string(block_shape[i].size()) + "; block dims must be positive");
+    any_blocked |= !block_shape[i].is_squeezed();
+  }
+  if (!any_blocked) fail("operand '" + d.name + "' block squeezes every dim");
+  OperandDecl& m = operands_[operand.index];
+  m.block = std::move(block_shape);
+  m.index_map = std::move(index_map);
+  m.has_block = true;
+}
+
+//===----------------------------------------------------------------------===//
+// Registry
+//===----------------------------------------------------------------------===//
+
+static std::map<std::string, Registration>& registry() {
+  static std::map<std::string, Registration> r;
+  return r;
+}
+
+Registrar::Registrar(const char* op, SpecFn fn, const char* file) {
+  registry().emplace(op, Registration{op, fn, file});
+}
+
+std::vector<Registration> registered_specs() {
+  std::vector<Registration> out;
+  for (auto& [name, reg] : registry()) out.push_back(reg);
+  return out;
+}
+
+}  // namespace pallas::edsl

@@ -1,0 +1,604 @@
+//===- Trace.cpp - tracing kernel bodies into the pallas dialect ----------===//
+//
+// The spec function runs once per instance. When it declares its body, the
+// hook installed here builds the kernel function, evaluates every index map
+// on the program ids, creates one `pallas.block` per operand and calls the
+// body with the refs; every EDSL operation then appends MLIR ops at the
+// builder of the (thread-local) current trace.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pallas/EDSL/Trace.h"
+
+#include "pallas/Dialect/PallasDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Verifier.h"
+
+#include <sstream>
+
+namespace pallas::edsl {
+
+using mlir::OpBuilder;
+using mlir::VectorType;
+
+namespace {
+
+struct RefState {
+  mlir::Value ref;
+  bool stored = false;
+};
+
+/// The kernel being traced on this thread.
+struct Trace {
+  KernelSpec* spec;
+  mlir::MLIRContext* context;
+  OpBuilder builder;
+  mlir::Location loc;
+  std::vector<mlir::Value> args;  // func arguments, one per operand
+  std::vector<RefState> refs;     // per operand (unused for scalars)
+  int grid_rank = 0;
+};
+
+thread_local Trace* current_trace = nullptr;
+
+Trace& trace() {
+  if (!current_trace)
+    throw SpecError("EDSL operations can only be used inside spec.body() or an index map");
+  return *current_trace;
+}
+
+[[noreturn]] void fail(const std::string& message) { trace().spec->fail(message); }
+
+mlir::Value unwrap(const Value& v) {
+  if (!v.valid()) fail("use of an uninitialized Value");
+  return mlir::Value::getFromOpaquePointer(v.opaque());
+}
+Value wrap(mlir::Value v) { return Value::from_opaque(v.getAsOpaquePointer()); }
+
+OpBuilder& b() { return trace().builder; }
+mlir::Location loc() { return trace().loc; }
+
+DType dtype_of(mlir::Type type) {
+  mlir::Type e = mlir::getElementTypeOrSelf(type);
+  if (e.isF32()) return DType::f32;
+  if (e.isF16()) return DType::f16;
+  if (e.isBF16()) return DType::bf16;
+  if (e.isInteger(32)) return DType::i32;
+  if (e.isInteger(1)) return DType::i1;
+  if (e.isIndex()) return DType::index;
+  throw SpecError("internal error: value of unsupported type");
+}
+
+std::string shape_str(llvm::ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::vector<int64_t> shape_of(mlir::Value v) {
+  if (auto vt = llvm::dyn_cast<VectorType>(v.getType())) return vt.getShape().vec();
+  return {};
+}
+
+mlir::Type with_shape(mlir::Type element, llvm::ArrayRef<int64_t> shape) {
+  if (shape.empty()) return element;
+  return VectorType::get(shape, element);
+}
+
+/// Numpy broadcast of two shapes, or nullopt.
+std::optional<std::vector<int64_t>> broadcast_shapes(std::vector<int64_t> a,
+                                                     std::vector<int64_t> b) {
+  if (a.size() < b.size()) std::swap(a, b);
+  std::vector<int64_t> out = a;
+  size_t lead = a.size() - b.size();
+  for (size_t i = 0; i < b.size(); ++i) {
+    int64_t x = a[lead + i], y = b[i];
+    if (x == y || y == 1) continue;
+    if (x == 1) {
+      out[lead + i] = y;
+      continue;
+    }
+    return std::nullopt;
+  }
+  return out;
+}
+
+mlir::Value broadcast_value(mlir::Value v, llvm::ArrayRef<int64_t> shape) {
+  if (shape_of(v) == shape.vec()) return v;
+  auto type = VectorType::get(shape, mlir::getElementTypeOrSelf(v.getType()));
+  return b().create<mlir::vector::BroadcastOp>(loc(), type, v);
+}
+
+/// Checks dtypes match and broadcasts both operands to a common shape.
+std::pair<mlir::Value, mlir::Value> unify(const char* op, const Value& x, const Value& y) {
+  mlir::Value a = unwrap(x), c = unwrap(y);
+  DType da = dtype_of(a.getType()), dc = dtype_of(c.getType());
+  if (da != dc)
+    fail(std::string("dtype mismatch in ") + op + ": " + name(da) + " and " + name(dc) +
+         " (cast one operand first)");
+  auto shape = broadcast_shapes(shape_of(a), shape_of(c));
+  if (!shape)
+    fail(std::string("shape mismatch in ") + op + ": " + shape_str(shape_of(a)) + " and " +
+         shape_str(shape_of(c)));
+  return {broadcast_value(a, *shape), broadcast_value(c, *shape)};
+}
+
+bool is_float_value(mlir::Value v) { return is_float(dtype_of(v.getType())); }
+
+template <class FloatOp, class IntOp>
+Value binary(const char* op, const Value& x, const Value& y) {
+  auto [a, c] = unify(op, x, y);
+  if (dtype_of(a.getType()) == DType::i1) fail(std::string(op) + " is not defined on i1 values");
+  if (is_float_value(a)) return wrap(b().create<FloatOp>(loc(), a, c));
+  return wrap(b().create<IntOp>(loc(), a, c));
+}
+
+Value compare(const char* op, mlir::arith::CmpFPredicate fp, mlir::arith::CmpIPredicate ip,
+              const Value& x, const Value& y) {
+  auto [a, c] = unify(op, x, y);
+  if (is_float_value(a)) return wrap(b().create<mlir::arith::CmpFOp>(loc(), fp, a, c));
+  return wrap(b().create<mlir::arith::CmpIOp>(loc(), ip, a, c));
+}
+
+mlir::Value require_f32(const char* op, const Value& x) {
+  mlir::Value v = unwrap(x);
+  DType d = dtype_of(v.getType());
+  if (d != DType::f32)
+    fail(std::string(op) + " needs f32 operands, got " + name(d) + " (cast to f32 first)");
+  return v;
+}
+
+template <class MathOp>
+Value unary_f32(const char* op, const Value& x) {
+  return wrap(b().create<MathOp>(loc(), require_f32(op, x)));
+}
+
+}  // namespace
+
+mlir::Type to_mlir_type(DType dtype, mlir::MLIRContext& context) {
+  OpBuilder builder(&context);
+  switch (dtype) {
+    case DType::f32: return builder.getF32Type();
+    case DType::f16: return builder.getF16Type();
+    case DType::bf16: return builder.getBF16Type();
+    case DType::i32: return builder.getI32Type();
+    case DType::i1: return builder.getI1Type();
+    case DType::index: return builder.getIndexType();
+  }
+  return {};
+}
+
+//===----------------------------------------------------------------------===//
+// Value operations
+//===----------------------------------------------------------------------===//
+
+DType Value::dtype() const { return dtype_of(unwrap(*this).getType()); }
+std::vector<int64_t> Value::shape() const { return shape_of(unwrap(*this)); }
+
+Value Value::cast(DType to) const {
+  mlir::Value v = unwrap(*this);
+  DType from = dtype_of(v.getType());
+  if (from == to) return *this;
+  auto shape = shape_of(v);
+  mlir::Type target = with_shape(to_mlir_type(to, *trace().context), shape);
+  auto& bd = b();
+  auto l = loc();
+  auto width = [](DType d) { return d == DType::f32 ? 32 : 16; };
+  if (is_float(from) && is_float(to)) {
+    if (width(from) == width(to)) {  // f16 <-> bf16 goes through f32
+      mlir::Value wide = bd.create<mlir::arith::ExtFOp>(
+          l, with_shape(bd.getF32Type(), shape), v);
+      return wrap(bd.create<mlir::arith::TruncFOp>(l, target, wide));
+    }
+    if (width(from) < width(to)) return wrap(bd.create<mlir::arith::ExtFOp>(l, target, v));
+    return wrap(bd.create<mlir::arith::TruncFOp>(l, target, v));
+  }
+  if (from == DType::index || to == DType::index) {
+    if (is_float(to)) {
+      mlir::Value i = bd.create<mlir::arith::IndexCastOp>(
+          l, with_shape(bd.getI32Type(), shape), v);
+      return wrap(bd.create<mlir::arith::SIToFPOp>(l, target, i));
+    }
+    if (is_float(from)) {
+      mlir::Value i = bd.create<mlir::arith::FPToSIOp>(l, with_shape(bd.getI32Type(), shape), v);
+      return wrap(bd.create<mlir::arith::IndexCastOp>(l, target, i));
+    }
+    return wrap(bd.create<mlir::arith::IndexCastOp>(l, target, v));
+  }
+  if (from == DType::i1) {
+    if (is_float(to)) return wrap(bd.create<mlir::arith::UIToFPOp>(l, target, v));
+    return wrap(bd.create<mlir::arith::ExtUIOp>(l, target, v));
+  }
+  if (to == DType::i1) fail("cast to i1 is not supported; compare instead");
+  if (is_float(to)) return wrap(bd.create<mlir::arith::SIToFPOp>(l, target, v));
+  return wrap(bd.create<mlir::arith::FPToSIOp>(l, target, v));
+}
+
+Scalar::operator Value() const {
+  Trace& t = trace();
+  if (index_ < 0 || index_ >= static_cast<int>(t.args.size()))
+    fail("use of an undeclared scalar");
+  return wrap(t.args[index_]);
+}
+
+Value constant(double value, DType dtype) {
+  auto& bd = b();
+  mlir::Type type = to_mlir_type(dtype, *trace().context);
+  if (is_float(dtype))
+    return wrap(bd.create<mlir::arith::ConstantOp>(loc(), type, bd.getFloatAttr(type, value)));
+  if (value != static_cast<double>(static_cast<int64_t>(value)))
+    fail("literal " + std::to_string(value) + " is not an integer but the other operand is " +
+         name(dtype));
+  return wrap(bd.create<mlir::arith::ConstantOp>(
+      loc(), type, bd.getIntegerAttr(type, static_cast<int64_t>(value))));
+}
+
+Value index(int64_t value) { return constant(static_cast<double>(value), DType::index); }
+
+Value operator+(const Value& a, const Value& c) {
+  return binary<mlir::arith::AddFOp, mlir::arith::AddIOp>("add", a, c);
+}
+Value operator-(const Value& a, const Value& c) {
+  return binary<mlir::arith::SubFOp, mlir::arith::SubIOp>("sub", a, c);
+}
+Value operator*(const Value& a, const Value& c) {
+  return binary<mlir::arith::MulFOp, mlir::arith::MulIOp>("mul", a, c);
+}
+Value operator/(const Value& a, const Value& c) {
+  return binary<mlir::arith::DivFOp, mlir::arith::DivSIOp>("div", a, c);
+}
+Value operator-(const Value& a) {
+  mlir::Value v = unwrap(a);
+  if (is_float_value(v)) return wrap(b().create<mlir::arith::NegFOp>(loc(), v));
+  return constant(0, a.dtype()) - a;
+}
+
+using FP = mlir::arith::CmpFPredicate;
+using IP = mlir::arith::CmpIPredicate;
+Value operator<(const Value& a, const Value& c) { return compare("lt", FP::OLT, IP::slt, a, c); }
+Value operator<=(const Value& a, const Value& c) { return compare("le", FP::OLE, IP::sle, a, c); }
+Value operator>(const Value& a, const Value& c) { return compare("gt", FP::OGT, IP::sgt, a, c); }
+Value operator>=(const Value& a, const Value& c) { return compare("ge", FP::OGE, IP::sge, a, c); }
+Value operator==(const Value& a, const Value& c) { return compare("eq", FP::OEQ, IP::eq, a, c); }
+Value operator!=(const Value& a, const Value& c) { return compare("ne", FP::UNE, IP::ne, a, c); }
+
+Value exp(const Value& x) { return unary_f32<mlir::math::ExpOp>("exp", x); }
+Value exp2(const Value& x) { return unary_f32<mlir::math::Exp2Op>("exp2", x); }
+Value log(const Value& x) { return unary_f32<mlir::math::LogOp>("log", x); }
+Value tanh(const Value& x) { return unary_f32<mlir::math::TanhOp>("tanh", x); }
+Value rsqrt(const Value& x) { return unary_f32<mlir::math::RsqrtOp>("rsqrt", x); }
+Value sqrt(const Value& x) { return unary_f32<mlir::math::SqrtOp>("sqrt", x); }
+Value erf(const Value& x) { return unary_f32<mlir::math::ErfOp>("erf", x); }
+Value logistic(const Value& x) {
+  require_f32("logistic", x);
+  return 1.0 / (1.0 + exp(-x));
+}
+
+Value abs(const Value& x) {
+  mlir::Value v = unwrap(x);
+  if (is_float_value(v)) return wrap(b().create<mlir::math::AbsFOp>(loc(), v));
+  if (dtype_of(v.getType()) == DType::i1) fail("abs is not defined on i1 values");
+  return wrap(b().create<mlir::math::AbsIOp>(loc(), v));
+}
+
+Value maximum(const Value& a, const Value& c) {
+  return binary<mlir::arith::MaximumFOp, mlir::arith::MaxSIOp>("maximum", a, c);
+}
+Value minimum(const Value& a, const Value& c) {
+  return binary<mlir::arith::MinimumFOp, mlir::arith::MinSIOp>("minimum", a, c);
+}
+
+Value select(const Value& cond, const Value& a, const Value& c) {
+  auto [x, y] = unify("select", a, c);
+  mlir::Value p = unwrap(cond);
+  if (dtype_of(p.getType()) != DType::i1)
+    fail(std::string("select condition must be i1 (a comparison), got ") +
+         name(dtype_of(p.getType())));
+  auto shape = broadcast_shapes(shape_of(p), shape_of(x));
+  if (!shape)
+    fail("shape mismatch in select: condition " + shape_str(shape_of(p)) + " and values " +
+         shape_str(shape_of(x)));
+  x = broadcast_value(x, *shape);
+  y = broadcast_value(y, *shape);
+  p = broadcast_value(p, *shape);
+  return wrap(b().create<mlir::arith::SelectOp>(loc(), p, x, y));
+}
+
+Value broadcast_to(const Value& x, std::vector<int64_t> shape) {
+  mlir::Value v = unwrap(x);
+  auto joined = broadcast_shapes(shape_of(v), shape);
+  if (!joined || *joined != shape)
+    fail("cannot broadcast " + shape_str(shape_of(v)) + " to " + shape_str(shape));
+  return wrap(broadcast_value(v, shape));
+}
+
+Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype) {
+  if (shape.empty()) fail("iota needs a non-empty shape");
+  if (dimension < 0 || dimension >= static_cast<int64_t>(shape.size()))
+    fail("iota dimension " + std::to_string(dimension) + " is out of range for shape " +
+         shape_str(shape));
+  auto type = VectorType::get(shape, b().getI32Type());
+  Value v = wrap(b().create<mlir::pallas::IotaOp>(loc(), type, dimension));
+  return v.cast(dtype);
+}
+
+Value program_id(int axis) {
+  Trace& t = trace();
+  if (axis < 0 || axis >= t.grid_rank)
+    fail("program_id(" + std::to_string(axis) + ") but the grid has " +
+         std::to_string(t.grid_rank) + " axes");
+  return wrap(b().create<mlir::pallas::ProgramIdOp>(loc(), b().getIndexType(), b().getI32IntegerAttr(axis)));
+}
+
+Value num_programs(int axis) {
+  Trace& t = trace();
+  if (axis < 0 || axis >= t.grid_rank)
+    fail("num_programs(" + std::to_string(axis) + ") but the grid has " +
+         std::to_string(t.grid_rank) + " axes");
+  return wrap(b().create<mlir::pallas::NumProgramsOp>(loc(), b().getIndexType(), b().getI32IntegerAttr(axis)));
+}
+
+std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> carry,
+                        const std::function<std::vector<Value>(Value, std::vector<Value>)>& body) {
+  mlir::Value l = unwrap(lo), h = unwrap(hi);
+  if (dtype_of(l.getType()) != DType::index || dtype_of(h.getType()) != DType::index)
+    fail("fori bounds must be index values (use index(n) or program_id)");
+  llvm::SmallVector<mlir::Value> init;
+  for (const Value& v : carry) init.push_back(unwrap(v));
+  auto& bd = b();
+  mlir::Value one = bd.create<mlir::arith::ConstantIndexOp>(loc(), 1);
+  auto loop = bd.create<mlir::scf::ForOp>(loc(), l, h, one, init);
+  mlir::Block* block = loop.getBody();
+  if (!block->empty()) block->back().erase();  // the implicit yield
+  OpBuilder::InsertionGuard guard(bd);
+  bd.setInsertionPointToEnd(block);
+  std::vector<Value> args;
+  for (mlir::Value a : loop.getRegionIterArgs()) args.push_back(wrap(a));
+  std::vector<Value> next = body(wrap(loop.getInductionVar()), args);
+  if (next.size() != init.size())
+    fail("fori body returns " + std::to_string(next.size()) + " values but carries " +
+         std::to_string(init.size()));
+  llvm::SmallVector<mlir::Value> yielded;
+  for (size_t i = 0; i < next.size(); ++i) {
+    mlir::Value v = unwrap(next[i]);
+    if (v.getType() != init[i].getType()) {
+      std::string got, want;
+      llvm::raw_string_ostream(got) << v.getType();
+      llvm::raw_string_ostream(want) << init[i].getType();
+      fail("fori carry " + std::to_string(i) + " changes type from " + want + " to " + got);
+    }
+    yielded.push_back(v);
+  }
+  bd.create<mlir::scf::YieldOp>(loc(), yielded);
+  std::vector<Value> results;
+  for (mlir::Value r : loop.getResults()) results.push_back(wrap(r));
+  return results;
+}
+
+//===----------------------------------------------------------------------===//
+// Refs and index maps
+//===----------------------------------------------------------------------===//
+
+Value Idx::value() const {
+  if (is_constant_) return index(constant_);
+  mlir::Value v = unwrap(value_);
+  if (dtype_of(v.getType()) != DType::index) return value_.cast(DType::index);
+  return value_;
+}
+
+namespace {
+RefState& ref_state(void* impl, int operand) {
+  auto* t = static_cast<Trace*>(impl);
+  if (t != current_trace) throw SpecError("a Ref was used outside the body it was given to");
+  return t->refs[operand];
+}
+mlir::pallas::RefType ref_type(mlir::Value ref) {
+  return llvm::cast<mlir::pallas::RefType>(ref.getType());
+}
+}  // namespace
+
+std::vector<int64_t> Ref::shape() const {
+  return ref_type(ref_state(impl_, operand_).ref).getShape().vec();
+}
+DType Ref::dtype() const { return trace().spec->operands()[operand_].dtype; }
+const std::string& Ref::name() const { return trace().spec->operands()[operand_].name; }
+
+Value Ref::load() const { return load(std::vector<int64_t>(shape().size(), 0), shape()); }
+
+Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes) const {
+  RefState& s = ref_state(impl_, operand_);
+  auto type = ref_type(s.ref);
+  if (offsets.size() != sizes.size() || static_cast<int64_t>(sizes.size()) != type.getRank())
+    fail("load of '" + name() + "': slice needs " + std::to_string(type.getRank()) +
+         " offsets and sizes");
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (offsets[d] < 0 || sizes[d] <= 0 || offsets[d] + sizes[d] > type.getShape()[d])
+      fail("load of '" + name() + "': slice [" + std::to_string(offsets[d]) + ", " +
+           std::to_string(offsets[d] + sizes[d]) + ") of block dim " + std::to_string(d) +
+           " is outside the block extent " + std::to_string(type.getShape()[d]));
+  auto result = VectorType::get(sizes, type.getElementType());
+  return wrap(b().create<mlir::pallas::LoadOp>(loc(), result, s.ref, offsets, sizes));
+}
+
+void Ref::store(const Value& value) const {
+  store(value, std::vector<int64_t>(shape().size(), 0));
+}
+
+void Ref::store(const Value& value, std::vector<int64_t> offsets) const {
+  RefState& s = ref_state(impl_, operand_);
+  const OperandDecl& decl = trace().spec->operands()[operand_];
+  if (decl.role != Role::kOutput) fail("store to input '" + name() + "'; only outputs are stored");
+  auto type = ref_type(s.ref);
+  mlir::Value v = unwrap(value);
+  DType d = dtype_of(v.getType());
+  if (d != decl.dtype)
+    fail("store of a " + std::string(edsl::name(d)) + " value to output '" + name() +
+         "' of dtype " + edsl::name(decl.dtype) + " (cast first)");
+  if (static_cast<int64_t>(offsets.size()) != type.getRank())
+    fail("store to '" + name() + "': needs " + std::to_string(type.getRank()) + " offsets");
+  std::vector<int64_t> sizes = shape_of(v);
+  if (sizes.empty()) {  // a scalar fills the rest of the block
+    for (int64_t i = 0; i < type.getRank(); ++i)
+      sizes.push_back(type.getShape()[i] - offsets[i]);
+    v = broadcast_value(v, sizes);
+  }
+  if (static_cast<int64_t>(sizes.size()) != type.getRank())
+    fail("store to '" + name() + "' of a rank-" + std::to_string(sizes.size()) +
+         " value; the block has rank " + std::to_string(type.getRank()));
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (offsets[i] < 0 || offsets[i] + sizes[i] > type.getShape()[i])
+      fail("store to '" + name() + "': value of shape " + shape_str(sizes) + " at offset " +
+           shape_str(offsets) + " does not fit the block " + shape_str(type.getShape()));
+  b().create<mlir::pallas::StoreOp>(loc(), v, s.ref, offsets);
+  s.stored = true;
+}
+
+//===----------------------------------------------------------------------===//
+// The trace of one instance
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+mlir::MemRefType array_type(const OperandDecl& d, mlir::MLIRContext& ctx) {
+  int64_t rank = static_cast<int64_t>(d.shape.size());
+  llvm::SmallVector<int64_t> shape(rank, mlir::ShapedType::kDynamic);
+  mlir::Type element = to_mlir_type(d.dtype, ctx);
+  if (rank == 1) return mlir::MemRefType::get(shape, element);
+  // Row-major with arbitrary outer strides and a contiguous last dim.
+  llvm::SmallVector<int64_t> strides(rank, mlir::ShapedType::kDynamic);
+  strides.back() = 1;
+  auto layout = mlir::StridedLayoutAttr::get(&ctx, /*offset=*/0, strides);
+  return mlir::MemRefType::get(shape, element, layout);
+}
+
+/// Builds the kernel function once the body is declared.
+void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
+  mlir::MLIRContext& ctx = *module.getContext();
+  const auto& ops = spec.operands();
+  if (spec.grid_axes().empty()) spec.fail("no grid declared (spec.grid)");
+  std::vector<std::string> ref_names;
+  for (const auto& d : ops) {
+    if (d.role == Role::kScalar) continue;
+    if (!d.has_block) spec.fail("operand '" + d.name + "' has no block spec (spec.block)");
+    ref_names.push_back(d.name);
+    int64_t elements = 1;
+    for (const auto& bd : d.block) elements *= bd.size();
+    if (elements % spec.threads() != 0)
+      spec.fail("block of operand '" + d.name + "' has " + std::to_string(elements) +
+                " elements, not a multiple of the " + std::to_string(spec.threads()) +
+                " threads of a program");
+  }
+  if (spec.body_arity() != ref_names.size()) {
+    std::string list;
+    for (const auto& n : ref_names) list += (list.empty() ? "" : ", ") + n;
+    spec.fail("body takes " + std::to_string(spec.body_arity()) + " refs but the spec declares " +
+              std::to_string(ref_names.size()) + " array operands (" + list + ")");
+  }
+
+  OpBuilder builder(&ctx);
+  llvm::SmallVector<mlir::Type> arg_types;
+  for (const auto& d : ops)
+    arg_types.push_back(d.role == Role::kScalar ? to_mlir_type(d.dtype, ctx)
+                                                : mlir::Type(array_type(d, ctx)));
+  builder.setInsertionPointToEnd(module.getBody());
+  auto loc = mlir::FileLineColLoc::get(&ctx, spec.op(), 0, 0);
+  auto func = builder.create<mlir::func::FuncOp>(loc, spec.instance_name(),
+                                                 builder.getFunctionType(arg_types, {}));
+  func->setAttr(mlir::pallas::kKernelAttrName, builder.getUnitAttr());
+  func->setAttr(mlir::pallas::kGridRankAttrName,
+                builder.getI32IntegerAttr(static_cast<int32_t>(spec.grid_axes().size())));
+  func->setAttr("pallas.threads", builder.getI64IntegerAttr(spec.threads()));
+  llvm::SmallVector<mlir::Attribute> grid_text;
+  for (const auto& g : spec.grid_axes()) grid_text.push_back(builder.getStringAttr(g.to_string()));
+  func->setAttr("pallas.grid", builder.getArrayAttr(grid_text));
+  llvm::SmallVector<mlir::Attribute> names;
+  for (const auto& d : ops) names.push_back(builder.getStringAttr(d.name));
+  func->setAttr("pallas.operand_names", builder.getArrayAttr(names));
+  mlir::Block* entry = func.addEntryBlock();
+  builder.setInsertionPointToStart(entry);
+
+  Trace t{&spec, &ctx, builder, loc, {}, {}, static_cast<int>(spec.grid_axes().size())};
+  for (mlir::Value a : entry->getArguments()) t.args.push_back(a);
+  t.refs.resize(ops.size());
+  Trace* saved = current_trace;
+  current_trace = &t;
+  struct Restore {
+    Trace* saved;
+    ~Restore() { current_trace = saved; }
+  } restore{saved};
+
+  ProgramIds pids;
+  for (int axis = 0; axis < t.grid_rank; ++axis) pids.push_back(program_id(axis));
+  std::vector<Ref> refs;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OperandDecl& d = ops[i];
+    if (d.role == Role::kScalar) continue;
+    Indices idx = d.index_map(pids);
+    if (idx.size() != d.shape.size())
+      spec.fail("index map of operand '" + d.name + "' returns " + std::to_string(idx.size()) +
+                " indices; the array has rank " + std::to_string(d.shape.size()));
+    llvm::SmallVector<mlir::Value> indices;
+    for (const Idx& x : idx) indices.push_back(unwrap(x.value()));
+    llvm::SmallVector<int64_t> block_shape, ref_shape;
+    llvm::SmallVector<bool> squeezed;
+    for (const BlockDim& bd : d.block) {
+      block_shape.push_back(bd.size());
+      squeezed.push_back(bd.is_squeezed());
+      if (!bd.is_squeezed()) ref_shape.push_back(bd.size());
+    }
+    auto ref_type = mlir::pallas::RefType::get(&ctx, ref_shape, to_mlir_type(d.dtype, ctx));
+    t.refs[i].ref = t.builder.create<mlir::pallas::BlockOp>(loc, ref_type, t.args[i], indices,
+                                                             block_shape, squeezed);
+    refs.emplace_back(&t, static_cast<int>(i));
+  }
+  spec.body_fn()(refs);
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].role == Role::kOutput && !t.refs[i].stored)
+      spec.fail("output '" + ops[i].name + "' is never stored");
+  t.builder.create<mlir::func::ReturnOp>(loc);
+}
+
+}  // namespace
+
+std::vector<TracedKernel> trace_spec(const char* op, SpecFn spec_fn, mlir::MLIRContext& context) {
+  context.loadDialect<mlir::pallas::PallasDialect, mlir::func::FuncDialect,
+                      mlir::arith::ArithDialect, mlir::math::MathDialect, mlir::scf::SCFDialect,
+                      mlir::vector::VectorDialect, mlir::memref::MemRefDialect>();
+  std::vector<TracedKernel> out;
+  std::vector<int> radix;  // options per dtype parameter, learned from instance 0
+  int count = 1;
+  for (int instance = 0; instance < count; ++instance) {
+    // Instance k picks option (k / prod(radix[j+1..])) % radix[j] of parameter j.
+    std::vector<int> choice(radix.size());
+    for (int j = static_cast<int>(radix.size()) - 1, k = instance; j >= 0; --j) {
+      choice[j] = k % radix[j];
+      k /= radix[j];
+    }
+    auto spec = std::make_shared<KernelSpec>(op, choice);
+    mlir::OwningOpRef<mlir::ModuleOp> module(mlir::ModuleOp::create(mlir::UnknownLoc::get(&context)));
+    mlir::ModuleOp m = *module;
+    spec->set_body_hook([m](KernelSpec& s) mutable {
+      if (!m.getBody()->empty()) s.fail("body is declared twice");
+      trace_body(s, m);
+    });
+    spec_fn(*spec);
+    spec->set_body_hook(nullptr);
+    if (!spec->has_body()) spec->fail("no body declared (spec.body)");
+    if (instance == 0) {
+      radix = spec->param_counts();
+      count = spec->num_instances();
+    }
+    if (mlir::failed(mlir::verify(m)))
+      spec->fail("internal error: traced kernel IR does not verify");
+    out.push_back(TracedKernel{spec->instance_name(), spec, std::move(module)});
+  }
+  return out;
+}
+
+}  // namespace pallas::edsl

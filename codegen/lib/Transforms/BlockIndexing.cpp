@@ -1,0 +1,73 @@
+//===- BlockIndexing.cpp - element coordinates of blocks ------------------===//
+
+#include "BlockIndexing.h"
+
+namespace mlir::pallas {
+
+BlockRef resolveBlock(OpBuilder& b, Location loc, BlockOp op, Value array, ValueRange indices) {
+  BlockRef ref;
+  ref.array = array;
+  auto type = cast<MemRefType>(array.getType());
+  for (int64_t d = 0; d < type.getRank(); ++d) {
+    Value idx = indices[d];
+    if (op.getSqueezed()[d]) {
+      ref.origin.push_back(idx);
+    } else {
+      Value size = b.create<arith::ConstantIndexOp>(loc, op.getBlockShape()[d]);
+      ref.origin.push_back(b.create<arith::MulIOp>(loc, idx, size));
+      ref.refDims.push_back(d);
+    }
+    ref.extents.push_back(b.create<memref::DimOp>(loc, array, d));
+  }
+  return ref;
+}
+
+SmallVector<Value> unflatten(OpBuilder& b, Location loc, Value flat, ArrayRef<int64_t> shape) {
+  SmallVector<Value> coords(shape.size());
+  Value rest = flat;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    Value extent = b.create<arith::ConstantIndexOp>(loc, shape[d]);
+    coords[d] = d == 0 ? rest : b.create<arith::RemUIOp>(loc, rest, extent).getResult();
+    if (d > 0) rest = b.create<arith::DivUIOp>(loc, rest, extent);
+  }
+  return coords;
+}
+
+SmallVector<Value> arrayCoords(OpBuilder& b, Location loc, const BlockRef& ref,
+                               ArrayRef<int64_t> offsets, ArrayRef<int64_t> sliceSizes,
+                               ArrayRef<int64_t> resultShape, ValueRange resultCoords) {
+  SmallVector<Value> coords(ref.origin.begin(), ref.origin.end());
+  int64_t lead = static_cast<int64_t>(resultShape.size() - sliceSizes.size());
+  for (size_t k = 0; k < sliceSizes.size(); ++k) {
+    int64_t arrayDim = ref.refDims[k];
+    Value within = b.create<arith::ConstantIndexOp>(loc, offsets[k]);
+    bool stretched = sliceSizes[k] == 1 && resultShape[lead + k] != 1;
+    if (!stretched) within = b.create<arith::AddIOp>(loc, within, resultCoords[lead + k]);
+    coords[arrayDim] = b.create<arith::AddIOp>(loc, coords[arrayDim], within);
+  }
+  return coords;
+}
+
+Value inBounds(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords,
+               int64_t lastExtra) {
+  Value all = b.create<arith::ConstantIntOp>(loc, 1, 1);
+  int64_t last = static_cast<int64_t>(coords.size()) - 1;
+  for (int64_t d = 0; d <= last; ++d) {
+    Value c = coords[d];
+    if (d == last && lastExtra > 0)
+      c = b.create<arith::AddIOp>(loc, c, b.create<arith::ConstantIndexOp>(loc, lastExtra));
+    auto pred = (d == last && lastExtra > 0) ? arith::CmpIPredicate::ule : arith::CmpIPredicate::ult;
+    Value ok = b.create<arith::CmpIOp>(loc, pred, c, ref.extents[d]);
+    all = b.create<arith::AndIOp>(loc, all, ok);
+  }
+  return all;
+}
+
+bool lastDimContiguous(const BlockRef& ref, ArrayRef<int64_t> sliceSizes,
+                       ArrayRef<int64_t> resultShape) {
+  int64_t arrayRank = static_cast<int64_t>(ref.extents.size());
+  bool stretched = sliceSizes.back() == 1 && resultShape.back() != 1;
+  return !stretched && ref.refDims.back() == arrayRank - 1;
+}
+
+}  // namespace mlir::pallas

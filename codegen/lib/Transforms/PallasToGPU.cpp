@@ -1,0 +1,399 @@
+//===- PallasToGPU.cpp - blocks distributed over the threads of a CTA -----===//
+//
+// One program is one CTA of `threads` threads. A block value of shape S is
+// held as a per-thread fragment under the warpgroup-strided layout (see the
+// pass description in Passes.td): S is flattened row-major and cut into runs
+// of `vec` contiguous elements; run k belongs to thread k % threads, so the
+// thread's r-th run starts at flat element (r * threads + tid) * vec.
+//
+// `vec` is one value for the whole kernel (elementwise ops need operands and
+// results in the same layout even when their dtypes differ): 16 bytes of the
+// narrowest element type the kernel moves, reduced until it divides every
+// block's last dim and every block's size is a multiple of threads * vec.
+//
+// A run is loaded/stored with 16-byte vector accesses when it lies inside the
+// array and its address is 16-byte aligned (checked at run time), and with
+// masked scalar accesses otherwise, so edge blocks and odd strides are exact.
+//
+//===----------------------------------------------------------------------===//
+
+#include "BlockIndexing.h"
+#include "pallas/Transforms/Passes.h"
+
+#include "mlir/IR/IRMapping.h"
+
+#include <numeric>
+
+namespace mlir::pallas {
+#define GEN_PASS_DEF_CONVERTPALLASTOGPU
+#include "pallas/Transforms/Passes.h.inc"
+
+namespace {
+
+/// The layout parameters of one kernel.
+struct Layout {
+  int64_t threads;
+  int64_t vec;
+  /// Fragment type of a block value: its elements owned by one thread.
+  VectorType fragment(VectorType block) const {
+    return VectorType::get({block.getNumElements() / threads}, block.getElementType());
+  }
+  int64_t runs(VectorType block) const { return block.getNumElements() / (threads * vec); }
+};
+
+/// Picks `vec` for a kernel, or fails naming the block that does not fit.
+FailureOr<Layout> chooseLayout(func::FuncOp kernel, int64_t threads) {
+  int64_t minBytes = 4;
+  SmallVector<VectorType> blocks;
+  kernel.walk([&](Operation* op) {
+    for (Type t : op->getResultTypes())
+      if (auto vt = dyn_cast<VectorType>(t)) {
+        blocks.push_back(vt);
+        if (vt.getElementType().isIntOrFloat() && vt.getElementTypeBitWidth() >= 8)
+          minBytes = std::min<int64_t>(minBytes, vt.getElementTypeBitWidth() / 8);
+      }
+  });
+  int64_t vec = 16 / minBytes;
+  for (VectorType vt : blocks) {
+    vec = std::gcd(vec, vt.getShape().back());
+    while (vec > 1 && vt.getNumElements() % (threads * vec) != 0) vec /= 2;
+    if (vt.getNumElements() % threads != 0) {
+      kernel.emitError() << "block value of type " << vt << " has " << vt.getNumElements()
+                         << " elements, not a multiple of the " << threads
+                         << " threads of a program; the GPU layout needs it";
+      return failure();
+    }
+  }
+  return Layout{threads, vec};
+}
+
+class GpuLowering {
+ public:
+  GpuLowering(func::FuncOp kernel, gpu::GPUModuleOp gpuModule, Layout layout)
+      : kernel_(kernel), gpuModule_(gpuModule), layout_(layout) {}
+
+  LogicalResult run() {
+    Location loc = kernel_.getLoc();
+    OpBuilder mb = OpBuilder::atBlockEnd(gpuModule_.getBody());
+    auto func = mb.create<gpu::GPUFuncOp>(loc, kernel_.getSymName(), kernel_.getFunctionType());
+    func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), mb.getUnitAttr());
+    func.setKnownBlockSizeAttr(
+        mb.getDenseI32ArrayAttr({static_cast<int32_t>(layout_.threads), 1, 1}));
+    Block& entry = func.getBody().front();
+    for (auto [from, to] : llvm::zip(kernel_.getArguments(), entry.getArguments()))
+      map_.map(from, to);
+    OpBuilder b = OpBuilder::atBlockEnd(&entry);
+    tid_ = b.create<gpu::ThreadIdOp>(loc, gpu::Dimension::x);
+    if (failed(lowerBlock(kernel_.getBody().front(), b))) return failure();
+    b.create<gpu::ReturnOp>(loc);
+    kernel_.erase();
+    return success();
+  }
+
+ private:
+  static gpu::Dimension dim(int32_t axis) {
+    return axis == 0 ? gpu::Dimension::x : axis == 1 ? gpu::Dimension::y : gpu::Dimension::z;
+  }
+
+  LogicalResult lowerBlock(Block& block, OpBuilder& b) {
+    for (Operation& op : block.without_terminator())
+      if (failed(lowerOp(&op, b))) return failure();
+    return success();
+  }
+
+  /// Flat element index where run `r` of this thread starts.
+  Value runStart(OpBuilder& b, Location loc, int64_t r) {
+    Value t = b.create<arith::MulIOp>(loc, tid_, b.create<arith::ConstantIndexOp>(loc, layout_.vec));
+    return b.create<arith::AddIOp>(
+        loc, t, b.create<arith::ConstantIndexOp>(loc, r * layout_.threads * layout_.vec));
+  }
+
+  /// Builds a fragment from one vector<vec> per run.
+  Value assemble(OpBuilder& b, Location loc, VectorType block,
+                 function_ref<Value(int64_t r, SmallVector<Value>& coords)> run) {
+    VectorType frag = layout_.fragment(block);
+    Value acc = b.create<arith::ConstantOp>(loc, b.getZeroAttr(frag));
+    for (int64_t r = 0; r < layout_.runs(block); ++r) {
+      SmallVector<Value> coords = unflatten(b, loc, runStart(b, loc, r), block.getShape());
+      Value piece = run(r, coords);
+      acc = b.create<vector::InsertStridedSliceOp>(loc, piece, acc,
+                                                   ArrayRef<int64_t>{r * layout_.vec},
+                                                   ArrayRef<int64_t>{1});
+    }
+    return acc;
+  }
+
+  /// Byte address of the array element at `coords`, for the alignment test.
+  Value address(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords) {
+    auto meta = b.create<memref::ExtractStridedMetadataOp>(loc, ref.array);
+    Value base = b.create<memref::ExtractAlignedPointerAsIndexOp>(loc, ref.array);
+    Value linear = meta.getOffset();
+    for (auto [c, s] : llvm::zip(coords, meta.getStrides()))
+      linear = b.create<arith::AddIOp>(loc, linear, b.create<arith::MulIOp>(loc, c, s));
+    auto mt = cast<MemRefType>(ref.array.getType());
+    Value bytes = b.create<arith::ConstantIndexOp>(loc, mt.getElementTypeBitWidth() / 8);
+    return b.create<arith::AddIOp>(loc, base, b.create<arith::MulIOp>(loc, linear, bytes));
+  }
+
+  /// i1: the run at `coords` is inside the array and aligned for vector access.
+  Value fastPath(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords,
+                 int64_t accessBytes) {
+    Value inside = inBounds(b, loc, ref, coords, layout_.vec);
+    Value addr = address(b, loc, ref, coords);
+    Value rem = b.create<arith::RemUIOp>(loc, addr,
+                                         b.create<arith::ConstantIndexOp>(loc, accessBytes));
+    Value aligned = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, rem,
+                                            b.create<arith::ConstantIndexOp>(loc, 0));
+    return b.create<arith::AndIOp>(loc, inside, aligned);
+  }
+
+  /// Size in bytes of one vector access for a run of `et`: 16 bytes, or the
+  /// whole run when it is smaller.
+  int64_t accessBytes(Type et) const {
+    return std::min<int64_t>(16, layout_.vec * et.getIntOrFloatBitWidth() / 8);
+  }
+
+  /// Coordinates of element j of a run starting at `coords` (runs lie along the last dim).
+  SmallVector<Value> plus(OpBuilder& b, Location loc, ValueRange coords, int64_t j) {
+    SmallVector<Value> out(coords.begin(), coords.end());
+    out.back() = b.create<arith::AddIOp>(loc, out.back(), b.create<arith::ConstantIndexOp>(loc, j));
+    return out;
+  }
+
+  LogicalResult lowerLoad(LoadOp load, OpBuilder& b) {
+    Location loc = load.getLoc();
+    const BlockRef& ref = refs_.at(load.getRef());
+    VectorType type = load.getResult().getType();
+    Type et = type.getElementType();
+    VectorType runType = VectorType::get({layout_.vec}, et);
+    int64_t bytes = accessBytes(et);
+    int64_t perAccess = bytes * 8 / et.getIntOrFloatBitWidth();
+    bool contiguous = lastDimContiguous(ref, load.getSizes(), type.getShape());
+    Value frag = assemble(b, loc, type, [&](int64_t, SmallVector<Value>& rc) -> Value {
+      SmallVector<Value> coords =
+          arrayCoords(b, loc, ref, load.getOffsets(), load.getSizes(), type.getShape(), rc);
+      Value zero = b.create<arith::ConstantOp>(loc, b.getZeroAttr(et));
+      if (!contiguous) {  // the whole run reads one element (a stretched dim)
+        auto one = b.create<scf::IfOp>(
+            loc, inBounds(b, loc, ref, coords),
+            [&](OpBuilder& tb, Location l) {
+              tb.create<scf::YieldOp>(l, tb.create<memref::LoadOp>(l, ref.array, coords)
+                                             .getResult());
+            },
+            [&](OpBuilder& eb, Location l) { eb.create<scf::YieldOp>(l, zero); });
+        return b.create<vector::BroadcastOp>(loc, runType, one.getResult(0));
+      }
+      auto branch = b.create<scf::IfOp>(
+          loc, fastPath(b, loc, ref, coords, bytes),
+          [&](OpBuilder& tb, Location l) {  // whole run, 16-byte accesses
+            Value run = tb.create<arith::ConstantOp>(l, tb.getZeroAttr(runType));
+            for (int64_t j = 0; j < layout_.vec; j += perAccess) {
+              auto piece = tb.create<vector::LoadOp>(
+                  l, VectorType::get({perAccess}, et), ref.array, plus(tb, l, coords, j),
+                  /*nontemporal=*/false, llvm::MaybeAlign(bytes));
+              run = tb.create<vector::InsertStridedSliceOp>(l, piece, run, ArrayRef<int64_t>{j},
+                                                            ArrayRef<int64_t>{1});
+            }
+            tb.create<scf::YieldOp>(l, run);
+          },
+          [&](OpBuilder& eb, Location l) {  // edge or misaligned: element by element
+            Value run = eb.create<arith::ConstantOp>(l, eb.getZeroAttr(runType));
+            for (int64_t j = 0; j < layout_.vec; ++j) {
+              SmallVector<Value> cj = plus(eb, l, coords, j);
+              auto one = eb.create<scf::IfOp>(
+                  l, inBounds(eb, l, ref, cj),
+                  [&](OpBuilder& ib, Location il) {
+                    ib.create<scf::YieldOp>(il, ib.create<memref::LoadOp>(il, ref.array, cj)
+                                                    .getResult());
+                  },
+                  [&](OpBuilder& ob, Location ol) {
+                    ob.create<scf::YieldOp>(ol, ob.create<arith::ConstantOp>(ol, ob.getZeroAttr(et))
+                                                    .getResult());
+                  });
+              run = eb.create<vector::InsertOp>(l, one.getResult(0), run, ArrayRef<int64_t>{j});
+            }
+            eb.create<scf::YieldOp>(l, run);
+          });
+      return branch.getResult(0);
+    });
+    map_.map(load.getResult(), frag);
+    return success();
+  }
+
+  LogicalResult lowerStore(StoreOp store, OpBuilder& b) {
+    Location loc = store.getLoc();
+    const BlockRef& ref = refs_.at(store.getRef());
+    VectorType type = store.getValue().getType();
+    Type et = type.getElementType();
+    int64_t bytes = accessBytes(et);
+    int64_t perAccess = bytes * 8 / et.getIntOrFloatBitWidth();
+    Value frag = map_.lookup(store.getValue());
+    for (int64_t r = 0; r < layout_.runs(type); ++r) {
+      SmallVector<Value> rc = unflatten(b, loc, runStart(b, loc, r), type.getShape());
+      SmallVector<Value> coords =
+          arrayCoords(b, loc, ref, store.getOffsets(), type.getShape(), type.getShape(), rc);
+      Value run = b.create<vector::ExtractStridedSliceOp>(loc, frag, ArrayRef<int64_t>{r * layout_.vec},
+                                                          ArrayRef<int64_t>{layout_.vec},
+                                                          ArrayRef<int64_t>{1});
+      b.create<scf::IfOp>(
+          loc, fastPath(b, loc, ref, coords, bytes),
+          [&](OpBuilder& tb, Location l) {
+            for (int64_t j = 0; j < layout_.vec; j += perAccess) {
+              Value piece = tb.create<vector::ExtractStridedSliceOp>(
+                  l, run, ArrayRef<int64_t>{j}, ArrayRef<int64_t>{perAccess},
+                  ArrayRef<int64_t>{1});
+              tb.create<vector::StoreOp>(l, piece, ref.array, plus(tb, l, coords, j),
+                                         /*nontemporal=*/false, llvm::MaybeAlign(bytes));
+            }
+            tb.create<scf::YieldOp>(l);
+          },
+          [&](OpBuilder& eb, Location l) {
+            for (int64_t j = 0; j < layout_.vec; ++j) {
+              SmallVector<Value> cj = plus(eb, l, coords, j);
+              eb.create<scf::IfOp>(l, inBounds(eb, l, ref, cj), [&](OpBuilder& ib, Location il) {
+                Value v = ib.create<vector::ExtractOp>(il, run, ArrayRef<int64_t>{j});
+                ib.create<memref::StoreOp>(il, v, ref.array, cj);
+                ib.create<scf::YieldOp>(il);
+              });
+            }
+            eb.create<scf::YieldOp>(l);
+          });
+    }
+    return success();
+  }
+
+  LogicalResult lowerIota(IotaOp iota, OpBuilder& b) {
+    Location loc = iota.getLoc();
+    VectorType type = iota.getResult().getType();
+    Type et = type.getElementType();
+    VectorType runType = VectorType::get({layout_.vec}, et);
+    int64_t dimension = iota.getDimension();
+    bool alongRun = dimension == type.getRank() - 1;
+    Value frag = assemble(b, loc, type, [&](int64_t, SmallVector<Value>& rc) -> Value {
+      Value base = b.create<arith::IndexCastOp>(loc, et, rc[dimension]);
+      Value run = b.create<vector::BroadcastOp>(loc, runType, base);
+      if (!alongRun) return run;
+      SmallVector<APInt> steps;
+      for (int64_t j = 0; j < layout_.vec; ++j)
+        steps.push_back(APInt(et.getIntOrFloatBitWidth(), j));
+      Value step = b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(runType, steps));
+      return b.create<arith::AddIOp>(loc, run, step);
+    });
+    map_.map(iota.getResult(), frag);
+    return success();
+  }
+
+  LogicalResult lowerFor(scf::ForOp loop, OpBuilder& b) {
+    SmallVector<Value> inits;
+    for (Value v : loop.getInitArgs()) inits.push_back(map_.lookup(v));
+    auto newLoop = b.create<scf::ForOp>(loop.getLoc(), map_.lookup(loop.getLowerBound()),
+                                        map_.lookup(loop.getUpperBound()),
+                                        map_.lookup(loop.getStep()), inits);
+    map_.map(loop.getInductionVar(), newLoop.getInductionVar());
+    for (auto [from, to] : llvm::zip(loop.getRegionIterArgs(), newLoop.getRegionIterArgs()))
+      map_.map(from, to);
+    Block* body = newLoop.getBody();
+    if (!body->empty()) body->back().erase();
+    OpBuilder nb = OpBuilder::atBlockEnd(body);
+    if (failed(lowerBlock(*loop.getBody(), nb))) return failure();
+    SmallVector<Value> yields;
+    for (Value v : loop.getBody()->getTerminator()->getOperands()) yields.push_back(map_.lookup(v));
+    nb.create<scf::YieldOp>(loop.getLoc(), yields);
+    for (auto [from, to] : llvm::zip(loop.getResults(), newLoop.getResults())) map_.map(from, to);
+    return success();
+  }
+
+  LogicalResult lowerOp(Operation* op, OpBuilder& b) {
+    Location loc = op->getLoc();
+    if (auto pid = dyn_cast<ProgramIdOp>(op)) {
+      map_.map(pid.getResult(), b.create<gpu::BlockIdOp>(loc, dim(pid.getAxis())).getResult());
+      return success();
+    }
+    if (auto np = dyn_cast<NumProgramsOp>(op)) {
+      map_.map(np.getResult(), b.create<gpu::GridDimOp>(loc, dim(np.getAxis())).getResult());
+      return success();
+    }
+    if (auto blk = dyn_cast<BlockOp>(op)) {
+      SmallVector<Value> indices;
+      for (Value v : blk.getIndices()) indices.push_back(map_.lookup(v));
+      refs_[blk.getResult()] = resolveBlock(b, loc, blk, map_.lookup(blk.getArray()), indices);
+      return success();
+    }
+    if (auto load = dyn_cast<LoadOp>(op)) return lowerLoad(load, b);
+    if (auto store = dyn_cast<StoreOp>(op)) return lowerStore(store, b);
+    if (auto iota = dyn_cast<IotaOp>(op)) return lowerIota(iota, b);
+    if (auto loop = dyn_cast<scf::ForOp>(op)) return lowerFor(loop, b);
+    if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
+      if (isa<VectorType>(bc.getSource().getType()))
+        return op->emitOpError("no GPU lowering rule for broadcasting a block value; "
+                               "pallas-sink-broadcasts folds broadcasts of loads, iotas and "
+                               "elementwise ops over them");
+      map_.map(bc.getResult(), b.create<vector::BroadcastOp>(
+                                   loc, layout_.fragment(bc.getResultVectorType()),
+                                   map_.lookup(bc.getSource()))
+                                   .getResult());
+      return success();
+    }
+    if (auto cst = dyn_cast<arith::ConstantOp>(op); cst && isa<VectorType>(cst.getType())) {
+      auto splat = dyn_cast<SplatElementsAttr>(cst.getValue());
+      if (!splat) return op->emitOpError("no GPU lowering rule for non-splat block constants");
+      VectorType frag = layout_.fragment(cast<VectorType>(cst.getType()));
+      map_.map(cst.getResult(),
+               b.create<arith::ConstantOp>(loc, splat.resizeSplat(frag)).getResult());
+      return success();
+    }
+    if (op->hasTrait<OpTrait::Elementwise>() && op->getNumRegions() == 0) {
+      OperationState state(loc, op->getName());
+      for (Value v : op->getOperands()) state.addOperands(map_.lookup(v));
+      for (Type t : op->getResultTypes())
+        state.addTypes(isa<VectorType>(t) ? Type(layout_.fragment(cast<VectorType>(t))) : t);
+      state.addAttributes(op->getAttrs());
+      Operation* lowered = b.create(state);
+      for (auto [from, to] : llvm::zip(op->getResults(), lowered->getResults())) map_.map(from, to);
+      return success();
+    }
+    for (Type t : op->getResultTypes())
+      if (isa<VectorType>(t))
+        return op->emitOpError("no GPU lowering rule for this op on blocks; known: pallas.load, "
+                               "pallas.store, pallas.iota, vector.broadcast of scalars, splat "
+                               "constants, scf.for and elementwise arith/math ops");
+    if (op->getNumRegions() != 0) return op->emitOpError("no GPU lowering rule for this op");
+    b.clone(*op, map_);
+    return success();
+  }
+
+  func::FuncOp kernel_;
+  gpu::GPUModuleOp gpuModule_;
+  Layout layout_;
+  IRMapping map_;
+  DenseMap<Value, BlockRef> refs_;
+  Value tid_;
+};
+
+struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUPass> {
+  using Base::Base;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> kernels;
+    module.walk([&](func::FuncOp f) {
+      if (f->hasAttr(kKernelAttrName)) kernels.push_back(f);
+    });
+    if (kernels.empty()) return;
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), UnitAttr::get(&getContext()));
+    auto gpuModule = module.lookupSymbol<gpu::GPUModuleOp>("pallas_kernels");
+    if (!gpuModule) {
+      OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+      gpuModule = b.create<gpu::GPUModuleOp>(module.getLoc(), "pallas_kernels");
+    }
+    for (func::FuncOp k : kernels) {
+      int64_t threads = this->threads;
+      if (auto attr = k->getAttrOfType<IntegerAttr>("pallas.threads")) threads = attr.getInt();
+      FailureOr<Layout> layout = chooseLayout(k, threads);
+      if (failed(layout) || failed(GpuLowering(k, gpuModule, *layout).run()))
+        return signalPassFailure();
+    }
+  }
+};
+
+}  // namespace
+}  // namespace mlir::pallas

@@ -1,0 +1,305 @@
+//===- PallasToLoops.cpp - the host backend: kernels as CPU loops ---------===//
+//
+// Kernel `@k(operands...)` becomes `@pallas_host_k(operands..., g0, g1, g2)`:
+//
+//   for p0 in [0, g0): for p1 in [0, g1): ...   // the grid, sequentially
+//     <body>
+//
+// Each block value (a vector) becomes a stack buffer allocated once at the
+// function entry, and each op producing one becomes a loop nest writing it:
+//
+//   %c = arith.addf %a, %b : vector<2048xf32>
+// becomes
+//   scf.for %i = 0 to 2048 { %x = load %A[%i]; %y = load %B[%i];
+//                            store (arith.addf %x, %y), %C[%i] }
+//
+// Loop-carried blocks of scf.for live in a carry buffer: the init value is
+// copied in before the loop and the yielded value copied in at each yield.
+//
+//===----------------------------------------------------------------------===//
+
+#include "BlockIndexing.h"
+#include "pallas/Transforms/Passes.h"
+
+#include "mlir/IR/IRMapping.h"
+
+namespace mlir::pallas {
+#define GEN_PASS_DEF_CONVERTPALLASTOLOOPS
+#include "pallas/Transforms/Passes.h.inc"
+
+namespace {
+
+using LoopBodyFn = function_ref<void(OpBuilder&, Location, ValueRange)>;
+
+/// Emits `for (i0...) for (i1...) fn(i...)` over `shape`.
+void loopNest(OpBuilder& b, Location loc, ArrayRef<int64_t> shape, LoopBodyFn fn) {
+  SmallVector<Value> ivs;
+  std::function<void(OpBuilder&, size_t)> build = [&](OpBuilder& builder, size_t d) {
+    if (d == shape.size()) {
+      fn(builder, loc, ivs);
+      return;
+    }
+    Value lo = builder.create<arith::ConstantIndexOp>(loc, 0);
+    Value hi = builder.create<arith::ConstantIndexOp>(loc, shape[d]);
+    Value one = builder.create<arith::ConstantIndexOp>(loc, 1);
+    builder.create<scf::ForOp>(loc, lo, hi, one, ValueRange{},
+                               [&](OpBuilder& nb, Location, Value iv, ValueRange) {
+                                 ivs.push_back(iv);
+                                 build(nb, d + 1);
+                                 ivs.pop_back();
+                                 nb.create<scf::YieldOp>(loc);
+                               });
+  };
+  build(b, 0);
+}
+
+class HostLowering {
+ public:
+  HostLowering(func::FuncOp kernel) : kernel_(kernel) {}
+
+  LogicalResult run() {
+    OpBuilder b(kernel_);
+    Location loc = kernel_.getLoc();
+    int32_t gridRank = kernel_->getAttrOfType<IntegerAttr>(kGridRankAttrName).getInt();
+    SmallVector<Type> args(kernel_.getArgumentTypes());
+    for (int i = 0; i < 3; ++i) args.push_back(b.getIndexType());
+    auto host = b.create<func::FuncOp>(loc, ("pallas_host_" + kernel_.getSymName()).str(),
+                                       b.getFunctionType(args, {}));
+    Block* entry = host.addEntryBlock();
+    for (auto [from, to] : llvm::zip(kernel_.getArguments(), entry->getArguments()))
+      map_.map(from, to);
+    for (int axis = 0; axis < 3; ++axis)
+      grid_[axis] = entry->getArgument(kernel_.getNumArguments() + axis);
+
+    // Buffers go before everything else in the entry block.
+    OpBuilder body = OpBuilder::atBlockEnd(entry);
+    body.create<arith::ConstantIndexOp>(loc, 0);
+    allocas_ = OpBuilder::atBlockBegin(entry);
+    // The grid loops, outermost axis first.
+    for (int axis = 0; axis < gridRank; ++axis) {
+      Value lo = body.create<arith::ConstantIndexOp>(loc, 0);
+      Value one = body.create<arith::ConstantIndexOp>(loc, 1);
+      auto loop = body.create<scf::ForOp>(loc, lo, grid_[axis], one);
+      programIds_[axis] = loop.getInductionVar();
+      body.setInsertionPoint(loop.getBody()->getTerminator());
+    }
+    if (failed(lowerBlock(kernel_.getBody().front(), body))) return failure();
+    OpBuilder::atBlockEnd(entry).create<func::ReturnOp>(loc);
+    kernel_.erase();
+    return success();
+  }
+
+ private:
+  Value buffer(VectorType type) {
+    return allocas_.create<memref::AllocaOp>(kernel_.getLoc(),
+                                             MemRefType::get(type.getShape(),
+                                                             type.getElementType()));
+  }
+
+  LogicalResult lowerBlock(Block& block, OpBuilder& b) {
+    for (Operation& op : block.without_terminator())
+      if (failed(lowerOp(&op, b))) return failure();
+    return success();
+  }
+
+  LogicalResult lowerOp(Operation* op, OpBuilder& b) {
+    Location loc = op->getLoc();
+    if (auto pid = dyn_cast<ProgramIdOp>(op)) {
+      map_.map(pid.getResult(), programIds_[pid.getAxis()]);
+      return success();
+    }
+    if (auto np = dyn_cast<NumProgramsOp>(op)) {
+      map_.map(np.getResult(), grid_[np.getAxis()]);
+      return success();
+    }
+    if (auto blk = dyn_cast<BlockOp>(op)) {
+      SmallVector<Value> indices;
+      for (Value v : blk.getIndices()) indices.push_back(map_.lookup(v));
+      refs_[blk.getResult()] =
+          resolveBlock(b, loc, blk, map_.lookup(blk.getArray()), indices);
+      return success();
+    }
+    if (auto load = dyn_cast<LoadOp>(op)) return lowerLoad(load, b);
+    if (auto store = dyn_cast<StoreOp>(op)) return lowerStore(store, b);
+    if (auto iota = dyn_cast<IotaOp>(op)) {
+      VectorType type = iota.getResult().getType();
+      Value out = buffer(type);
+      loopNest(b, loc, type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
+        Value v = nb.create<arith::IndexCastOp>(l, type.getElementType(), ivs[iota.getDimension()]);
+        nb.create<memref::StoreOp>(l, v, out, ivs);
+      });
+      map_.map(iota.getResult(), out);
+      return success();
+    }
+    if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
+      VectorType type = bc.getResultVectorType();
+      Value out = buffer(type);
+      Value src = map_.lookup(bc.getSource());
+      auto srcType = dyn_cast<VectorType>(bc.getSource().getType());
+      loopNest(b, loc, type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
+        Value v = src;
+        if (srcType) {  // numpy rule: align right, extent-1 dims read index 0
+          SmallVector<Value> idx;
+          int64_t lead = type.getRank() - srcType.getRank();
+          for (int64_t d = 0; d < srcType.getRank(); ++d)
+            idx.push_back(srcType.getShape()[d] == 1 ? nb.create<arith::ConstantIndexOp>(l, 0)
+                                                     : ivs[lead + d]);
+          v = nb.create<memref::LoadOp>(l, src, idx);
+        }
+        nb.create<memref::StoreOp>(l, v, out, ivs);
+      });
+      map_.map(bc.getResult(), out);
+      return success();
+    }
+    if (auto cst = dyn_cast<arith::ConstantOp>(op); cst && isa<VectorType>(cst.getType())) {
+      auto dense = dyn_cast<SplatElementsAttr>(cst.getValue());
+      if (!dense) return op->emitOpError("host lowering supports only splat vector constants");
+      auto type = cast<VectorType>(cst.getType());
+      Value scalar = b.create<arith::ConstantOp>(loc, dense.getSplatValue<TypedAttr>());
+      Value out = buffer(type);
+      loopNest(b, loc, type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
+        nb.create<memref::StoreOp>(l, scalar, out, ivs);
+      });
+      map_.map(cst.getResult(), out);
+      return success();
+    }
+    if (auto loop = dyn_cast<scf::ForOp>(op)) return lowerFor(loop, b);
+    if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
+        isa<VectorType>(op->getResult(0).getType()))
+      return lowerElementwise(op, b);
+    for (Type t : op->getResultTypes())
+      if (isa<VectorType>(t))
+        return op->emitOpError("no host lowering rule for this op on blocks; known: pallas.load, "
+                               "pallas.store, pallas.iota, vector.broadcast, splat constants, "
+                               "scf.for and elementwise arith/math ops");
+    if (op->getNumRegions() != 0)
+      return op->emitOpError("no host lowering rule for this op with regions");
+    b.clone(*op, map_);
+    return success();
+  }
+
+  LogicalResult lowerElementwise(Operation* op, OpBuilder& b) {
+    auto type = cast<VectorType>(op->getResult(0).getType());
+    Value out = buffer(type);
+    loopNest(b, op->getLoc(), type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
+      OperationState state(l, op->getName());
+      for (Value v : op->getOperands()) {
+        Value m = map_.lookup(v);
+        state.addOperands(isa<VectorType>(v.getType())
+                              ? nb.create<memref::LoadOp>(l, m, ivs).getResult()
+                              : m);
+      }
+      state.addTypes(type.getElementType());
+      state.addAttributes(op->getAttrs());
+      Operation* scalar = nb.create(state);
+      nb.create<memref::StoreOp>(l, scalar->getResult(0), out, ivs);
+    });
+    map_.map(op->getResult(0), out);
+    return success();
+  }
+
+  LogicalResult lowerLoad(LoadOp load, OpBuilder& b) {
+    const BlockRef& ref = refs_.at(load.getRef());
+    VectorType type = load.getResult().getType();
+    Value out = buffer(type);
+    loopNest(b, load.getLoc(), type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
+      SmallVector<Value> coords =
+          arrayCoords(nb, l, ref, load.getOffsets(), load.getSizes(), type.getShape(), ivs);
+      Value inside = inBounds(nb, l, ref, coords);
+      Type et = type.getElementType();
+      auto branch = nb.create<scf::IfOp>(
+          l, inside,
+          [&](OpBuilder& tb, Location tl) {
+            tb.create<scf::YieldOp>(tl, tb.create<memref::LoadOp>(tl, ref.array, coords)
+                                            .getResult());
+          },
+          [&](OpBuilder& eb, Location el) {  // masked: outside the array reads 0
+            eb.create<scf::YieldOp>(el, eb.create<arith::ConstantOp>(el, eb.getZeroAttr(et))
+                                            .getResult());
+          });
+      nb.create<memref::StoreOp>(l, branch.getResult(0), out, ivs);
+    });
+    map_.map(load.getResult(), out);
+    return success();
+  }
+
+  LogicalResult lowerStore(StoreOp store, OpBuilder& b) {
+    const BlockRef& ref = refs_.at(store.getRef());
+    VectorType type = store.getValue().getType();
+    Value value = map_.lookup(store.getValue());
+    loopNest(b, store.getLoc(), type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
+      SmallVector<Value> coords = arrayCoords(nb, l, ref, store.getOffsets(), type.getShape(),
+                                              type.getShape(), ivs);
+      Value inside = inBounds(nb, l, ref, coords);
+      nb.create<scf::IfOp>(l, inside, [&](OpBuilder& tb, Location tl) {
+        Value v = tb.create<memref::LoadOp>(tl, value, ivs);
+        tb.create<memref::StoreOp>(tl, v, ref.array, coords);
+        tb.create<scf::YieldOp>(tl);
+      });
+    });
+    return success();
+  }
+
+  LogicalResult lowerFor(scf::ForOp loop, OpBuilder& b) {
+    Location loc = loop.getLoc();
+    // Scalars stay iter_args; blocks live in carry buffers.
+    SmallVector<Value> scalarInits;
+    SmallVector<Value> carries(loop.getNumRegionIterArgs());
+    for (auto [i, init] : llvm::enumerate(loop.getInitArgs())) {
+      if (auto vt = dyn_cast<VectorType>(init.getType())) {
+        carries[i] = buffer(vt);
+        b.create<memref::CopyOp>(loc, map_.lookup(init), carries[i]);
+      } else {
+        scalarInits.push_back(map_.lookup(init));
+      }
+    }
+    auto newLoop =
+        b.create<scf::ForOp>(loc, map_.lookup(loop.getLowerBound()),
+                             map_.lookup(loop.getUpperBound()), map_.lookup(loop.getStep()),
+                             scalarInits);
+    map_.map(loop.getInductionVar(), newLoop.getInductionVar());
+    unsigned s = 0;
+    for (auto [i, arg] : llvm::enumerate(loop.getRegionIterArgs()))
+      map_.map(arg, carries[i] ? carries[i] : newLoop.getRegionIterArgs()[s++]);
+    Block* body = newLoop.getBody();
+    if (!body->empty()) body->back().erase();
+    OpBuilder nb = OpBuilder::atBlockEnd(body);
+    if (failed(lowerBlock(*loop.getBody(), nb))) return failure();
+    auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
+    SmallVector<Value> scalarYields;
+    for (auto [i, v] : llvm::enumerate(yield.getOperands())) {
+      if (carries[i]) {
+        Value src = map_.lookup(v);
+        if (src != carries[i]) nb.create<memref::CopyOp>(loc, src, carries[i]);
+      } else {
+        scalarYields.push_back(map_.lookup(v));
+      }
+    }
+    nb.create<scf::YieldOp>(loc, scalarYields);
+    s = 0;
+    for (auto [i, r] : llvm::enumerate(loop.getResults()))
+      map_.map(r, carries[i] ? carries[i] : newLoop.getResult(s++));
+    return success();
+  }
+
+  func::FuncOp kernel_;
+  OpBuilder allocas_{kernel_.getContext()};
+  IRMapping map_;
+  DenseMap<Value, BlockRef> refs_;
+  Value programIds_[3];
+  Value grid_[3];
+};
+
+struct ConvertPallasToLoopsPass : impl::ConvertPallasToLoopsBase<ConvertPallasToLoopsPass> {
+  void runOnOperation() override {
+    SmallVector<func::FuncOp> kernels;
+    getOperation().walk([&](func::FuncOp f) {
+      if (f->hasAttr(kKernelAttrName)) kernels.push_back(f);
+    });
+    for (func::FuncOp k : kernels)
+      if (failed(HostLowering(k).run())) return signalPassFailure();
+  }
+};
+
+}  // namespace
+}  // namespace mlir::pallas

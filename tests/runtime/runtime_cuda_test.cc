@@ -1,0 +1,205 @@
+// launch_kernel on the CUDA backend with real cubins (test_kernels.cu, embedded by
+// embed_cubins.cmake). Every test skips without a CUDA device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pallas/detail/kernel_image.h"
+#include "pallas/pallas.h"
+
+namespace pallas_test {
+extern const std::span<const pallas::detail::Cubin> kTestCubins;
+}
+
+namespace pallas {
+namespace {
+
+using detail::KernelImage;
+using detail::launch_kernel;
+using pallas_test::kTestCubins;
+
+const KernelMetadata kAddMetadata{"test_add_f32", "add", "[cdiv(n, 256)]", 256, {}, {}};
+const KernelMetadata kSmemMetadata{"test_smem", "smem", "[a, b, c]", 128, {}, {}};
+
+const KernelImage kAdd{&kAddMetadata, "pallas_test_add", kTestCubins, nullptr, 256, 0, 0};
+
+#define ASSERT_CUDA(expr)                                                      \
+  do {                                                                         \
+    const cudaError_t err_ = (expr);                                           \
+    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
+  } while (0)
+
+class CudaLaunch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+template <class T>
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t n) : n(n) {
+    if (cudaMalloc(&ptr, n * sizeof(T)) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  T* ptr = nullptr;
+  size_t n;
+};
+
+// z = x + y through launch_kernel; returns the status and fills `z`.
+Status run_add(const std::vector<float>& x, const std::vector<float>& y, std::vector<float>& z,
+               Stream stream) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  DeviceBuffer<float> dx(n), dy(n), dz(n);
+  if (!dx.ptr || !dy.ptr || !dz.ptr) return Status::Error(StatusCode::kCudaError, "cudaMalloc");
+  cudaMemcpy(dx.ptr, x.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemcpy(dy.ptr, y.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemset(dz.ptr, 0xff, n * sizeof(float));  // poison: NaN
+  const float* px = dx.ptr;
+  const float* py = dy.ptr;
+  float* pz = dz.ptr;
+  long long nn = n;
+  void* args[] = {&px, &py, &pz, &nn};
+  Status s = launch_kernel(kAdd, args, {(n + 255) / 256, 1, 1}, Launch{Backend::kCuda, stream});
+  if (!s.ok()) return s;
+  if (cudaStreamSynchronize(stream) != cudaSuccess) {
+    return Status::Error(StatusCode::kCudaError, "cudaStreamSynchronize");
+  }
+  z.resize(n);
+  cudaMemcpy(z.data(), dz.ptr, n * sizeof(float), cudaMemcpyDeviceToHost);
+  return Status::Ok();
+}
+
+// First launches of the process race on the lazy load: run this before the others.
+TEST_F(CudaLaunch, ConcurrentFirstLaunches) {
+  constexpr int kThreads = 8;
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t, &errors] {
+      cudaStream_t stream = nullptr;
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      for (int iter = 0; iter < 20 && errors[t].empty(); ++iter) {
+        const int n = 1000 + 37 * t + iter;
+        std::vector<float> x(n), y(n), z;
+        for (int i = 0; i < n; ++i) {
+          x[i] = 0.5f * i + t;
+          y[i] = 3.0f - i;
+        }
+        Status s = run_add(x, y, z, stream);
+        if (!s.ok()) {
+          errors[t] = s.message();
+          break;
+        }
+        for (int i = 0; i < n; ++i) {
+          if (z[i] != x[i] + y[i]) {
+            errors[t] = "wrong result at " + std::to_string(i);
+            break;
+          }
+        }
+      }
+      cudaStreamDestroy(stream);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
+}
+
+TEST_F(CudaLaunch, AddOddSizes) {
+  for (int n : {1, 255, 256, 257, 1000003}) {
+    std::vector<float> x(n), y(n), z;
+    for (int i = 0; i < n; ++i) {
+      x[i] = 1.25f * (i % 977);
+      y[i] = -0.5f * (i % 131) + 7;
+    }
+    Status s = run_add(x, y, z, nullptr);
+    ASSERT_TRUE(s.ok()) << s.message();
+    for (int i = 0; i < n; ++i) ASSERT_EQ(z[i], x[i] + y[i]) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST_F(CudaLaunch, DynamicSharedMemoryAbove48KiB) {
+  int device = 0, optin = 0;
+  ASSERT_CUDA(cudaGetDevice(&device));
+  ASSERT_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int bytes = 96 * 1024;
+  if (optin < bytes) GTEST_SKIP() << "device allows only " << optin << " bytes";
+  static const KernelImage kSmem{
+      &kSmemMetadata, "pallas_test_smem", kTestCubins, nullptr, 128, bytes, 0};
+  const std::array<int64_t, 3> grid{3, 2, 2};
+  const int programs = 12;
+  DeviceBuffer<int> out(programs);
+  ASSERT_NE(out.ptr, nullptr);
+  int* pout = out.ptr;
+  int words = bytes / 4;
+  void* args[] = {&pout, &words};
+  for (int rep = 0; rep < 2; ++rep) {  // the second launch finds the limit already raised
+    ASSERT_CUDA(cudaMemset(out.ptr, 0, programs * sizeof(int)));
+    Status s = launch_kernel(kSmem, args, grid, Launch{});
+    ASSERT_TRUE(s.ok()) << s.message();
+    std::vector<int> host(programs);
+    ASSERT_CUDA(cudaMemcpy(host.data(), out.ptr, programs * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int p = 0; p < programs; ++p) EXPECT_EQ(host[p], words - 1 + p) << "program " << p;
+  }
+
+  // More than the device allows is refused before launching.
+  static const KernelImage kTooMuch{
+      &kSmemMetadata, "pallas_test_smem", kTestCubins, nullptr, 128, optin + 1024, 0};
+  Status s = launch_kernel(kTooMuch, args, grid, Launch{});
+  EXPECT_EQ(s.code(), StatusCode::kNoBinaryForArch);
+  EXPECT_NE(s.message().find("test_smem: needs " + std::to_string(optin + 1024) +
+                             " bytes of dynamic shared memory per program, but "),
+            std::string::npos)
+      << s.message();
+}
+
+TEST_F(CudaLaunch, MissingSymbolIsCudaError) {
+  static const KernelImage kMissing{
+      &kAddMetadata, "no_such_kernel", kTestCubins, nullptr, 256, 0, 0};
+  float* p = nullptr;
+  long long n = 0;
+  void* args[] = {&p, &p, &p, &n};
+  Status s = launch_kernel(kMissing, args, {1, 1, 1}, Launch{});
+  EXPECT_EQ(s.code(), StatusCode::kCudaError);
+  EXPECT_EQ(s.message().rfind("test_add_f32: cudaLibraryGetKernel failed: ", 0), 0u) << s.message();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // reported through the Status, not left behind
+}
+
+TEST_F(CudaLaunch, BadImageIsCudaError) {
+  int device = 0, major = 0, minor = 0;
+  ASSERT_CUDA(cudaGetDevice(&device));
+  ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  ASSERT_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  static const unsigned char kGarbage[] = "this is not a cubin";
+  const detail::Cubin cubins[] = {{10 * major + minor, true, kGarbage, sizeof(kGarbage)}};
+  static const KernelMetadata kBadMetadata{"bad_image", "bad", "[1]", 32, {}, {}};
+  const KernelImage image{&kBadMetadata, "pallas_test_add", cubins, nullptr, 32, 0, 0};
+  void* args[] = {nullptr};
+  Status s = launch_kernel(image, args, {1, 1, 1}, Launch{});
+  EXPECT_EQ(s.code(), StatusCode::kCudaError);
+  EXPECT_EQ(s.message().rfind("bad_image: cudaLibraryLoadData failed: ", 0), 0u) << s.message();
+}
+
+TEST_F(CudaLaunch, NoBinaryForArchNamesDevice) {
+  const detail::Cubin cubins[] = {{10, false, kTestCubins[0].data, kTestCubins[0].size}};
+  const KernelImage image{&kAddMetadata, "pallas_test_add", cubins, nullptr, 256, 0, 0};
+  void* args[] = {nullptr};
+  Status s = launch_kernel(image, args, {1, 1, 1}, Launch{});
+  EXPECT_EQ(s.code(), StatusCode::kNoBinaryForArch);
+  cudaDeviceProp prop{};
+  int device = 0;
+  ASSERT_CUDA(cudaGetDevice(&device));
+  ASSERT_CUDA(cudaGetDeviceProperties(&prop, device));
+  const std::string want = std::string("test_add_f32: no binary for ") + prop.name + " (sm_" +
+                           std::to_string(10 * prop.major + prop.minor) + "); built targets: sm_10";
+  EXPECT_EQ(s.message(), want);
+}
+
+}  // namespace
+}  // namespace pallas
