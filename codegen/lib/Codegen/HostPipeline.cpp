@@ -49,6 +49,28 @@ void addArgvWrappers(llvm::Module& module) {
   }
 }
 
+/// x86 backends without native bf16 keep bf16 values in float registers and
+/// round them back with a call to `__truncsfbf2`, which libgcc provides only
+/// from GCC 13 on. Each host object therefore carries its own (weak, hidden)
+/// definition: round to nearest even, NaNs stay quiet NaNs of the same sign.
+void addBFloat16TruncationHelper(llvm::Module& module) {
+  llvm::LLVMContext& ctx = module.getContext();
+  if (module.getFunction("__truncsfbf2")) return;
+  auto* i32 = llvm::Type::getInt32Ty(ctx);
+  auto* type =
+      llvm::FunctionType::get(llvm::Type::getBFloatTy(ctx), {llvm::Type::getFloatTy(ctx)}, false);
+  auto* f = llvm::Function::Create(type, llvm::GlobalValue::WeakAnyLinkage, "__truncsfbf2", module);
+  f->setVisibility(llvm::GlobalValue::HiddenVisibility);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", f));
+  llvm::Value* x = f->getArg(0);
+  llvm::Value* bits = b.CreateBitCast(x, i32);
+  llvm::Value* lsb = b.CreateAnd(b.CreateLShr(bits, 16), 1);
+  llvm::Value* rounded = b.CreateLShr(b.CreateAdd(bits, b.CreateAdd(lsb, b.getInt32(0x7fff))), 16);
+  llvm::Value* quietNaN = b.CreateOr(b.CreateLShr(bits, 16), b.getInt32(0x40));
+  llvm::Value* result = b.CreateSelect(b.CreateFCmpUNO(x, x), quietNaN, rounded);
+  b.CreateRet(b.CreateBitCast(b.CreateTrunc(result, b.getInt16Ty()), llvm::Type::getBFloatTy(ctx)));
+}
+
 llvm::TargetMachine* hostTargetMachine(std::string& error) {
   static std::unique_ptr<llvm::TargetMachine> machine;
   if (machine) return machine.get();
@@ -90,6 +112,7 @@ std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMCont
     return nullptr;
   }
   addArgvWrappers(*llvmModule);
+  addBFloat16TruncationHelper(*llvmModule);
   return llvmModule;
 }
 

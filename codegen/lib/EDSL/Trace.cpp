@@ -112,7 +112,7 @@ std::optional<std::vector<int64_t>> broadcast_shapes(std::vector<int64_t> a,
 mlir::Value broadcast_value(mlir::Value v, llvm::ArrayRef<int64_t> shape) {
   if (shape_of(v) == shape.vec()) return v;
   auto type = VectorType::get(shape, mlir::getElementTypeOrSelf(v.getType()));
-  return b().create<mlir::vector::BroadcastOp>(loc(), type, v);
+  return mlir::vector::BroadcastOp::create(b(), loc(), type, v);
 }
 
 /// Checks dtypes match and broadcasts both operands to a common shape.
@@ -135,15 +135,15 @@ template <class FloatOp, class IntOp>
 Value binary(const char* op, const Value& x, const Value& y) {
   auto [a, c] = unify(op, x, y);
   if (dtype_of(a.getType()) == DType::i1) fail(std::string(op) + " is not defined on i1 values");
-  if (is_float_value(a)) return wrap(b().create<FloatOp>(loc(), a, c));
-  return wrap(b().create<IntOp>(loc(), a, c));
+  if (is_float_value(a)) return wrap(FloatOp::create(b(), loc(), a, c));
+  return wrap(IntOp::create(b(), loc(), a, c));
 }
 
 Value compare(const char* op, mlir::arith::CmpFPredicate fp, mlir::arith::CmpIPredicate ip,
               const Value& x, const Value& y) {
   auto [a, c] = unify(op, x, y);
-  if (is_float_value(a)) return wrap(b().create<mlir::arith::CmpFOp>(loc(), fp, a, c));
-  return wrap(b().create<mlir::arith::CmpIOp>(loc(), ip, a, c));
+  if (is_float_value(a)) return wrap(mlir::arith::CmpFOp::create(b(), loc(), fp, a, c));
+  return wrap(mlir::arith::CmpIOp::create(b(), loc(), ip, a, c));
 }
 
 mlir::Value require_f32(const char* op, const Value& x) {
@@ -156,7 +156,7 @@ mlir::Value require_f32(const char* op, const Value& x) {
 
 template <class MathOp>
 Value unary_f32(const char* op, const Value& x) {
-  return wrap(b().create<MathOp>(loc(), require_f32(op, x)));
+  return wrap(MathOp::create(b(), loc(), require_f32(op, x)));
 }
 
 }  // namespace
@@ -192,32 +192,32 @@ Value Value::cast(DType to) const {
   auto width = [](DType d) { return d == DType::f32 ? 32 : 16; };
   if (is_float(from) && is_float(to)) {
     if (width(from) == width(to)) {  // f16 <-> bf16 goes through f32
-      mlir::Value wide = bd.create<mlir::arith::ExtFOp>(
+      mlir::Value wide = mlir::arith::ExtFOp::create(bd, 
           l, with_shape(bd.getF32Type(), shape), v);
-      return wrap(bd.create<mlir::arith::TruncFOp>(l, target, wide));
+      return wrap(mlir::arith::TruncFOp::create(bd, l, target, wide));
     }
-    if (width(from) < width(to)) return wrap(bd.create<mlir::arith::ExtFOp>(l, target, v));
-    return wrap(bd.create<mlir::arith::TruncFOp>(l, target, v));
+    if (width(from) < width(to)) return wrap(mlir::arith::ExtFOp::create(bd, l, target, v));
+    return wrap(mlir::arith::TruncFOp::create(bd, l, target, v));
   }
   if (from == DType::index || to == DType::index) {
     if (is_float(to)) {
-      mlir::Value i = bd.create<mlir::arith::IndexCastOp>(
+      mlir::Value i = mlir::arith::IndexCastOp::create(bd, 
           l, with_shape(bd.getI32Type(), shape), v);
-      return wrap(bd.create<mlir::arith::SIToFPOp>(l, target, i));
+      return wrap(mlir::arith::SIToFPOp::create(bd, l, target, i));
     }
     if (is_float(from)) {
-      mlir::Value i = bd.create<mlir::arith::FPToSIOp>(l, with_shape(bd.getI32Type(), shape), v);
-      return wrap(bd.create<mlir::arith::IndexCastOp>(l, target, i));
+      mlir::Value i = mlir::arith::FPToSIOp::create(bd, l, with_shape(bd.getI32Type(), shape), v);
+      return wrap(mlir::arith::IndexCastOp::create(bd, l, target, i));
     }
-    return wrap(bd.create<mlir::arith::IndexCastOp>(l, target, v));
+    return wrap(mlir::arith::IndexCastOp::create(bd, l, target, v));
   }
   if (from == DType::i1) {
-    if (is_float(to)) return wrap(bd.create<mlir::arith::UIToFPOp>(l, target, v));
-    return wrap(bd.create<mlir::arith::ExtUIOp>(l, target, v));
+    if (is_float(to)) return wrap(mlir::arith::UIToFPOp::create(bd, l, target, v));
+    return wrap(mlir::arith::ExtUIOp::create(bd, l, target, v));
   }
   if (to == DType::i1) fail("cast to i1 is not supported; compare instead");
-  if (is_float(to)) return wrap(bd.create<mlir::arith::SIToFPOp>(l, target, v));
-  return wrap(bd.create<mlir::arith::FPToSIOp>(l, target, v));
+  if (is_float(to)) return wrap(mlir::arith::SIToFPOp::create(bd, l, target, v));
+  return wrap(mlir::arith::FPToSIOp::create(bd, l, target, v));
 }
 
 Scalar::operator Value() const {
@@ -231,11 +231,11 @@ Value constant(double value, DType dtype) {
   auto& bd = b();
   mlir::Type type = to_mlir_type(dtype, *trace().context);
   if (is_float(dtype))
-    return wrap(bd.create<mlir::arith::ConstantOp>(loc(), type, bd.getFloatAttr(type, value)));
+    return wrap(mlir::arith::ConstantOp::create(bd, loc(), type, bd.getFloatAttr(type, value)));
   if (value != static_cast<double>(static_cast<int64_t>(value)))
     fail("literal " + std::to_string(value) + " is not an integer but the other operand is " +
          name(dtype));
-  return wrap(bd.create<mlir::arith::ConstantOp>(
+  return wrap(mlir::arith::ConstantOp::create(bd, 
       loc(), type, bd.getIntegerAttr(type, static_cast<int64_t>(value))));
 }
 
@@ -255,7 +255,7 @@ Value operator/(const Value& a, const Value& c) {
 }
 Value operator-(const Value& a) {
   mlir::Value v = unwrap(a);
-  if (is_float_value(v)) return wrap(b().create<mlir::arith::NegFOp>(loc(), v));
+  if (is_float_value(v)) return wrap(mlir::arith::NegFOp::create(b(), loc(), v));
   return constant(0, a.dtype()) - a;
 }
 
@@ -282,9 +282,9 @@ Value logistic(const Value& x) {
 
 Value abs(const Value& x) {
   mlir::Value v = unwrap(x);
-  if (is_float_value(v)) return wrap(b().create<mlir::math::AbsFOp>(loc(), v));
+  if (is_float_value(v)) return wrap(mlir::math::AbsFOp::create(b(), loc(), v));
   if (dtype_of(v.getType()) == DType::i1) fail("abs is not defined on i1 values");
-  return wrap(b().create<mlir::math::AbsIOp>(loc(), v));
+  return wrap(mlir::math::AbsIOp::create(b(), loc(), v));
 }
 
 Value maximum(const Value& a, const Value& c) {
@@ -307,7 +307,7 @@ Value select(const Value& cond, const Value& a, const Value& c) {
   x = broadcast_value(x, *shape);
   y = broadcast_value(y, *shape);
   p = broadcast_value(p, *shape);
-  return wrap(b().create<mlir::arith::SelectOp>(loc(), p, x, y));
+  return wrap(mlir::arith::SelectOp::create(b(), loc(), p, x, y));
 }
 
 Value broadcast_to(const Value& x, std::vector<int64_t> shape) {
@@ -324,7 +324,7 @@ Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype) {
     fail("iota dimension " + std::to_string(dimension) + " is out of range for shape " +
          shape_str(shape));
   auto type = VectorType::get(shape, b().getI32Type());
-  Value v = wrap(b().create<mlir::pallas::IotaOp>(loc(), type, dimension));
+  Value v = wrap(mlir::pallas::IotaOp::create(b(), loc(), type, dimension));
   return v.cast(dtype);
 }
 
@@ -333,7 +333,7 @@ Value program_id(int axis) {
   if (axis < 0 || axis >= t.grid_rank)
     fail("program_id(" + std::to_string(axis) + ") but the grid has " +
          std::to_string(t.grid_rank) + " axes");
-  return wrap(b().create<mlir::pallas::ProgramIdOp>(loc(), b().getIndexType(), b().getI32IntegerAttr(axis)));
+  return wrap(mlir::pallas::ProgramIdOp::create(b(), loc(), b().getIndexType(), b().getI32IntegerAttr(axis)));
 }
 
 Value num_programs(int axis) {
@@ -341,7 +341,7 @@ Value num_programs(int axis) {
   if (axis < 0 || axis >= t.grid_rank)
     fail("num_programs(" + std::to_string(axis) + ") but the grid has " +
          std::to_string(t.grid_rank) + " axes");
-  return wrap(b().create<mlir::pallas::NumProgramsOp>(loc(), b().getIndexType(), b().getI32IntegerAttr(axis)));
+  return wrap(mlir::pallas::NumProgramsOp::create(b(), loc(), b().getIndexType(), b().getI32IntegerAttr(axis)));
 }
 
 std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> carry,
@@ -352,8 +352,8 @@ std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> car
   llvm::SmallVector<mlir::Value> init;
   for (const Value& v : carry) init.push_back(unwrap(v));
   auto& bd = b();
-  mlir::Value one = bd.create<mlir::arith::ConstantIndexOp>(loc(), 1);
-  auto loop = bd.create<mlir::scf::ForOp>(loc(), l, h, one, init);
+  mlir::Value one = mlir::arith::ConstantIndexOp::create(bd, loc(), 1);
+  auto loop = mlir::scf::ForOp::create(bd, loc(), l, h, one, init);
   mlir::Block* block = loop.getBody();
   if (!block->empty()) block->back().erase();  // the implicit yield
   OpBuilder::InsertionGuard guard(bd);
@@ -375,7 +375,7 @@ std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> car
     }
     yielded.push_back(v);
   }
-  bd.create<mlir::scf::YieldOp>(loc(), yielded);
+  mlir::scf::YieldOp::create(bd, loc(), yielded);
   std::vector<Value> results;
   for (mlir::Value r : loop.getResults()) results.push_back(wrap(r));
   return results;
@@ -423,7 +423,7 @@ Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes) const 
            std::to_string(offsets[d] + sizes[d]) + ") of block dim " + std::to_string(d) +
            " is outside the block extent " + std::to_string(type.getShape()[d]));
   auto result = VectorType::get(sizes, type.getElementType());
-  return wrap(b().create<mlir::pallas::LoadOp>(loc(), result, s.ref, offsets, sizes));
+  return wrap(mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, offsets, sizes));
 }
 
 void Ref::store(const Value& value) const {
@@ -455,7 +455,7 @@ void Ref::store(const Value& value, std::vector<int64_t> offsets) const {
     if (offsets[i] < 0 || offsets[i] + sizes[i] > type.getShape()[i])
       fail("store to '" + name() + "': value of shape " + shape_str(sizes) + " at offset " +
            shape_str(offsets) + " does not fit the block " + shape_str(type.getShape()));
-  b().create<mlir::pallas::StoreOp>(loc(), v, s.ref, offsets);
+  mlir::pallas::StoreOp::create(b(), loc(), v, s.ref, offsets);
   s.stored = true;
 }
 
@@ -508,7 +508,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
                                                 : mlir::Type(array_type(d, ctx)));
   builder.setInsertionPointToEnd(module.getBody());
   auto loc = mlir::FileLineColLoc::get(&ctx, spec.op(), 0, 0);
-  auto func = builder.create<mlir::func::FuncOp>(loc, spec.instance_name(),
+  auto func = mlir::func::FuncOp::create(builder, loc, spec.instance_name(),
                                                  builder.getFunctionType(arg_types, {}));
   func->setAttr(mlir::pallas::kKernelAttrName, builder.getUnitAttr());
   func->setAttr(mlir::pallas::kGridRankAttrName,
@@ -553,7 +553,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
       if (!bd.is_squeezed()) ref_shape.push_back(bd.size());
     }
     auto ref_type = mlir::pallas::RefType::get(&ctx, ref_shape, to_mlir_type(d.dtype, ctx));
-    t.refs[i].ref = t.builder.create<mlir::pallas::BlockOp>(loc, ref_type, t.args[i], indices,
+    t.refs[i].ref = mlir::pallas::BlockOp::create(t.builder, loc, ref_type, t.args[i], indices,
                                                              block_shape, squeezed);
     refs.emplace_back(&t, static_cast<int>(i));
   }
@@ -561,7 +561,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   for (size_t i = 0; i < ops.size(); ++i)
     if (ops[i].role == Role::kOutput && !t.refs[i].stored)
       spec.fail("output '" + ops[i].name + "' is never stored");
-  t.builder.create<mlir::func::ReturnOp>(loc);
+  mlir::func::ReturnOp::create(t.builder, loc);
 }
 
 }  // namespace

@@ -13,11 +13,11 @@ BlockRef resolveBlock(OpBuilder& b, Location loc, BlockOp op, Value array, Value
     if (op.getSqueezed()[d]) {
       ref.origin.push_back(idx);
     } else {
-      Value size = b.create<arith::ConstantIndexOp>(loc, op.getBlockShape()[d]);
-      ref.origin.push_back(b.create<arith::MulIOp>(loc, idx, size));
+      Value size = arith::ConstantIndexOp::create(b, loc, op.getBlockShape()[d]);
+      ref.origin.push_back(arith::MulIOp::create(b, loc, idx, size));
       ref.refDims.push_back(d);
     }
-    ref.extents.push_back(b.create<memref::DimOp>(loc, array, d));
+    ref.extents.push_back(memref::DimOp::create(b, loc, array, d));
   }
   return ref;
 }
@@ -26,9 +26,9 @@ SmallVector<Value> unflatten(OpBuilder& b, Location loc, Value flat, ArrayRef<in
   SmallVector<Value> coords(shape.size());
   Value rest = flat;
   for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    Value extent = b.create<arith::ConstantIndexOp>(loc, shape[d]);
-    coords[d] = d == 0 ? rest : b.create<arith::RemUIOp>(loc, rest, extent).getResult();
-    if (d > 0) rest = b.create<arith::DivUIOp>(loc, rest, extent);
+    Value extent = arith::ConstantIndexOp::create(b, loc, shape[d]);
+    coords[d] = d == 0 ? rest : arith::RemUIOp::create(b, loc, rest, extent).getResult();
+    if (d > 0) rest = arith::DivUIOp::create(b, loc, rest, extent);
   }
   return coords;
 }
@@ -40,25 +40,25 @@ SmallVector<Value> arrayCoords(OpBuilder& b, Location loc, const BlockRef& ref,
   int64_t lead = static_cast<int64_t>(resultShape.size() - sliceSizes.size());
   for (size_t k = 0; k < sliceSizes.size(); ++k) {
     int64_t arrayDim = ref.refDims[k];
-    Value within = b.create<arith::ConstantIndexOp>(loc, offsets[k]);
+    Value within = arith::ConstantIndexOp::create(b, loc, offsets[k]);
     bool stretched = sliceSizes[k] == 1 && resultShape[lead + k] != 1;
-    if (!stretched) within = b.create<arith::AddIOp>(loc, within, resultCoords[lead + k]);
-    coords[arrayDim] = b.create<arith::AddIOp>(loc, coords[arrayDim], within);
+    if (!stretched) within = arith::AddIOp::create(b, loc, within, resultCoords[lead + k]);
+    coords[arrayDim] = arith::AddIOp::create(b, loc, coords[arrayDim], within);
   }
   return coords;
 }
 
 Value inBounds(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords,
                int64_t lastExtra) {
-  Value all = b.create<arith::ConstantIntOp>(loc, 1, 1);
+  Value all = arith::ConstantIntOp::create(b, loc, 1, 1);
   int64_t last = static_cast<int64_t>(coords.size()) - 1;
   for (int64_t d = 0; d <= last; ++d) {
     Value c = coords[d];
     if (d == last && lastExtra > 0)
-      c = b.create<arith::AddIOp>(loc, c, b.create<arith::ConstantIndexOp>(loc, lastExtra));
+      c = arith::AddIOp::create(b, loc, c, arith::ConstantIndexOp::create(b, loc, lastExtra));
     auto pred = (d == last && lastExtra > 0) ? arith::CmpIPredicate::ule : arith::CmpIPredicate::ult;
-    Value ok = b.create<arith::CmpIOp>(loc, pred, c, ref.extents[d]);
-    all = b.create<arith::AndIOp>(loc, all, ok);
+    Value ok = arith::CmpIOp::create(b, loc, pred, c, ref.extents[d]);
+    all = arith::AndIOp::create(b, loc, all, ok);
   }
   return all;
 }

@@ -75,7 +75,7 @@ class GpuLowering {
   LogicalResult run() {
     Location loc = kernel_.getLoc();
     OpBuilder mb = OpBuilder::atBlockEnd(gpuModule_.getBody());
-    auto func = mb.create<gpu::GPUFuncOp>(loc, kernel_.getSymName(), kernel_.getFunctionType());
+    auto func = gpu::GPUFuncOp::create(mb, loc, kernel_.getSymName(), kernel_.getFunctionType());
     func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), mb.getUnitAttr());
     func.setKnownBlockSizeAttr(
         mb.getDenseI32ArrayAttr({static_cast<int32_t>(layout_.threads), 1, 1}));
@@ -83,9 +83,9 @@ class GpuLowering {
     for (auto [from, to] : llvm::zip(kernel_.getArguments(), entry.getArguments()))
       map_.map(from, to);
     OpBuilder b = OpBuilder::atBlockEnd(&entry);
-    tid_ = b.create<gpu::ThreadIdOp>(loc, gpu::Dimension::x);
+    tid_ = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
     if (failed(lowerBlock(kernel_.getBody().front(), b))) return failure();
-    b.create<gpu::ReturnOp>(loc);
+    gpu::ReturnOp::create(b, loc);
     kernel_.erase();
     return success();
   }
@@ -103,20 +103,20 @@ class GpuLowering {
 
   /// Flat element index where run `r` of this thread starts.
   Value runStart(OpBuilder& b, Location loc, int64_t r) {
-    Value t = b.create<arith::MulIOp>(loc, tid_, b.create<arith::ConstantIndexOp>(loc, layout_.vec));
-    return b.create<arith::AddIOp>(
-        loc, t, b.create<arith::ConstantIndexOp>(loc, r * layout_.threads * layout_.vec));
+    Value t = arith::MulIOp::create(b, loc, tid_, arith::ConstantIndexOp::create(b, loc, layout_.vec));
+    return arith::AddIOp::create(b, 
+        loc, t, arith::ConstantIndexOp::create(b, loc, r * layout_.threads * layout_.vec));
   }
 
   /// Builds a fragment from one vector<vec> per run.
   Value assemble(OpBuilder& b, Location loc, VectorType block,
                  function_ref<Value(int64_t r, SmallVector<Value>& coords)> run) {
     VectorType frag = layout_.fragment(block);
-    Value acc = b.create<arith::ConstantOp>(loc, b.getZeroAttr(frag));
+    Value acc = arith::ConstantOp::create(b, loc, b.getZeroAttr(frag));
     for (int64_t r = 0; r < layout_.runs(block); ++r) {
       SmallVector<Value> coords = unflatten(b, loc, runStart(b, loc, r), block.getShape());
       Value piece = run(r, coords);
-      acc = b.create<vector::InsertStridedSliceOp>(loc, piece, acc,
+      acc = vector::InsertStridedSliceOp::create(b, loc, piece, acc,
                                                    ArrayRef<int64_t>{r * layout_.vec},
                                                    ArrayRef<int64_t>{1});
     }
@@ -125,14 +125,14 @@ class GpuLowering {
 
   /// Byte address of the array element at `coords`, for the alignment test.
   Value address(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords) {
-    auto meta = b.create<memref::ExtractStridedMetadataOp>(loc, ref.array);
-    Value base = b.create<memref::ExtractAlignedPointerAsIndexOp>(loc, ref.array);
+    auto meta = memref::ExtractStridedMetadataOp::create(b, loc, ref.array);
+    Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, ref.array);
     Value linear = meta.getOffset();
     for (auto [c, s] : llvm::zip(coords, meta.getStrides()))
-      linear = b.create<arith::AddIOp>(loc, linear, b.create<arith::MulIOp>(loc, c, s));
+      linear = arith::AddIOp::create(b, loc, linear, arith::MulIOp::create(b, loc, c, s));
     auto mt = cast<MemRefType>(ref.array.getType());
-    Value bytes = b.create<arith::ConstantIndexOp>(loc, mt.getElementTypeBitWidth() / 8);
-    return b.create<arith::AddIOp>(loc, base, b.create<arith::MulIOp>(loc, linear, bytes));
+    Value bytes = arith::ConstantIndexOp::create(b, loc, mt.getElementTypeBitWidth() / 8);
+    return arith::AddIOp::create(b, loc, base, arith::MulIOp::create(b, loc, linear, bytes));
   }
 
   /// i1: the run at `coords` is inside the array and aligned for vector access.
@@ -140,11 +140,11 @@ class GpuLowering {
                  int64_t accessBytes) {
     Value inside = inBounds(b, loc, ref, coords, layout_.vec);
     Value addr = address(b, loc, ref, coords);
-    Value rem = b.create<arith::RemUIOp>(loc, addr,
-                                         b.create<arith::ConstantIndexOp>(loc, accessBytes));
-    Value aligned = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, rem,
-                                            b.create<arith::ConstantIndexOp>(loc, 0));
-    return b.create<arith::AndIOp>(loc, inside, aligned);
+    Value rem = arith::RemUIOp::create(b, loc, addr,
+                                         arith::ConstantIndexOp::create(b, loc, accessBytes));
+    Value aligned = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rem,
+                                            arith::ConstantIndexOp::create(b, loc, 0));
+    return arith::AndIOp::create(b, loc, inside, aligned);
   }
 
   /// Size in bytes of one vector access for a run of `et`: 16 bytes, or the
@@ -156,7 +156,7 @@ class GpuLowering {
   /// Coordinates of element j of a run starting at `coords` (runs lie along the last dim).
   SmallVector<Value> plus(OpBuilder& b, Location loc, ValueRange coords, int64_t j) {
     SmallVector<Value> out(coords.begin(), coords.end());
-    out.back() = b.create<arith::AddIOp>(loc, out.back(), b.create<arith::ConstantIndexOp>(loc, j));
+    out.back() = arith::AddIOp::create(b, loc, out.back(), arith::ConstantIndexOp::create(b, loc, j));
     return out;
   }
 
@@ -172,47 +172,47 @@ class GpuLowering {
     Value frag = assemble(b, loc, type, [&](int64_t, SmallVector<Value>& rc) -> Value {
       SmallVector<Value> coords =
           arrayCoords(b, loc, ref, load.getOffsets(), load.getSizes(), type.getShape(), rc);
-      Value zero = b.create<arith::ConstantOp>(loc, b.getZeroAttr(et));
+      Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
       if (!contiguous) {  // the whole run reads one element (a stretched dim)
-        auto one = b.create<scf::IfOp>(
+        auto one = scf::IfOp::create(b, 
             loc, inBounds(b, loc, ref, coords),
             [&](OpBuilder& tb, Location l) {
-              tb.create<scf::YieldOp>(l, tb.create<memref::LoadOp>(l, ref.array, coords)
+              scf::YieldOp::create(tb, l, memref::LoadOp::create(tb, l, ref.array, coords)
                                              .getResult());
             },
-            [&](OpBuilder& eb, Location l) { eb.create<scf::YieldOp>(l, zero); });
-        return b.create<vector::BroadcastOp>(loc, runType, one.getResult(0));
+            [&](OpBuilder& eb, Location l) { scf::YieldOp::create(eb, l, zero); });
+        return vector::BroadcastOp::create(b, loc, runType, one.getResult(0));
       }
-      auto branch = b.create<scf::IfOp>(
+      auto branch = scf::IfOp::create(b, 
           loc, fastPath(b, loc, ref, coords, bytes),
           [&](OpBuilder& tb, Location l) {  // whole run, 16-byte accesses
-            Value run = tb.create<arith::ConstantOp>(l, tb.getZeroAttr(runType));
+            Value run = arith::ConstantOp::create(tb, l, tb.getZeroAttr(runType));
             for (int64_t j = 0; j < layout_.vec; j += perAccess) {
-              auto piece = tb.create<vector::LoadOp>(
+              auto piece = vector::LoadOp::create(tb, 
                   l, VectorType::get({perAccess}, et), ref.array, plus(tb, l, coords, j),
                   /*nontemporal=*/false, llvm::MaybeAlign(bytes));
-              run = tb.create<vector::InsertStridedSliceOp>(l, piece, run, ArrayRef<int64_t>{j},
+              run = vector::InsertStridedSliceOp::create(tb, l, piece, run, ArrayRef<int64_t>{j},
                                                             ArrayRef<int64_t>{1});
             }
-            tb.create<scf::YieldOp>(l, run);
+            scf::YieldOp::create(tb, l, run);
           },
           [&](OpBuilder& eb, Location l) {  // edge or misaligned: element by element
-            Value run = eb.create<arith::ConstantOp>(l, eb.getZeroAttr(runType));
+            Value run = arith::ConstantOp::create(eb, l, eb.getZeroAttr(runType));
             for (int64_t j = 0; j < layout_.vec; ++j) {
               SmallVector<Value> cj = plus(eb, l, coords, j);
-              auto one = eb.create<scf::IfOp>(
+              auto one = scf::IfOp::create(eb, 
                   l, inBounds(eb, l, ref, cj),
                   [&](OpBuilder& ib, Location il) {
-                    ib.create<scf::YieldOp>(il, ib.create<memref::LoadOp>(il, ref.array, cj)
+                    scf::YieldOp::create(ib, il, memref::LoadOp::create(ib, il, ref.array, cj)
                                                     .getResult());
                   },
                   [&](OpBuilder& ob, Location ol) {
-                    ob.create<scf::YieldOp>(ol, ob.create<arith::ConstantOp>(ol, ob.getZeroAttr(et))
+                    scf::YieldOp::create(ob, ol, arith::ConstantOp::create(ob, ol, ob.getZeroAttr(et))
                                                     .getResult());
                   });
-              run = eb.create<vector::InsertOp>(l, one.getResult(0), run, ArrayRef<int64_t>{j});
+              run = vector::InsertOp::create(eb, l, one.getResult(0), run, ArrayRef<int64_t>{j});
             }
-            eb.create<scf::YieldOp>(l, run);
+            scf::YieldOp::create(eb, l, run);
           });
       return branch.getResult(0);
     });
@@ -232,31 +232,31 @@ class GpuLowering {
       SmallVector<Value> rc = unflatten(b, loc, runStart(b, loc, r), type.getShape());
       SmallVector<Value> coords =
           arrayCoords(b, loc, ref, store.getOffsets(), type.getShape(), type.getShape(), rc);
-      Value run = b.create<vector::ExtractStridedSliceOp>(loc, frag, ArrayRef<int64_t>{r * layout_.vec},
+      Value run = vector::ExtractStridedSliceOp::create(b, loc, frag, ArrayRef<int64_t>{r * layout_.vec},
                                                           ArrayRef<int64_t>{layout_.vec},
                                                           ArrayRef<int64_t>{1});
-      b.create<scf::IfOp>(
+      scf::IfOp::create(b, 
           loc, fastPath(b, loc, ref, coords, bytes),
           [&](OpBuilder& tb, Location l) {
             for (int64_t j = 0; j < layout_.vec; j += perAccess) {
-              Value piece = tb.create<vector::ExtractStridedSliceOp>(
+              Value piece = vector::ExtractStridedSliceOp::create(tb, 
                   l, run, ArrayRef<int64_t>{j}, ArrayRef<int64_t>{perAccess},
                   ArrayRef<int64_t>{1});
-              tb.create<vector::StoreOp>(l, piece, ref.array, plus(tb, l, coords, j),
+              vector::StoreOp::create(tb, l, piece, ref.array, plus(tb, l, coords, j),
                                          /*nontemporal=*/false, llvm::MaybeAlign(bytes));
             }
-            tb.create<scf::YieldOp>(l);
+            scf::YieldOp::create(tb, l);
           },
           [&](OpBuilder& eb, Location l) {
             for (int64_t j = 0; j < layout_.vec; ++j) {
               SmallVector<Value> cj = plus(eb, l, coords, j);
-              eb.create<scf::IfOp>(l, inBounds(eb, l, ref, cj), [&](OpBuilder& ib, Location il) {
-                Value v = ib.create<vector::ExtractOp>(il, run, ArrayRef<int64_t>{j});
-                ib.create<memref::StoreOp>(il, v, ref.array, cj);
-                ib.create<scf::YieldOp>(il);
+              scf::IfOp::create(eb, l, inBounds(eb, l, ref, cj), [&](OpBuilder& ib, Location il) {
+                Value v = vector::ExtractOp::create(ib, il, run, ArrayRef<int64_t>{j});
+                memref::StoreOp::create(ib, il, v, ref.array, cj);
+                scf::YieldOp::create(ib, il);
               });
             }
-            eb.create<scf::YieldOp>(l);
+            scf::YieldOp::create(eb, l);
           });
     }
     return success();
@@ -270,14 +270,14 @@ class GpuLowering {
     int64_t dimension = iota.getDimension();
     bool alongRun = dimension == type.getRank() - 1;
     Value frag = assemble(b, loc, type, [&](int64_t, SmallVector<Value>& rc) -> Value {
-      Value base = b.create<arith::IndexCastOp>(loc, et, rc[dimension]);
-      Value run = b.create<vector::BroadcastOp>(loc, runType, base);
+      Value base = arith::IndexCastOp::create(b, loc, et, rc[dimension]);
+      Value run = vector::BroadcastOp::create(b, loc, runType, base);
       if (!alongRun) return run;
       SmallVector<APInt> steps;
       for (int64_t j = 0; j < layout_.vec; ++j)
         steps.push_back(APInt(et.getIntOrFloatBitWidth(), j));
-      Value step = b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(runType, steps));
-      return b.create<arith::AddIOp>(loc, run, step);
+      Value step = arith::ConstantOp::create(b, loc, DenseElementsAttr::get(runType, steps));
+      return arith::AddIOp::create(b, loc, run, step);
     });
     map_.map(iota.getResult(), frag);
     return success();
@@ -286,7 +286,7 @@ class GpuLowering {
   LogicalResult lowerFor(scf::ForOp loop, OpBuilder& b) {
     SmallVector<Value> inits;
     for (Value v : loop.getInitArgs()) inits.push_back(map_.lookup(v));
-    auto newLoop = b.create<scf::ForOp>(loop.getLoc(), map_.lookup(loop.getLowerBound()),
+    auto newLoop = scf::ForOp::create(b, loop.getLoc(), map_.lookup(loop.getLowerBound()),
                                         map_.lookup(loop.getUpperBound()),
                                         map_.lookup(loop.getStep()), inits);
     map_.map(loop.getInductionVar(), newLoop.getInductionVar());
@@ -298,7 +298,7 @@ class GpuLowering {
     if (failed(lowerBlock(*loop.getBody(), nb))) return failure();
     SmallVector<Value> yields;
     for (Value v : loop.getBody()->getTerminator()->getOperands()) yields.push_back(map_.lookup(v));
-    nb.create<scf::YieldOp>(loop.getLoc(), yields);
+    scf::YieldOp::create(nb, loop.getLoc(), yields);
     for (auto [from, to] : llvm::zip(loop.getResults(), newLoop.getResults())) map_.map(from, to);
     return success();
   }
@@ -306,11 +306,11 @@ class GpuLowering {
   LogicalResult lowerOp(Operation* op, OpBuilder& b) {
     Location loc = op->getLoc();
     if (auto pid = dyn_cast<ProgramIdOp>(op)) {
-      map_.map(pid.getResult(), b.create<gpu::BlockIdOp>(loc, dim(pid.getAxis())).getResult());
+      map_.map(pid.getResult(), gpu::BlockIdOp::create(b, loc, dim(pid.getAxis())).getResult());
       return success();
     }
     if (auto np = dyn_cast<NumProgramsOp>(op)) {
-      map_.map(np.getResult(), b.create<gpu::GridDimOp>(loc, dim(np.getAxis())).getResult());
+      map_.map(np.getResult(), gpu::GridDimOp::create(b, loc, dim(np.getAxis())).getResult());
       return success();
     }
     if (auto blk = dyn_cast<BlockOp>(op)) {
@@ -328,7 +328,7 @@ class GpuLowering {
         return op->emitOpError("no GPU lowering rule for broadcasting a block value; "
                                "pallas-sink-broadcasts folds broadcasts of loads, iotas and "
                                "elementwise ops over them");
-      map_.map(bc.getResult(), b.create<vector::BroadcastOp>(
+      map_.map(bc.getResult(), vector::BroadcastOp::create(b, 
                                    loc, layout_.fragment(bc.getResultVectorType()),
                                    map_.lookup(bc.getSource()))
                                    .getResult());
@@ -339,7 +339,7 @@ class GpuLowering {
       if (!splat) return op->emitOpError("no GPU lowering rule for non-splat block constants");
       VectorType frag = layout_.fragment(cast<VectorType>(cst.getType()));
       map_.map(cst.getResult(),
-               b.create<arith::ConstantOp>(loc, splat.resizeSplat(frag)).getResult());
+               arith::ConstantOp::create(b, loc, splat.resizeSplat(frag)).getResult());
       return success();
     }
     if (op->hasTrait<OpTrait::Elementwise>() && op->getNumRegions() == 0) {
@@ -383,7 +383,7 @@ struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUP
     auto gpuModule = module.lookupSymbol<gpu::GPUModuleOp>("pallas_kernels");
     if (!gpuModule) {
       OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
-      gpuModule = b.create<gpu::GPUModuleOp>(module.getLoc(), "pallas_kernels");
+      gpuModule = gpu::GPUModuleOp::create(b, module.getLoc(), "pallas_kernels");
     }
     for (func::FuncOp k : kernels) {
       int64_t threads = this->threads;

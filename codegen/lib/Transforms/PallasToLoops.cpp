@@ -39,15 +39,15 @@ void loopNest(OpBuilder& b, Location loc, ArrayRef<int64_t> shape, LoopBodyFn fn
       fn(builder, loc, ivs);
       return;
     }
-    Value lo = builder.create<arith::ConstantIndexOp>(loc, 0);
-    Value hi = builder.create<arith::ConstantIndexOp>(loc, shape[d]);
-    Value one = builder.create<arith::ConstantIndexOp>(loc, 1);
-    builder.create<scf::ForOp>(loc, lo, hi, one, ValueRange{},
+    Value lo = arith::ConstantIndexOp::create(builder, loc, 0);
+    Value hi = arith::ConstantIndexOp::create(builder, loc, shape[d]);
+    Value one = arith::ConstantIndexOp::create(builder, loc, 1);
+    scf::ForOp::create(builder, loc, lo, hi, one, ValueRange{},
                                [&](OpBuilder& nb, Location, Value iv, ValueRange) {
                                  ivs.push_back(iv);
                                  build(nb, d + 1);
                                  ivs.pop_back();
-                                 nb.create<scf::YieldOp>(loc);
+                                 scf::YieldOp::create(nb, loc);
                                });
   };
   build(b, 0);
@@ -63,7 +63,7 @@ class HostLowering {
     int32_t gridRank = kernel_->getAttrOfType<IntegerAttr>(kGridRankAttrName).getInt();
     SmallVector<Type> args(kernel_.getArgumentTypes());
     for (int i = 0; i < 3; ++i) args.push_back(b.getIndexType());
-    auto host = b.create<func::FuncOp>(loc, ("pallas_host_" + kernel_.getSymName()).str(),
+    auto host = func::FuncOp::create(b, loc, ("pallas_host_" + kernel_.getSymName()).str(),
                                        b.getFunctionType(args, {}));
     Block* entry = host.addEntryBlock();
     for (auto [from, to] : llvm::zip(kernel_.getArguments(), entry->getArguments()))
@@ -73,25 +73,26 @@ class HostLowering {
 
     // Buffers go before everything else in the entry block.
     OpBuilder body = OpBuilder::atBlockEnd(entry);
-    body.create<arith::ConstantIndexOp>(loc, 0);
+    arith::ConstantIndexOp::create(body, loc, 0);
     allocas_ = OpBuilder::atBlockBegin(entry);
     // The grid loops, outermost axis first.
     for (int axis = 0; axis < gridRank; ++axis) {
-      Value lo = body.create<arith::ConstantIndexOp>(loc, 0);
-      Value one = body.create<arith::ConstantIndexOp>(loc, 1);
-      auto loop = body.create<scf::ForOp>(loc, lo, grid_[axis], one);
+      Value lo = arith::ConstantIndexOp::create(body, loc, 0);
+      Value one = arith::ConstantIndexOp::create(body, loc, 1);
+      auto loop = scf::ForOp::create(body, loc, lo, grid_[axis], one);
       programIds_[axis] = loop.getInductionVar();
       body.setInsertionPoint(loop.getBody()->getTerminator());
     }
     if (failed(lowerBlock(kernel_.getBody().front(), body))) return failure();
-    OpBuilder::atBlockEnd(entry).create<func::ReturnOp>(loc);
+    OpBuilder end = OpBuilder::atBlockEnd(entry);
+    func::ReturnOp::create(end, loc);
     kernel_.erase();
     return success();
   }
 
  private:
   Value buffer(VectorType type) {
-    return allocas_.create<memref::AllocaOp>(kernel_.getLoc(),
+    return memref::AllocaOp::create(allocas_, kernel_.getLoc(),
                                              MemRefType::get(type.getShape(),
                                                              type.getElementType()));
   }
@@ -125,8 +126,8 @@ class HostLowering {
       VectorType type = iota.getResult().getType();
       Value out = buffer(type);
       loopNest(b, loc, type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
-        Value v = nb.create<arith::IndexCastOp>(l, type.getElementType(), ivs[iota.getDimension()]);
-        nb.create<memref::StoreOp>(l, v, out, ivs);
+        Value v = arith::IndexCastOp::create(nb, l, type.getElementType(), ivs[iota.getDimension()]);
+        memref::StoreOp::create(nb, l, v, out, ivs);
       });
       map_.map(iota.getResult(), out);
       return success();
@@ -142,11 +143,11 @@ class HostLowering {
           SmallVector<Value> idx;
           int64_t lead = type.getRank() - srcType.getRank();
           for (int64_t d = 0; d < srcType.getRank(); ++d)
-            idx.push_back(srcType.getShape()[d] == 1 ? nb.create<arith::ConstantIndexOp>(l, 0)
+            idx.push_back(srcType.getShape()[d] == 1 ? arith::ConstantIndexOp::create(nb, l, 0)
                                                      : ivs[lead + d]);
-          v = nb.create<memref::LoadOp>(l, src, idx);
+          v = memref::LoadOp::create(nb, l, src, idx);
         }
-        nb.create<memref::StoreOp>(l, v, out, ivs);
+        memref::StoreOp::create(nb, l, v, out, ivs);
       });
       map_.map(bc.getResult(), out);
       return success();
@@ -155,10 +156,10 @@ class HostLowering {
       auto dense = dyn_cast<SplatElementsAttr>(cst.getValue());
       if (!dense) return op->emitOpError("host lowering supports only splat vector constants");
       auto type = cast<VectorType>(cst.getType());
-      Value scalar = b.create<arith::ConstantOp>(loc, dense.getSplatValue<TypedAttr>());
+      Value scalar = arith::ConstantOp::create(b, loc, dense.getSplatValue<TypedAttr>());
       Value out = buffer(type);
       loopNest(b, loc, type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
-        nb.create<memref::StoreOp>(l, scalar, out, ivs);
+        memref::StoreOp::create(nb, l, scalar, out, ivs);
       });
       map_.map(cst.getResult(), out);
       return success();
@@ -186,13 +187,13 @@ class HostLowering {
       for (Value v : op->getOperands()) {
         Value m = map_.lookup(v);
         state.addOperands(isa<VectorType>(v.getType())
-                              ? nb.create<memref::LoadOp>(l, m, ivs).getResult()
+                              ? memref::LoadOp::create(nb, l, m, ivs).getResult()
                               : m);
       }
       state.addTypes(type.getElementType());
       state.addAttributes(op->getAttrs());
       Operation* scalar = nb.create(state);
-      nb.create<memref::StoreOp>(l, scalar->getResult(0), out, ivs);
+      memref::StoreOp::create(nb, l, scalar->getResult(0), out, ivs);
     });
     map_.map(op->getResult(0), out);
     return success();
@@ -207,17 +208,17 @@ class HostLowering {
           arrayCoords(nb, l, ref, load.getOffsets(), load.getSizes(), type.getShape(), ivs);
       Value inside = inBounds(nb, l, ref, coords);
       Type et = type.getElementType();
-      auto branch = nb.create<scf::IfOp>(
+      auto branch = scf::IfOp::create(nb, 
           l, inside,
           [&](OpBuilder& tb, Location tl) {
-            tb.create<scf::YieldOp>(tl, tb.create<memref::LoadOp>(tl, ref.array, coords)
+            scf::YieldOp::create(tb, tl, memref::LoadOp::create(tb, tl, ref.array, coords)
                                             .getResult());
           },
           [&](OpBuilder& eb, Location el) {  // masked: outside the array reads 0
-            eb.create<scf::YieldOp>(el, eb.create<arith::ConstantOp>(el, eb.getZeroAttr(et))
+            scf::YieldOp::create(eb, el, arith::ConstantOp::create(eb, el, eb.getZeroAttr(et))
                                             .getResult());
           });
-      nb.create<memref::StoreOp>(l, branch.getResult(0), out, ivs);
+      memref::StoreOp::create(nb, l, branch.getResult(0), out, ivs);
     });
     map_.map(load.getResult(), out);
     return success();
@@ -231,10 +232,10 @@ class HostLowering {
       SmallVector<Value> coords = arrayCoords(nb, l, ref, store.getOffsets(), type.getShape(),
                                               type.getShape(), ivs);
       Value inside = inBounds(nb, l, ref, coords);
-      nb.create<scf::IfOp>(l, inside, [&](OpBuilder& tb, Location tl) {
-        Value v = tb.create<memref::LoadOp>(tl, value, ivs);
-        tb.create<memref::StoreOp>(tl, v, ref.array, coords);
-        tb.create<scf::YieldOp>(tl);
+      scf::IfOp::create(nb, l, inside, [&](OpBuilder& tb, Location tl) {
+        Value v = memref::LoadOp::create(tb, tl, value, ivs);
+        memref::StoreOp::create(tb, tl, v, ref.array, coords);
+        scf::YieldOp::create(tb, tl);
       });
     });
     return success();
@@ -248,13 +249,13 @@ class HostLowering {
     for (auto [i, init] : llvm::enumerate(loop.getInitArgs())) {
       if (auto vt = dyn_cast<VectorType>(init.getType())) {
         carries[i] = buffer(vt);
-        b.create<memref::CopyOp>(loc, map_.lookup(init), carries[i]);
+        memref::CopyOp::create(b, loc, map_.lookup(init), carries[i]);
       } else {
         scalarInits.push_back(map_.lookup(init));
       }
     }
     auto newLoop =
-        b.create<scf::ForOp>(loc, map_.lookup(loop.getLowerBound()),
+        scf::ForOp::create(b, loc, map_.lookup(loop.getLowerBound()),
                              map_.lookup(loop.getUpperBound()), map_.lookup(loop.getStep()),
                              scalarInits);
     map_.map(loop.getInductionVar(), newLoop.getInductionVar());
@@ -270,12 +271,12 @@ class HostLowering {
     for (auto [i, v] : llvm::enumerate(yield.getOperands())) {
       if (carries[i]) {
         Value src = map_.lookup(v);
-        if (src != carries[i]) nb.create<memref::CopyOp>(loc, src, carries[i]);
+        if (src != carries[i]) memref::CopyOp::create(nb, loc, src, carries[i]);
       } else {
         scalarYields.push_back(map_.lookup(v));
       }
     }
-    nb.create<scf::YieldOp>(loc, scalarYields);
+    scf::YieldOp::create(nb, loc, scalarYields);
     s = 0;
     for (auto [i, r] : llvm::enumerate(loop.getResults()))
       map_.map(r, carries[i] ? carries[i] : newLoop.getResult(s++));

@@ -60,7 +60,7 @@ struct BroadcastOfElementwise : OpRewritePattern<vector::BroadcastOp> {
     for (Value v : def->getOperands()) {
       auto t = dyn_cast<VectorType>(v.getType());
       if (!t) return failure();
-      operands.push_back(rewriter.create<vector::BroadcastOp>(
+      operands.push_back(vector::BroadcastOp::create(rewriter, 
           op.getLoc(), VectorType::get(shape, t.getElementType()), v));
     }
     OperationState state(op.getLoc(), def->getName());

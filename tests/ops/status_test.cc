@@ -1,0 +1,134 @@
+// Bad input through the generated entry points: each case gets a status that
+// names what is wrong. Also the metadata every kernel exposes.
+
+#include "test_support.h"
+
+#include <type_traits>
+
+namespace pallas::testing {
+namespace {
+
+TEST(Status, ShapeMismatchNamesOperandAndDim) {
+  std::vector<float> x(100), y(99), out(100);
+  Status s = kernels::add(TensorView<const float, 1>(x.data(), {100}),
+                          TensorView<const float, 1>(y.data(), {99}),
+                          TensorView<float, 1>(out.data(), {100}), Launch{Backend::kHost});
+  EXPECT_EQ(s.code(), StatusCode::kShapeMismatch);
+  EXPECT_EQ(s.message(), "add_f32: operand 'y' dim 0 is 99, but dim 'n' is 100 (set by operand 'x' dim 0)");
+}
+
+TEST(Status, ShapeMismatchInSecondDim) {
+  std::vector<float> x(12), bias(5), out(12);
+  Status s = kernels::bias_gelu(TensorView<const float, 2>(x.data(), {3, 4}),
+                                TensorView<const float, 1>(bias.data(), {5}),
+                                TensorView<float, 2>(out.data(), {3, 4}), Launch{Backend::kHost});
+  EXPECT_EQ(s.code(), StatusCode::kShapeMismatch);
+  EXPECT_EQ(s.message(),
+            "bias_gelu_f32: operand 'bias' dim 0 is 5, but dim 'cols' is 4 (set by operand 'x' dim 1)");
+}
+
+TEST(Status, NullPointer) {
+  std::vector<float> out(10);
+  Status s = kernels::gelu(TensorView<const float, 1>(nullptr, {10}),
+                           TensorView<float, 1>(out.data(), {10}), Launch{Backend::kHost});
+  EXPECT_EQ(s.code(), StatusCode::kNullPointer);
+  EXPECT_EQ(s.message(), "gelu_f32: operand 'x' is a null pointer");
+}
+
+TEST(Status, MisalignedPointer) {
+  std::vector<float> x(11), out(10);
+  auto* odd = reinterpret_cast<const float*>(reinterpret_cast<const char*>(x.data()) + 1);
+  Status s = kernels::silu(TensorView<const float, 1>(odd, {10}),
+                           TensorView<float, 1>(out.data(), {10}), Launch{Backend::kHost});
+  EXPECT_EQ(s.code(), StatusCode::kMisaligned);
+  EXPECT_NE(s.message().find("silu_f32: operand 'x' is not aligned to its 4-byte element size"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(Status, NonUnitInnerStride) {
+  std::vector<float> x(24), bias(4), out(12);
+  Status s = kernels::bias_gelu(TensorView<const float, 2>(x.data(), {3, 4}, {8, 2}),
+                                TensorView<const float, 1>(bias.data(), {4}),
+                                TensorView<float, 2>(out.data(), {3, 4}), Launch{Backend::kHost});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("operand 'x' dim 1 has stride 2"), std::string::npos) << s.message();
+}
+
+TEST(Status, OverlappingRows) {
+  std::vector<float> x(12), bias(4), out(12);
+  Status s = kernels::bias_gelu(TensorView<const float, 2>(x.data(), {3, 4}),
+                                TensorView<const float, 1>(bias.data(), {4}),
+                                TensorView<float, 2>(out.data(), {3, 4}, {3, 1}),
+                                Launch{Backend::kHost});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("operand 'out' dim 0 has stride 3"), std::string::npos) << s.message();
+}
+
+TEST(Status, EmptyArraysLaunchNothing) {
+  Status s = kernels::add(TensorView<const float, 1>(nullptr, {0}),
+                          TensorView<const float, 1>(nullptr, {0}),
+                          TensorView<float, 1>(nullptr, {0}), Launch{Backend::kHost});
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+TEST(Status, NoCudaDevice) {
+  if (cuda_device_available()) GTEST_SKIP() << "a CUDA device is present";
+  std::vector<float> x(10), out(10);
+  Status s = kernels::gelu(TensorView<const float, 1>(x.data(), {10}),
+                           TensorView<float, 1>(out.data(), {10}), Launch{Backend::kCuda});
+  EXPECT_EQ(s.code(), StatusCode::kNoDevice);
+  EXPECT_NE(s.message().find("gelu_f32"), std::string::npos) << s.message();
+}
+
+// Unsupported dtypes are rejected when the call is compiled: there is no i32 gelu.
+template <class T>
+concept HasGelu = requires(TensorView<const T, 1> x, TensorView<T, 1> y) { kernels::gelu(x, y); };
+static_assert(HasGelu<float> && HasGelu<half> && HasGelu<bfloat16>);
+static_assert(!HasGelu<int32_t>, "gelu must not accept i32 tensors");
+
+// Every kernel: cubins for sm_90a and sm_80, assembled without spills.
+TEST(Metadata, EveryKernelHasSpillFreeCubinsForBothTargets) {
+  const KernelMetadata* all[] = {
+      &kernels::add_f32_metadata(),       &kernels::add_f16_metadata(),
+      &kernels::add_bf16_metadata(),      &kernels::mul_f32_metadata(),
+      &kernels::mul_f16_metadata(),       &kernels::mul_bf16_metadata(),
+      &kernels::axpy_f32_metadata(),      &kernels::axpy_f16_metadata(),
+      &kernels::axpy_bf16_metadata(),     &kernels::gelu_f32_metadata(),
+      &kernels::gelu_f16_metadata(),      &kernels::gelu_bf16_metadata(),
+      &kernels::silu_f32_metadata(),      &kernels::silu_f16_metadata(),
+      &kernels::silu_bf16_metadata(),     &kernels::bias_gelu_f32_metadata(),
+      &kernels::bias_gelu_f16_metadata(), &kernels::bias_gelu_bf16_metadata(),
+      &kernels::cast_f32_f16_metadata(),  &kernels::cast_f32_bf16_metadata(),
+      &kernels::cast_f16_f32_metadata(),  &kernels::cast_bf16_f32_metadata()};
+  for (const KernelMetadata* m : all) {
+    SCOPED_TRACE(m->name);
+    EXPECT_EQ(m->threads_per_program, 128);
+    ASSERT_EQ(m->targets.size(), 2u);
+    EXPECT_STREQ(m->targets[0].arch, "sm_90a");
+    EXPECT_TRUE(m->targets[0].arch_specific);
+    EXPECT_STREQ(m->targets[1].arch, "sm_80");
+    for (const TargetMetadata& t : m->targets) {
+      EXPECT_GT(t.registers, 0) << t.arch;
+      EXPECT_LE(t.registers, 255) << t.arch;
+      EXPECT_EQ(t.spill_stores, 0) << t.arch;
+      EXPECT_EQ(t.spill_loads, 0) << t.arch;
+      EXPECT_GT(t.cubin_bytes, 1000u) << t.arch;
+    }
+  }
+  EXPECT_STREQ(kernels::bias_gelu_bf16_metadata().grid, "[cdiv(rows, 8), cdiv(cols, 256)]");
+  EXPECT_EQ(kernels::axpy_f32_metadata().operands[2].role, OperandRole::kInOut);
+  EXPECT_EQ(kernels::bias_gelu_f16_metadata().operands[1].block_shape[0], 256);
+}
+
+TEST(Argv, CallsTheTypedEntryPoint) {
+  std::vector<float> x = {1, 2, 3}, y = {10, 20, 30}, out(3);
+  TensorView<const float, 1> xv(x.data(), {3}), yv(y.data(), {3});
+  TensorView<float, 1> ov(out.data(), {3});
+  void* args[] = {&xv, &yv, &ov};
+  ASSERT_TRUE(kernels::add_f32_argv(args, Launch{Backend::kHost}).ok());
+  EXPECT_EQ(out, (std::vector<float>{11, 22, 33}));
+}
+
+}  // namespace
+}  // namespace pallas::testing
