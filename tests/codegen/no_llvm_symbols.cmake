@@ -1,0 +1,11 @@
+# libpallaskernels.a must not contain or need LLVM/MLIR. Usage: -DNM=... -DLIB=... -P
+execute_process(COMMAND ${NM} -C ${LIB} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nm failed on ${LIB}")
+endif()
+string(REGEX MATCHALL "[^\n]*(llvm::|mlir::|LLVM[A-Z][a-z]+|_mlir_)[^\n]*" bad "${symbols}")
+if(bad)
+  list(SUBLIST bad 0 5 first)
+  message(FATAL_ERROR "LLVM/MLIR symbols in ${LIB}: ${first}")
+endif()
+message(STATUS "no LLVM/MLIR symbols in ${LIB}")

@@ -1,0 +1,183 @@
+// Each malformed spec is rejected with exactly this error, naming the spec,
+// the operand and the dim.
+
+#include "pallas/EDSL/Trace.h"
+
+#include <gtest/gtest.h>
+
+namespace pallas::edsl {
+namespace {
+
+std::string trace_error(const char* op, SpecFn fn) {
+  mlir::MLIRContext context;
+  try {
+    trace_spec(op, fn, context);
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+Indices first(const ProgramIds& p) { return at(p[0]); }
+
+TEST(Validator, BlockRankDiffersFromArrayRank) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    spec.grid({cdiv(n, 256)});
+    spec.block(x, {Blocked{128}, Blocked{2}}, first);
+  };
+  EXPECT_EQ(trace_error("bad_rank", fn), "spec 'bad_rank': operand 'x' has rank 1 but its block has 2 dims");
+}
+
+TEST(Validator, IndexMapReturnsWrongNumberOfIndices) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    Operand out = spec.output("out", f32, {n});
+    spec.grid({cdiv(n, 256)});
+    spec.block(x, {Blocked{256}}, [](const ProgramIds& p) { return at(p[0], 0); });
+    spec.block(out, {Blocked{256}}, first);
+    spec.body([](Ref x, Ref out) { out.store(x.load()); });
+  };
+  EXPECT_EQ(trace_error("bad_map", fn),
+            "spec 'bad_map': index map of operand 'x' returns 2 indices; the array has rank 1");
+}
+
+TEST(Validator, BlockMustDivideAmongThreads) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    Operand out = spec.output("out", f32, {n});
+    spec.grid({cdiv(n, 100)});
+    spec.block(x, {Blocked{100}}, first);
+    spec.block(out, {Blocked{100}}, first);
+    spec.body([](Ref x, Ref out) { out.store(x.load()); });
+  };
+  EXPECT_EQ(trace_error("bad_block", fn),
+            "spec 'bad_block': block of operand 'x' has 100 elements, not a multiple of the 128 "
+            "threads of a program");
+}
+
+TEST(Validator, DtypeMismatchInBody) {
+  auto fn = [](KernelSpec& spec) {
+    DType T = spec.dtype_param("T", {f32, f16});
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    Operand y = spec.input("y", T, {n});
+    Operand out = spec.output("out", f32, {n});
+    spec.grid({cdiv(n, 256)});
+    for (Operand o : {x, y, out}) spec.block(o, {Blocked{256}}, first);
+    spec.body([](Ref x, Ref y, Ref out) { out.store(x.load() + y.load()); });
+  };
+  // The f32 instance is fine; the f16 one mixes dtypes.
+  EXPECT_EQ(trace_error("mixed", fn),
+            "spec 'mixed_f16': dtype mismatch in add: f32 and f16 (cast one operand first)");
+}
+
+TEST(Validator, StoreOfWrongDtype) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    Operand out = spec.output("out", bf16, {n});
+    spec.grid({cdiv(n, 256)});
+    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    spec.body([](Ref x, Ref out) { out.store(x.load()); });
+  };
+  EXPECT_EQ(trace_error("bad_store", fn),
+            "spec 'bad_store': store of a f32 value to output 'out' of dtype bf16 (cast first)");
+}
+
+TEST(Validator, TranscendentalNeedsF32) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f16, {n});
+    Operand out = spec.output("out", f16, {n});
+    spec.grid({cdiv(n, 256)});
+    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    spec.body([](Ref x, Ref out) { out.store(tanh(x.load())); });
+  };
+  EXPECT_EQ(trace_error("half_tanh", fn),
+            "spec 'half_tanh': tanh needs f32 operands, got f16 (cast to f32 first)");
+}
+
+TEST(Validator, OutputNeverStored) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    Operand out = spec.output("out", f32, {n});
+    spec.grid({cdiv(n, 256)});
+    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    spec.body([](Ref x, Ref) { (void)x.load(); });
+  };
+  EXPECT_EQ(trace_error("no_store", fn), "spec 'no_store': output 'out' is never stored");
+}
+
+TEST(Validator, BodyArityMustMatchOperands) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    Operand out = spec.output("out", f32, {n});
+    spec.grid({cdiv(n, 256)});
+    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    spec.body([](Ref out) { out.store(constant(1, f32)); });
+  };
+  EXPECT_EQ(trace_error("arity", fn),
+            "spec 'arity': body takes 1 refs but the spec declares 2 array operands (x, out)");
+}
+
+TEST(Validator, EveryOperandNeedsABlock) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    spec.output("out", f32, {n});
+    spec.grid({cdiv(n, 256)});
+    spec.block(x, {Blocked{256}}, first);
+    spec.body([](Ref, Ref) {});
+  };
+  EXPECT_EQ(trace_error("no_block", fn), "spec 'no_block': operand 'out' has no block spec (spec.block)");
+}
+
+TEST(Validator, ProgramIdAxisOutOfRange) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    Operand out = spec.output("out", f32, {n});
+    spec.grid({cdiv(n, 256)});
+    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    spec.body([](Ref x, Ref out) { out.store(x.load() + program_id(1).cast(f32)); });
+  };
+  EXPECT_EQ(trace_error("axis", fn), "spec 'axis': program_id(1) but the grid has 1 axes");
+}
+
+TEST(Validator, AliasNeedsMatchingDtypes) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand y = spec.input("y", f32, {n});
+    Operand out = spec.output("out", f16, {n});
+    spec.alias(y, out);
+  };
+  EXPECT_EQ(trace_error("alias", fn),
+            "spec 'alias': alias of input 'y' to output 'out': dtypes differ (f32 vs f16)");
+}
+
+TEST(Validator, ValidSpecTracesOneKernelPerInstance) {
+  auto fn = [](KernelSpec& spec) {
+    std::vector<DType> t = spec.dtype_params({"A", "B"}, {{f32, f16}, {f16, f32}, {bf16, f32}});
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", t[0], {n});
+    Operand out = spec.output("out", t[1], {n});
+    spec.grid({cdiv(n, 256)});
+    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    spec.body([t](Ref x, Ref out) { out.store(x.load().cast(t[1])); });
+  };
+  mlir::MLIRContext context;
+  auto kernels = trace_spec("conv", fn, context);
+  ASSERT_EQ(kernels.size(), 3u);
+  EXPECT_EQ(kernels[0].instance, "conv_f32_f16");
+  EXPECT_EQ(kernels[1].instance, "conv_f16_f32");
+  EXPECT_EQ(kernels[2].instance, "conv_bf16_f32");
+}
+
+}  // namespace
+}  // namespace pallas::edsl

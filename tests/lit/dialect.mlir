@@ -1,0 +1,54 @@
+// RUN: pallas-opt %s -split-input-file -verify-diagnostics | FileCheck %s
+
+// CHECK-LABEL: func.func @roundtrip
+// CHECK: pallas.program_id 0
+// CHECK: pallas.block %{{.*}}[%{{.*}}, %{{.*}}] {block_shape = array<i64: 1, 256>, squeezed = array<i1: true, false>}
+// CHECK-SAME: -> <256xf32>
+// CHECK: pallas.load %{{.*}}{{\[}}[64]] {{\[}}[128]] : <256xf32> -> vector<8x128xf32>
+// CHECK: pallas.iota 1 : vector<8x128xi32>
+// CHECK: pallas.store %{{.*}}, %{{.*}}{{\[}}[0]]
+func.func @roundtrip(%x: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32} {
+  %i = pallas.program_id 0
+  %c0 = arith.constant 0 : index
+  %r = pallas.block %x[%i, %c0] {block_shape = array<i64: 1, 256>, squeezed = array<i1: true, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<256xf32>
+  %v = pallas.load %r[[64]] [[128]] : !pallas.ref<256xf32> -> vector<8x128xf32>
+  %io = pallas.iota 1 : vector<8x128xi32>
+  %w = pallas.load %r[[0]] [[256]] : !pallas.ref<256xf32> -> vector<256xf32>
+  pallas.store %w, %r[[0]] : vector<256xf32>, !pallas.ref<256xf32>
+  return
+}
+
+// -----
+
+func.func @squeezed_not_one(%x: memref<?x?xf32, strided<[?, 1]>>, %i: index) {
+  // expected-error @+1 {{squeezed dim 0 must be 1}}
+  %r = pallas.block %x[%i, %i] {block_shape = array<i64: 2, 256>, squeezed = array<i1: true, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<256xf32>
+  return
+}
+
+// -----
+
+func.func @slice_outside_block(%x: memref<?xf32>, %i: index) {
+  %r = pallas.block %x[%i] {block_shape = array<i64: 256>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<256xf32>
+  // expected-error @+1 {{slice [200, 328) of dim 0 is outside the block extent 256}}
+  %v = pallas.load %r[[200]] [[128]] : !pallas.ref<256xf32> -> vector<128xf32>
+  return
+}
+
+// -----
+
+func.func @bad_broadcast(%x: memref<?xf32>, %i: index) {
+  %r = pallas.block %x[%i] {block_shape = array<i64: 256>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<256xf32>
+  // expected-error @+1 {{slice dim 0 of extent 256 cannot broadcast to 128}}
+  %v = pallas.load %r[[0]] [[256]] : !pallas.ref<256xf32> -> vector<4x128xf32>
+  return
+}
+
+// -----
+
+func.func @store_dtype(%x: memref<?xf32>, %i: index, %v: vector<256xf16>) {
+  %r = pallas.block %x[%i] {block_shape = array<i64: 256>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<256xf32>
+  // expected-error @+1 {{stored element type 'f16' differs from the ref's 'f32'}}
+  pallas.store %v, %r[[0]] : vector<256xf16>, !pallas.ref<256xf32>
+  return
+}

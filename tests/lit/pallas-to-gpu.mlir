@@ -1,0 +1,59 @@
+// RUN: pallas-opt %s --split-input-file --verify-diagnostics --convert-pallas-to-gpu | FileCheck %s
+
+// 2048 f32 per program over 128 threads: vec = 4, four runs per thread, each
+// a 16-byte load when inside the array and aligned, else masked scalars.
+// CHECK: module attributes {gpu.container_module}
+// CHECK: gpu.module @pallas_kernels
+// CHECK-LABEL: gpu.func @copy_f32
+// CHECK-SAME: kernel attributes {known_block_size = array<i32: 128, 1, 1>}
+// CHECK: %[[TID:.*]] = gpu.thread_id x
+// CHECK: %[[BID:.*]] = gpu.block_id x
+// CHECK: arith.muli %[[TID]], %c4
+// CHECK: memref.extract_aligned_pointer_as_index
+// CHECK: arith.remui %{{.*}}, %c16
+// CHECK: scf.if
+// CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<?xf32>, vector<4xf32>
+// CHECK: } else {
+// CHECK: scf.if
+// CHECK: memref.load
+// CHECK-COUNT-4: vector.insert_strided_slice %{{.*}}, %{{.*}} {offsets = [{{[0-9]+}}], strides = [1]} : vector<4xf32> into vector<16xf32>
+// CHECK: vector.store %{{.*}} {alignment = 16 : i64} : memref<?xf32>, vector<4xf32>
+// CHECK: gpu.return
+func.func @copy_f32(%x: memref<?xf32>, %out: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %rx = pallas.block %x[%i] {block_shape = array<i64: 2048>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<2048xf32>
+  %ro = pallas.block %out[%i] {block_shape = array<i64: 2048>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<2048xf32>
+  %v = pallas.load %rx[[0]] [[2048]] : !pallas.ref<2048xf32> -> vector<2048xf32>
+  %w = math.exp %v : vector<2048xf32>
+  pallas.store %w, %ro[[0]] : vector<2048xf32>, !pallas.ref<2048xf32>
+  return
+}
+
+// -----
+
+// A kernel that moves bf16 uses 8-element runs (16 bytes of bf16) for all its
+// blocks, so the f32 values computed from them share the layout: each f32 run
+// is two 16-byte accesses.
+// CHECK-LABEL: gpu.func @widen
+// CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<?xbf16>, vector<8xbf16>
+// CHECK: arith.extf %{{.*}} : vector<16xbf16> to vector<16xf32>
+// CHECK-COUNT-2: vector.store %{{.*}} {alignment = 16 : i64} : memref<?xf32>, vector<4xf32>
+func.func @widen(%x: memref<?xbf16>, %out: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %rx = pallas.block %x[%i] {block_shape = array<i64: 2048>, squeezed = array<i1: false>} : memref<?xbf16> -> !pallas.ref<2048xbf16>
+  %ro = pallas.block %out[%i] {block_shape = array<i64: 2048>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<2048xf32>
+  %v = pallas.load %rx[[0]] [[2048]] : !pallas.ref<2048xbf16> -> vector<2048xbf16>
+  %w = arith.extf %v : vector<2048xbf16> to vector<2048xf32>
+  pallas.store %w, %ro[[0]] : vector<2048xf32>, !pallas.ref<2048xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{block value of type 'vector<100xf32>' has 100 elements, not a multiple of the 128 threads of a program; the GPU layout needs it}}
+func.func @odd_block(%x: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %rx = pallas.block %x[%i] {block_shape = array<i64: 100>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<100xf32>
+  %v = pallas.load %rx[[0]] [[100]] : !pallas.ref<100xf32> -> vector<100xf32>
+  return
+}
