@@ -4,6 +4,8 @@
 
 #include "test_support.h"
 
+#include <pallas/kernels.h>
+
 namespace pallas::testing {
 namespace {
 

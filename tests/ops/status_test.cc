@@ -3,6 +3,8 @@
 
 #include "test_support.h"
 
+#include <pallas/kernels.h>
+
 #include <type_traits>
 
 namespace pallas::testing {

@@ -2,7 +2,7 @@
 // fresh random data, poisoning, and tolerance checks against float64 references.
 #pragma once
 
-#include <pallas/kernels.h>
+#include <pallas/pallas.h>
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -19,6 +19,7 @@ namespace pallas::testing {
 inline float to_float(float v) { return v; }
 inline float to_float(half v) { return static_cast<float>(v); }
 inline float to_float(bfloat16 v) { return static_cast<float>(v); }
+inline float to_float(int32_t v) { return static_cast<float>(v); }
 template <class T>
 T from_float(float v) {
   if constexpr (std::is_same_v<T, float>) return v;

@@ -100,7 +100,8 @@ std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMCont
   // transcendentals become libm calls, the rest LLVM intrinsics.
   std::string pipeline =
       "pallas-sink-broadcasts,convert-pallas-to-loops,canonicalize,cse,"
-      "func.func(arith-expand{include-bf16=true}),convert-math-to-libm,convert-scf-to-cf,"
+      "func.func(arith-expand{include-bf16=true}),convert-math-to-llvm,convert-math-to-libm,"
+      "convert-scf-to-cf,"
       "expand-strided-metadata,convert-to-llvm,reconcile-unrealized-casts";
   if (mlir::failed(mlir::parsePassPipeline(pipeline, pm)) || mlir::failed(pm.run(module))) {
     error = "host lowering failed:\n" + diagnostics;

@@ -212,6 +212,16 @@ Value logistic(const Value& x);  // 1 / (1 + exp(-x))
 Value abs(const Value& x);
 Value maximum(const Value& a, const Value& b);  // NaN-propagating for floats
 Value minimum(const Value& a, const Value& b);
+template <class N>
+  requires std::is_arithmetic_v<N>
+Value maximum(const Value& a, N b) {
+  return maximum(a, constant(static_cast<double>(b), a.dtype()));
+}
+template <class N>
+  requires std::is_arithmetic_v<N>
+Value minimum(const Value& a, N b) {
+  return minimum(a, constant(static_cast<double>(b), a.dtype()));
+}
 /// Elementwise `cond ? a : b`; cond is i1.
 Value select(const Value& cond, const Value& a, const Value& b);
 /// Broadcasts numpy-style (trailing dims aligned, extent-1 dims stretched).

@@ -1,0 +1,158 @@
+// The test-only kernels of features.cc on the host and CUDA backends against
+// float64 (or exact integer) references on fresh random data.
+
+#include "test_support.h"
+
+#include <pallas/kernels/coordinates.h>
+#include <pallas/kernels/int_mix.h>
+#include <pallas/kernels/math_zoo.h>
+#include <pallas/kernels/power.h>
+#include <pallas/kernels/swap_halves.h>
+
+namespace pallas::testing {
+namespace {
+
+class FeaturesTest : public BackendTest {};
+
+double math_zoo_ref(double v) {
+  double a = std::exp(v * 0.5) + std::log(std::abs(v) + 1.0);
+  double b = std::exp2(v * 0.25) - 1.0 / std::sqrt(std::abs(v) + 0.5);
+  double s = v > 0 ? a : b;
+  double t = std::sqrt(std::abs(v)) * std::erf(v) + std::tanh(v) / (1.0 + std::exp(-v));
+  return s + t + std::max(v, -v * 0.5) * std::min(v, 1.0) - v / (std::abs(v) + 1.0);
+}
+
+TEST_P(FeaturesTest, MathFunctionsCompareAndSelect) {
+  for (int64_t n : {1, 1023, 1024, 1025, 65537}) {
+    uint32_t seed = fresh_seed();
+    SCOPED_TRACE("n=" + std::to_string(n) + " seed=" + std::to_string(seed));
+    std::mt19937 rng(seed);
+    Array<float> x(GetParam(), n), out(GetParam(), n);
+    x.fill_random(rng, -5, 5);
+    out.poison();
+    x.upload();
+    out.upload();
+    ASSERT_TRUE(kernels::math_zoo(TensorView<const float, 1>(x.data(), {n}),
+                                  TensorView<float, 1>(out.data(), {n}), launch())
+                    .ok());
+    out.download();
+    for (int64_t i = 0; i < n; ++i)
+      if (!expect_close(out.host()[i], math_zoo_ref(x.host()[i]), "element " + std::to_string(i)))
+        break;
+  }
+}
+
+TEST_P(FeaturesTest, SqueezedRowsIotaAndProgramIds) {
+  struct Shape {
+    int64_t rows, cols, stride;
+  };
+  for (Shape sh : {Shape{1, 1, 1}, Shape{3, 511, 511}, Shape{5, 512, 512}, Shape{4, 1300, 1307}}) {
+    uint32_t seed = fresh_seed();
+    SCOPED_TRACE(std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " stride " +
+                 std::to_string(sh.stride) + " seed=" + std::to_string(seed));
+    std::mt19937 rng(seed);
+    Array<float> x(GetParam(), sh.rows * sh.stride), out(GetParam(), sh.rows * sh.stride);
+    x.fill_random(rng, -1, 1);
+    out.poison();
+    x.upload();
+    out.upload();
+    ASSERT_TRUE(
+        kernels::coordinates(TensorView<const float, 2>(x.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+                             TensorView<float, 2>(out.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+                             launch())
+            .ok());
+    out.download();
+    bool ok = true;
+    for (int64_t r = 0; r < sh.rows && ok; ++r)
+      for (int64_t c = 0; c < sh.cols && ok; ++c)
+        ok = expect_close(out.host()[r * sh.stride + c],
+                          2.0 * x.host()[r * sh.stride + c] + c + double(r) * sh.rows,
+                          "[" + std::to_string(r) + ", " + std::to_string(c) + "]");
+  }
+}
+
+template <class T>
+void check_swap_halves(Backend backend) {
+  for (int64_t n : {1, 127, 128, 129, 255, 256, 257, 1000, 4096 + 200}) {
+    uint32_t seed = fresh_seed();
+    SCOPED_TRACE(std::string(dtype_name<T>()) + " n=" + std::to_string(n) +
+                 " seed=" + std::to_string(seed));
+    std::mt19937 rng(seed);
+    Array<T> x(backend, n), out(backend, n);
+    x.fill_random(rng, -3, 3);
+    out.poison();
+    x.upload();
+    out.upload();
+    ASSERT_TRUE(kernels::swap_halves(TensorView<const T, 1>(x.data(), {n}),
+                                     TensorView<T, 1>(out.data(), {n}), Launch{backend, nullptr})
+                    .ok());
+    out.download();
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t block = i / 256 * 256, p = i % 256;
+      int64_t src = block + (p < 128 ? p + 128 : p - 128);
+      double want = src < n ? to_float(x.host()[src]) : 0.0;  // masked loads read 0
+      if (!expect_close(out.host()[i], want, "element " + std::to_string(i))) break;
+    }
+  }
+}
+
+TEST_P(FeaturesTest, StaticSlicesWithEdgeMasking) {
+  check_swap_halves<float>(GetParam());
+  check_swap_halves<bfloat16>(GetParam());
+}
+
+TEST_P(FeaturesTest, ForiCarriesABlock) {
+  for (int32_t k : {0, 1, 3, 7}) {
+    const int64_t n = 3000;
+    uint32_t seed = fresh_seed();
+    SCOPED_TRACE("k=" + std::to_string(k) + " seed=" + std::to_string(seed));
+    std::mt19937 rng(seed);
+    Array<float> x(GetParam(), n), out(GetParam(), n);
+    x.fill_random(rng, -1.5f, 1.5f);
+    out.poison();
+    x.upload();
+    out.upload();
+    ASSERT_TRUE(kernels::power(TensorView<const float, 1>(x.data(), {n}), k,
+                               TensorView<float, 1>(out.data(), {n}), launch())
+                    .ok());
+    out.download();
+    for (int64_t i = 0; i < n; ++i)
+      if (!expect_close(out.host()[i], std::pow(double(x.host()[i]), k),
+                        "element " + std::to_string(i)))
+        break;
+  }
+}
+
+TEST_P(FeaturesTest, Int32Arithmetic) {
+  for (int64_t n : {1, 1023, 1025, 5000}) {
+    uint32_t seed = fresh_seed();
+    SCOPED_TRACE("n=" + std::to_string(n) + " seed=" + std::to_string(seed));
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int32_t> dist(-100000, 100000);
+    Array<int32_t> x(GetParam(), n), y(GetParam(), n), out(GetParam(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      x.host()[i] = dist(rng);
+      y.host()[i] = dist(rng);
+      out.host()[i] = -123456789;
+    }
+    x.upload();
+    y.upload();
+    out.upload();
+    ASSERT_TRUE(kernels::int_mix(TensorView<const int32_t, 1>(x.data(), {n}),
+                                 TensorView<const int32_t, 1>(y.data(), {n}),
+                                 TensorView<int32_t, 1>(out.data(), {n}), launch())
+                    .ok());
+    out.download();
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t a = x.host()[i], b = y.host()[i];
+      int32_t want = std::max(a, b) * 3 - std::min(a, b) / 2 + std::abs(a - b) + (a < b ? a : -b);
+      ASSERT_EQ(out.host()[i], want) << "element " << i << " (" << a << ", " << b << ")";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, FeaturesTest,
+                         ::testing::Values(Backend::kHost, Backend::kCuda), backend_name);
+
+}  // namespace
+}  // namespace pallas::testing
