@@ -25,6 +25,8 @@ const char* to_string(Backend backend) {
       return "cuda";
     case Backend::kHost:
       return "host";
+    case Backend::kEmulator:
+      return "emulator";
   }
   return "unknown backend";
 }
@@ -302,6 +304,13 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
                              std::string(name) + ": no host form was built for this kernel");
       }
       image.host_entry(args, grid[0], grid[1], grid[2]);
+      return Status::Ok();
+    case Backend::kEmulator:
+      if (image.emulator_entry == nullptr) {
+        return Status::Error(StatusCode::kUnsupportedBackend,
+                             std::string(name) + ": no emulator form was built for this kernel");
+      }
+      image.emulator_entry(args, grid[0], grid[1], grid[2]);
       return Status::Ok();
     case Backend::kCuda:
       return launch_cuda(image, args, grid, launch.stream);

@@ -152,7 +152,7 @@ TEST_P(FeaturesTest, Int32Arithmetic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FeaturesTest,
-                         ::testing::Values(Backend::kHost, Backend::kCuda), backend_name);
+                         ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda), backend_name);
 
 }  // namespace
 }  // namespace pallas::testing

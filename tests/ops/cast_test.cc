@@ -59,7 +59,7 @@ TEST_P(CastTest, F32ToBF16) { check_cast<float, bfloat16>(GetParam()); }
 TEST_P(CastTest, F16ToF32) { check_cast<half, float>(GetParam()); }
 TEST_P(CastTest, BF16ToF32) { check_cast<bfloat16, float>(GetParam()); }
 
-INSTANTIATE_TEST_SUITE_P(Backends, CastTest, ::testing::Values(Backend::kHost, Backend::kCuda),
+INSTANTIATE_TEST_SUITE_P(Backends, CastTest, ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda),
                          backend_name);
 
 }  // namespace

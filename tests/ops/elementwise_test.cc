@@ -189,7 +189,7 @@ TEST_P(ElementwiseTest, BiasGeluStridedRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ElementwiseTest,
-                         ::testing::Values(Backend::kHost, Backend::kCuda), backend_name);
+                         ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda), backend_name);
 
 }  // namespace
 }  // namespace pallas::testing

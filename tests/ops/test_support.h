@@ -120,7 +120,11 @@ class BackendTest : public ::testing::TestWithParam<Backend> {
 };
 
 inline std::string backend_name(const ::testing::TestParamInfo<Backend>& info) {
-  return info.param == Backend::kCuda ? "Cuda" : "Host";
+  switch (info.param) {
+    case Backend::kCuda: return "Cuda";
+    case Backend::kEmulator: return "Emulator";
+    default: return "Host";
+  }
 }
 
 }  // namespace pallas::testing

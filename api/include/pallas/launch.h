@@ -11,9 +11,13 @@ using Stream = CUstream_st*;
 //   kCuda: the cubin for the current device's architecture, launched on `stream`.
 //   kHost: the block-level semantics on host memory ("interpret mode"), run synchronously
 //          on the calling thread; all pointers must be host pointers; `stream` is ignored.
-enum class Backend { kCuda, kHost };
+//   kEmulator: the thread-level code that runs on the GPU (same thread layout, index
+//          formulas, masks and vector accesses as the cubin), executed on the CPU, program
+//          after program and thread after thread; host pointers, synchronous, `stream` is
+//          ignored. For testing and debugging GPU lowerings on machines without a GPU.
+enum class Backend { kCuda, kHost, kEmulator };
 
-// "cuda", "host"
+// "cuda", "host", "emulator"
 const char* to_string(Backend backend);
 
 struct Launch {

@@ -7,7 +7,7 @@
 // The last form writes, for the op's every instance (dtype combination):
 //   DIR/include/pallas/kernels/<op>.h   typed entry points, argv form, metadata
 //   DIR/<op>.cc                          embedded cubins, checks, launch
-//   DIR/<op>_host.o                      the host form (CPU loops)
+//   DIR/<op>_host.o                      the host and emulator forms (CPU code)
 //   DIR/<op>.kernel.mlir                 the traced kernel IR, for reading
 //   DIR/ptx/<instance>.<arch>.ptx        the PTX given to ptxas, for reading
 // Files are rewritten only when their bytes change, so rebuilds are quiet and
@@ -164,6 +164,12 @@ int codegenMain(int argc, char** argv) {
     std::unique_ptr<llvm::Module> lowered = lowerForHost(*hostModule, llvmContext, error);
     if (!lowered) {
       std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";
+      return 1;
+    }
+    mlir::OwningOpRef<mlir::ModuleOp> emuModule(mlir::ModuleOp(*k.module).clone());
+    std::unique_ptr<llvm::Module> emulated = lowerForEmulator(*emuModule, llvmContext, error);
+    if (!emulated || llvm::Linker::linkModules(*lowered, std::move(emulated))) {
+      std::cerr << "pallas-codegen: " << k.instance << ": emulator form: " << error << "\n";
       return 1;
     }
     if (!host) {

@@ -102,8 +102,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   const auto& ops = spec.operands();
 
   os << "// ---- " << name << " ----\n\n";
-  os << "extern \"C\" void pallas_host_" << name << "(void** args, int64_t grid0, int64_t grid1,"
-     << " int64_t grid2);\n\nnamespace {\n\n";
+  for (const char* form : {"host", "emu"})
+    os << "extern \"C\" void pallas_" << form << "_" << name
+       << "(void** args, int64_t grid0, int64_t grid1, int64_t grid2);\n";
+  os << "\nnamespace {\n\n";
   for (const GpuBinary& bin : inst.gpu) {
     os << "// " << bin.arch << ": " << bin.registers << " registers, " << bin.spill_stores
        << " bytes spill stores, " << bin.spill_loads << " bytes spill loads.\n";
@@ -141,7 +143,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   os << "};\n\n";
   os << "const pallas::detail::KernelImage " << name << "_image = {&" << name
      << "_metadata_value, \"" << name << "\", " << name << "_cubins, &pallas_host_" << name << ", "
-     << spec.threads() << ", 0};\n\n}  // namespace\n\n";
+     << spec.threads() << ", 0, 0, &pallas_emu_" << name << "};\n\n}  // namespace\n\n";
 
   // The typed entry point.
   os << "namespace pallas::kernels {\n\n" << signature(spec, false) << " {\n";

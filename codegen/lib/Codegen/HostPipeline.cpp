@@ -19,13 +19,13 @@ namespace pallas::codegen {
 
 namespace {
 
-/// Adds `void pallas_host_<k>(void** args, i64 g0, i64 g1, i64 g2)` around
-/// each lowered kernel `pallas_host_<k>(params..., g0, g1, g2)`: args[i]
-/// points at parameter i, exactly the array the CUDA launch receives.
-void addArgvWrappers(llvm::Module& module) {
+/// Adds `void <prefix><k>(void** args, i64 g0, i64 g1, i64 g2)` around each
+/// lowered kernel `<prefix><k>(params..., g0, g1, g2)`: args[i] points at
+/// parameter i, exactly the array the CUDA launch receives.
+void addArgvWrappers(llvm::Module& module, llvm::StringRef prefix) {
   std::vector<llvm::Function*> kernels;
   for (llvm::Function& f : module)
-    if (!f.isDeclaration() && f.getName().starts_with("pallas_host_")) kernels.push_back(&f);
+    if (!f.isDeclaration() && f.getName().starts_with(prefix)) kernels.push_back(&f);
   llvm::LLVMContext& ctx = module.getContext();
   auto* ptr = llvm::PointerType::getUnqual(ctx);
   auto* i64 = llvm::Type::getInt64Ty(ctx);
@@ -85,10 +85,11 @@ llvm::TargetMachine* hostTargetMachine(std::string& error) {
   return machine.get();
 }
 
-}  // namespace
-
-std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMContext& context,
-                                           std::string& error) {
+/// Runs `pipeline` then the common CPU tail, translates to LLVM IR and wraps
+/// every function named `<prefix>...` in its argv form.
+std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::string& pipeline,
+                                         llvm::StringRef prefix, llvm::LLVMContext& context,
+                                         std::string& error) {
   mlir::MLIRContext* ctx = module.getContext();
   std::string diagnostics;
   mlir::ScopedDiagnosticHandler handler(ctx, [&](mlir::Diagnostic& d) {
@@ -96,25 +97,41 @@ std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMCont
     return mlir::success();
   });
   mlir::PassManager pm(ctx);
-  // bf16 casts become integer code (no libgcc helper exists for them);
-  // transcendentals become libm calls, the rest LLVM intrinsics.
-  std::string pipeline =
-      "pallas-sink-broadcasts,convert-pallas-to-loops,canonicalize,cse,"
-      "func.func(arith-expand{include-bf16=true}),convert-math-to-llvm,convert-math-to-libm,"
-      "convert-scf-to-cf,"
-      "expand-strided-metadata,convert-to-llvm,reconcile-unrealized-casts";
-  if (mlir::failed(mlir::parsePassPipeline(pipeline, pm)) || mlir::failed(pm.run(module))) {
-    error = "host lowering failed:\n" + diagnostics;
+  // bf16 casts become integer code (no libgcc helper exists for them); math
+  // ops become LLVM intrinsics where LLVM has them, libm calls otherwise.
+  std::string cpuTail =
+      "canonicalize,cse,func.func(arith-expand{include-bf16=true}),convert-math-to-llvm,"
+      "convert-math-to-libm,convert-scf-to-cf,expand-strided-metadata,convert-vector-to-llvm,"
+      "convert-to-llvm,reconcile-unrealized-casts";
+  if (mlir::failed(mlir::parsePassPipeline(pipeline + "," + cpuTail, pm)) ||
+      mlir::failed(pm.run(module))) {
+    error = "CPU lowering failed:\n" + diagnostics;
     return nullptr;
   }
   std::unique_ptr<llvm::Module> llvmModule = mlir::translateModuleToLLVMIR(module, context);
   if (!llvmModule) {
-    error = "translation of the host form to LLVM IR failed:\n" + diagnostics;
+    error = "translation to LLVM IR failed:\n" + diagnostics;
     return nullptr;
   }
-  addArgvWrappers(*llvmModule);
+  addArgvWrappers(*llvmModule, prefix);
   addBFloat16TruncationHelper(*llvmModule);
   return llvmModule;
+}
+
+}  // namespace
+
+std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMContext& context,
+                                           std::string& error) {
+  return lowerToCpu(module, "pallas-sink-broadcasts,convert-pallas-to-loops", "pallas_host_",
+                    context, error);
+}
+
+std::unique_ptr<llvm::Module> lowerForEmulator(mlir::ModuleOp module, llvm::LLVMContext& context,
+                                               std::string& error) {
+  return lowerToCpu(module,
+                    "pallas-sink-broadcasts,convert-pallas-to-gpu,gpu.module(canonicalize,cse),"
+                    "convert-gpu-to-thread-loops",
+                    "pallas_emu_", context, error);
 }
 
 bool emitHostObject(llvm::Module& module, std::string& object, std::string& error) {

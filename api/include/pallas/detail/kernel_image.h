@@ -37,6 +37,8 @@ struct KernelImage {
   // Placeholder for the semaphore pool of DESIGN.md section 5: launch_kernel refuses kernels
   // that need semaphores until the pool exists.
   int semaphores_per_program = 0;
+  // The GPU thread-level code run on the CPU (Backend::kEmulator); null when not built.
+  HostEntry emulator_entry = nullptr;
 };
 
 // The cubin to run on a device of compute capability sm / 10 . sm % 10, or null when there is
@@ -50,7 +52,8 @@ const Cubin* select_cubin(std::span<const Cubin> cubins, int device_sm);
 //
 // A grid with an extent of 0 launches nothing and returns Ok; a negative extent is
 // kInvalidArgument. The host backend calls image.host_entry synchronously (the stream is
-// ignored; kUnsupportedBackend when there is no host form). The CUDA backend runs on the
+// ignored; kUnsupportedBackend when there is no host form); the emulator backend likewise
+// calls image.emulator_entry. The CUDA backend runs on the
 // current device: it selects a cubin (kNoBinaryForArch naming the device and the built
 // targets when none fits), loads it lazily once per image and device (thread-safe; handles are
 // kept for the life of the process), raises the dynamic shared memory limit when needed and

@@ -47,6 +47,12 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
 std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMContext& context,
                                            std::string& error);
 
+/// Lowers the kernel IR in `module` (consumed) through the GPU thread layout
+/// and runs the thread-level code on the CPU, program after program, thread
+/// after thread: `void pallas_emu_<kernel>(void** args, int64_t g0, g1, g2)`.
+std::unique_ptr<llvm::Module> lowerForEmulator(mlir::ModuleOp module, llvm::LLVMContext& context,
+                                               std::string& error);
+
 /// Compiles LLVM IR to a relocatable object for the host (generic x86-64).
 bool emitHostObject(llvm::Module& module, std::string& object, std::string& error);
 

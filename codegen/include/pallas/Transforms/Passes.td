@@ -68,4 +68,25 @@ def ConvertPallasToLoops : Pass<"convert-pallas-to-loops", "ModuleOp"> {
                            "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect"];
 }
 
+def ConvertGPUToThreadLoops : Pass<"convert-gpu-to-thread-loops", "ModuleOp"> {
+  let summary = "Run GPU kernels on the CPU, one thread after another (the emulator backend)";
+  let description = [{
+    Each `gpu.func` kernel of the module's gpu.modules becomes a host function
+    `pallas_emu_<name>(args..., grid0, grid1, grid2)` that runs the kernel's
+    thread-level code for every program and every thread in sequence:
+
+    ```mlir
+    scf.for %bz ... scf.for %by ... scf.for %bx ...   // programs
+      scf.for %tid = 0 to <known_block_size x>      // threads
+        <gpu.func body: gpu.thread_id x -> %tid, gpu.block_id -> %bx.., ...>
+    ```
+
+    Sequential execution is exact for kernels whose threads do not
+    communicate; kernels with barriers, shuffles or workgroup memory are
+    rejected (they need the fiber-based SIMT runtime).
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 #endif // PALLAS_TRANSFORMS_PASSES_TD
