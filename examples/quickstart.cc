@@ -40,9 +40,9 @@ int main() {
   }
 
   using pallas::TensorView;
-  pallas::Status s = pallas::kernels::add(TensorView<const float, 1>(dx, {n}),
-                                          TensorView<const float, 1>(dy, {n}),
-                                          TensorView<float, 1>(dsum, {n}), launch);
+  pallas::Status s =
+      pallas::kernels::add(TensorView<const float, 1>(dx, {n}), TensorView<const float, 1>(dy, {n}),
+                           TensorView<float, 1>(dsum, {n}), launch);
   if (s.ok())
     s = pallas::kernels::gelu(TensorView<const float, 1>(dsum, {n}),
                               TensorView<float, 1>(dout, {n}), launch);

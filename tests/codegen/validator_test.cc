@@ -27,7 +27,8 @@ TEST(Validator, BlockRankDiffersFromArrayRank) {
     spec.grid({cdiv(n, 256)});
     spec.block(x, {Blocked{128}, Blocked{2}}, first);
   };
-  EXPECT_EQ(trace_error("bad_rank", fn), "spec 'bad_rank': operand 'x' has rank 1 but its block has 2 dims");
+  EXPECT_EQ(trace_error("bad_rank", fn),
+            "spec 'bad_rank': operand 'x' has rank 1 but its block has 2 dims");
 }
 
 TEST(Validator, IndexMapReturnsWrongNumberOfIndices) {
@@ -135,7 +136,8 @@ TEST(Validator, EveryOperandNeedsABlock) {
     spec.block(x, {Blocked{256}}, first);
     spec.body([](Ref, Ref) {});
   };
-  EXPECT_EQ(trace_error("no_block", fn), "spec 'no_block': operand 'out' has no block spec (spec.block)");
+  EXPECT_EQ(trace_error("no_block", fn),
+            "spec 'no_block': operand 'out' has no block spec (spec.block)");
 }
 
 TEST(Validator, ProgramIdAxisOutOfRange) {

@@ -56,11 +56,10 @@ TEST_P(FeaturesTest, SqueezedRowsIotaAndProgramIds) {
     out.poison();
     x.upload();
     out.upload();
-    ASSERT_TRUE(
-        kernels::coordinates(TensorView<const float, 2>(x.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
-                             TensorView<float, 2>(out.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
-                             launch())
-            .ok());
+    ASSERT_TRUE(kernels::coordinates(
+                    TensorView<const float, 2>(x.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+                    TensorView<float, 2>(out.data(), {sh.rows, sh.cols}, {sh.stride, 1}), launch())
+                    .ok());
     out.download();
     bool ok = true;
     for (int64_t r = 0; r < sh.rows && ok; ++r)
@@ -152,7 +151,8 @@ TEST_P(FeaturesTest, Int32Arithmetic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FeaturesTest,
-                         ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda), backend_name);
+                         ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda),
+                         backend_name);
 
 }  // namespace
 }  // namespace pallas::testing

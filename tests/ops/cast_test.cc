@@ -16,9 +16,12 @@ std::vector<float> cast_inputs(std::mt19937& rng, int64_t n) {
   std::uniform_real_distribution<float> mantissa(-2, 2);
   std::uniform_int_distribution<int> exponent(-30, 20);
   for (float& x : v) x = std::ldexp(mantissa(rng), exponent(rng));
-  const float specials[] = {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, -3e-5f, 1.0f + 0x1p-11f,
-                            std::numeric_limits<float>::infinity(), 3.0e38f, 1.17549435e-38f};
-  for (size_t i = 0; i < std::size(specials) && i < v.size(); ++i) v[i * 7 % v.size()] = specials[i];
+  const float specials[] = {
+      0.0f,    -0.0f,          65504.0f,        65520.0f,
+      1e-8f,   -3e-5f,         1.0f + 0x1p-11f, std::numeric_limits<float>::infinity(),
+      3.0e38f, 1.17549435e-38f};
+  for (size_t i = 0; i < std::size(specials) && i < v.size(); ++i)
+    v[i * 7 % v.size()] = specials[i];
   return v;
 }
 
@@ -26,8 +29,8 @@ template <class From, class To>
 void check_cast(Backend backend) {
   for (int64_t n : kSizes) {
     uint32_t seed = fresh_seed();
-    SCOPED_TRACE(std::string("cast ") + dtype_name<From>() + " -> " + dtype_name<To>() + " n=" +
-                 std::to_string(n) + " seed=" + std::to_string(seed));
+    SCOPED_TRACE(std::string("cast ") + dtype_name<From>() + " -> " + dtype_name<To>() +
+                 " n=" + std::to_string(n) + " seed=" + std::to_string(seed));
     std::mt19937 rng(seed);
     Array<From> x(backend, n);
     Array<To> out(backend, n);
@@ -59,7 +62,8 @@ TEST_P(CastTest, F32ToBF16) { check_cast<float, bfloat16>(GetParam()); }
 TEST_P(CastTest, F16ToF32) { check_cast<half, float>(GetParam()); }
 TEST_P(CastTest, BF16ToF32) { check_cast<bfloat16, float>(GetParam()); }
 
-INSTANTIATE_TEST_SUITE_P(Backends, CastTest, ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda),
+INSTANTIATE_TEST_SUITE_P(Backends, CastTest,
+                         ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda),
                          backend_name);
 
 }  // namespace

@@ -103,13 +103,13 @@ void check_bias_gelu(Backend backend) {
   struct Shape {
     int64_t rows, cols, pad;
   };
-  const Shape shapes[] = {{1, 1, 0},   {7, 255, 0}, {8, 256, 0},  {9, 257, 0},
+  const Shape shapes[] = {{1, 1, 0},     {7, 255, 0},  {8, 256, 0},  {9, 257, 0},
                           {33, 1000, 0}, {3, 4099, 0}, {17, 300, 5}, {8, 256, 3}};
   for (const Shape& sh : shapes) {
     uint32_t seed = fresh_seed();
     int64_t stride = sh.cols + sh.pad;
-    SCOPED_TRACE(std::string("bias_gelu ") + dtype_name<T>() + " " + std::to_string(sh.rows) +
-                 "x" + std::to_string(sh.cols) + " row stride " + std::to_string(stride) +
+    SCOPED_TRACE(std::string("bias_gelu ") + dtype_name<T>() + " " + std::to_string(sh.rows) + "x" +
+                 std::to_string(sh.cols) + " row stride " + std::to_string(stride) +
                  " seed=" + std::to_string(seed));
     std::mt19937 rng(seed);
     size_t total = static_cast<size_t>(sh.rows * stride);
@@ -132,8 +132,8 @@ void check_bias_gelu(Backend backend) {
     bool ok = true;
     for (int64_t r = 0; r < sh.rows && ok; ++r) {
       for (int64_t c = 0; c < sh.cols && ok; ++c) {
-        double want = gelu_ref(double(to_float(x.host()[r * stride + c])) +
-                               to_float(bias.host()[c]));
+        double want =
+            gelu_ref(double(to_float(x.host()[r * stride + c])) + to_float(bias.host()[c]));
         ok = expect_close(out.host()[r * stride + c], want,
                           "element [" + std::to_string(r) + ", " + std::to_string(c) + "]");
       }
@@ -189,7 +189,8 @@ TEST_P(ElementwiseTest, BiasGeluStridedRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ElementwiseTest,
-                         ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda), backend_name);
+                         ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda),
+                         backend_name);
 
 }  // namespace
 }  // namespace pallas::testing

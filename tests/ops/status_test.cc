@@ -16,7 +16,8 @@ TEST(Status, ShapeMismatchNamesOperandAndDim) {
                           TensorView<const float, 1>(y.data(), {99}),
                           TensorView<float, 1>(out.data(), {100}), Launch{Backend::kHost});
   EXPECT_EQ(s.code(), StatusCode::kShapeMismatch);
-  EXPECT_EQ(s.message(), "add_f32: operand 'y' dim 0 is 99, but dim 'n' is 100 (set by operand 'x' dim 0)");
+  EXPECT_EQ(s.message(),
+            "add_f32: operand 'y' dim 0 is 99, but dim 'n' is 100 (set by operand 'x' dim 0)");
 }
 
 TEST(Status, ShapeMismatchInSecondDim) {
@@ -25,8 +26,9 @@ TEST(Status, ShapeMismatchInSecondDim) {
                                 TensorView<const float, 1>(bias.data(), {5}),
                                 TensorView<float, 2>(out.data(), {3, 4}), Launch{Backend::kHost});
   EXPECT_EQ(s.code(), StatusCode::kShapeMismatch);
-  EXPECT_EQ(s.message(),
-            "bias_gelu_f32: operand 'bias' dim 0 is 5, but dim 'cols' is 4 (set by operand 'x' dim 1)");
+  EXPECT_EQ(
+      s.message(),
+      "bias_gelu_f32: operand 'bias' dim 0 is 5, but dim 'cols' is 4 (set by operand 'x' dim 1)");
 }
 
 TEST(Status, NullPointer) {
@@ -59,10 +61,9 @@ TEST(Status, NonUnitInnerStride) {
 
 TEST(Status, OverlappingRows) {
   std::vector<float> x(12), bias(4), out(12);
-  Status s = kernels::bias_gelu(TensorView<const float, 2>(x.data(), {3, 4}),
-                                TensorView<const float, 1>(bias.data(), {4}),
-                                TensorView<float, 2>(out.data(), {3, 4}, {3, 1}),
-                                Launch{Backend::kHost});
+  Status s = kernels::bias_gelu(
+      TensorView<const float, 2>(x.data(), {3, 4}), TensorView<const float, 1>(bias.data(), {4}),
+      TensorView<float, 2>(out.data(), {3, 4}, {3, 1}), Launch{Backend::kHost});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("operand 'out' dim 0 has stride 3"), std::string::npos) << s.message();
 }
@@ -85,7 +86,9 @@ TEST(Status, NoCudaDevice) {
 
 // Unsupported dtypes are rejected when the call is compiled: there is no i32 gelu.
 template <class T>
-concept HasGelu = requires(TensorView<const T, 1> x, TensorView<T, 1> y) { kernels::gelu(x, y); };
+concept HasGelu = requires(TensorView<const T, 1> x, TensorView<T, 1> y) {
+  kernels::gelu(x, y);
+};
 static_assert(HasGelu<float> && HasGelu<half> && HasGelu<bfloat16>);
 static_assert(!HasGelu<int32_t>, "gelu must not accept i32 tensors");
 

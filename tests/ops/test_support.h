@@ -22,8 +22,10 @@ inline float to_float(bfloat16 v) { return static_cast<float>(v); }
 inline float to_float(int32_t v) { return static_cast<float>(v); }
 template <class T>
 T from_float(float v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else return T(v);
+  if constexpr (std::is_same_v<T, float>)
+    return v;
+  else
+    return T(v);
 }
 
 /// |got - want| <= atol + rtol * |want|, per dtype of the output (DESIGN.md 6).
@@ -121,9 +123,12 @@ class BackendTest : public ::testing::TestWithParam<Backend> {
 
 inline std::string backend_name(const ::testing::TestParamInfo<Backend>& info) {
   switch (info.param) {
-    case Backend::kCuda: return "Cuda";
-    case Backend::kEmulator: return "Emulator";
-    default: return "Host";
+    case Backend::kCuda:
+      return "Cuda";
+    case Backend::kEmulator:
+      return "Emulator";
+    default:
+      return "Host";
   }
 }
 

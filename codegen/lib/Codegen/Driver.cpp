@@ -23,17 +23,17 @@
 #include "pallas/EDSL/Trace.h"
 #include "pallas/Transforms/Passes.h"
 
+#include "llvm/Linker/Linker.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
-#include "llvm/Linker/Linker.h"
-#include "llvm/Support/raw_ostream.h"
 
 #include <cstring>
 #include <iostream>
@@ -95,12 +95,18 @@ int codegenMain(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--list") list = true;
-    else if (a == "--print-kernel-ir") printIR = true;
-    else if (a == "--op") op = next();
-    else if (a == "--out-dir") outDir = next();
-    else if (a == "--ptxas") gpu.ptxas = next();
-    else if (a == "--cuda-root") gpu.cuda_root = next();
+    if (a == "--list")
+      list = true;
+    else if (a == "--print-kernel-ir")
+      printIR = true;
+    else if (a == "--op")
+      op = next();
+    else if (a == "--out-dir")
+      outDir = next();
+    else if (a == "--ptxas")
+      gpu.ptxas = next();
+    else if (a == "--cuda-root")
+      gpu.cuda_root = next();
     else if (a == "--archs") {
       gpu.archs.clear();
       llvm::SmallVector<llvm::StringRef> parts;

@@ -23,20 +23,29 @@ namespace {
 
 const char* cppType(DType d) {
   switch (d) {
-    case DType::f32: return "float";
-    case DType::f16: return "pallas::half";
-    case DType::bf16: return "pallas::bfloat16";
-    case DType::i32: return "int32_t";
-    default: return "void";
+    case DType::f32:
+      return "float";
+    case DType::f16:
+      return "pallas::half";
+    case DType::bf16:
+      return "pallas::bfloat16";
+    case DType::i32:
+      return "int32_t";
+    default:
+      return "void";
   }
 }
 
 const char* runtimeDType(DType d) {
   switch (d) {
-    case DType::f32: return "pallas::DType::kF32";
-    case DType::f16: return "pallas::DType::kF16";
-    case DType::bf16: return "pallas::DType::kBF16";
-    default: return "pallas::DType::kI32";
+    case DType::f32:
+      return "pallas::DType::kF32";
+    case DType::f16:
+      return "pallas::DType::kF16";
+    case DType::bf16:
+      return "pallas::DType::kBF16";
+    default:
+      return "pallas::DType::kI32";
   }
 }
 
@@ -129,9 +138,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   os << "};\n\n";
   os << "constexpr pallas::TargetMetadata " << name << "_targets[] = {\n";
   for (const GpuBinary& bin : inst.gpu)
-    os << "    {\"" << bin.arch << "\", " << bin.sm << ", " << (bin.arch_specific ? "true" : "false")
-       << ", " << bin.registers << ", " << bin.spill_stores << ", " << bin.spill_loads << ", "
-       << bin.shared_bytes << ", sizeof(" << name << "_" << bin.arch << ")},\n";
+    os << "    {\"" << bin.arch << "\", " << bin.sm << ", "
+       << (bin.arch_specific ? "true" : "false") << ", " << bin.registers << ", "
+       << bin.spill_stores << ", " << bin.spill_loads << ", " << bin.shared_bytes << ", sizeof("
+       << name << "_" << bin.arch << ")},\n";
   os << "};\n\n";
   os << "constexpr pallas::KernelMetadata " << name << "_metadata_value = {\"" << name << "\", \""
      << spec.op() << "\", \"" << gridText(spec) << "\", " << spec.threads() << ", " << name
@@ -189,8 +199,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     os << "  auto " << var << " = descriptor(" << ops[viewOf(spec, static_cast<int>(i))].name
        << ");\n";
     args += "&" + var + ".allocated, &" + var + ".aligned, &" + var + ".offset, ";
-    for (size_t k = 0; k < d.shape.size(); ++k) args += "&" + var + ".sizes[" + std::to_string(k) + "], ";
-    for (size_t k = 0; k < d.shape.size(); ++k) args += "&" + var + ".strides[" + std::to_string(k) + "], ";
+    for (size_t k = 0; k < d.shape.size(); ++k)
+      args += "&" + var + ".sizes[" + std::to_string(k) + "], ";
+    for (size_t k = 0; k < d.shape.size(); ++k)
+      args += "&" + var + ".strides[" + std::to_string(k) + "], ";
   }
   args.resize(args.size() - 2);
   os << "  void* args[] = {" << args << "};\n";
@@ -228,9 +240,12 @@ std::string emitHeader(const std::string& op, const std::string& spec_file,
        << " threads per program.\n";
     for (const OperandDecl& d : spec.operands()) {
       os << "///   " << d.name << ": " << edsl::name(d.dtype) << " ";
-      if (d.role == Role::kScalar) os << "scalar\n";
+      if (d.role == Role::kScalar)
+        os << "scalar\n";
       else
-        os << (d.aliased_to >= 0 ? "input, updated in place" : d.role == Role::kInput ? "input" : "output")
+        os << (d.aliased_to >= 0        ? "input, updated in place"
+               : d.role == Role::kInput ? "input"
+                                        : "output")
            << " " << shapeText(d) << "\n";
     }
     os << "[[nodiscard]] " << signature(spec, true) << ";\n";

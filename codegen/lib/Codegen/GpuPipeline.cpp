@@ -3,15 +3,15 @@
 #include "pallas/Codegen/Pipelines.h"
 #include "pallas/Transforms/Passes.h"
 
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/Regex.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Program.h"
-#include "llvm/Support/Regex.h"
 
 namespace pallas::codegen {
 
@@ -49,17 +49,17 @@ bool runPtxas(const GpuOptions& options, GpuBinary& bin, std::string& error) {
     os << bin.ptx;
   }
   std::string archFlag = "-arch=" + bin.arch;
-  llvm::SmallVector<llvm::StringRef> args = {options.ptxas, archFlag, "-O3", "-v",
+  llvm::SmallVector<llvm::StringRef> args = {options.ptxas, archFlag, "-O3",    "-v",
                                              ptxPath,       "-o",     cubinPath};
   std::optional<llvm::StringRef> redirects[] = {std::nullopt, logPath.str(), logPath.str()};
   std::string execError;
-  int rc = llvm::sys::ExecuteAndWait(options.ptxas, args, std::nullopt, redirects, 0, 0,
-                                     &execError);
+  int rc =
+      llvm::sys::ExecuteAndWait(options.ptxas, args, std::nullopt, redirects, 0, 0, &execError);
   auto log = llvm::MemoryBuffer::getFile(logPath);
   std::string logText = log ? (*log)->getBuffer().str() : "";
   if (rc != 0) {
-    error = "ptxas " + archFlag + " failed (" + std::to_string(rc) + "): " + execError + "\n" +
-            logText;
+    error =
+        "ptxas " + archFlag + " failed (" + std::to_string(rc) + "): " + execError + "\n" + logText;
   } else {
     auto cubin = llvm::MemoryBuffer::getFile(cubinPath);
     if (!cubin) {
@@ -94,10 +94,10 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
   mlir::PassManager lower(ctx);
   std::string pipeline =
       "pallas-sink-broadcasts,convert-pallas-to-gpu,"
-      "gpu.module(canonicalize,cse,expand-strided-metadata,convert-scf-to-cf,convert-vector-to-llvm,"
+      "gpu.module(canonicalize,cse,expand-strided-metadata,convert-scf-to-cf,convert-vector-to-"
+      "llvm,"
       "convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse,reconcile-unrealized-casts)";
-  if (mlir::failed(mlir::parsePassPipeline(pipeline, lower)) ||
-      mlir::failed(lower.run(module))) {
+  if (mlir::failed(mlir::parsePassPipeline(pipeline, lower)) || mlir::failed(lower.run(module))) {
     error = "GPU lowering failed:\n" + diagnostics;
     return false;
   }
@@ -107,11 +107,11 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
   for (const std::string& arch : options.archs)
     targets.push_back(mlir::NVVM::NVVMTargetAttr::get(ctx, /*optLevel=*/3, "nvptx64-nvidia-cuda",
                                                       arch, options.ptx_features));
-  module.walk([&](mlir::gpu::GPUModuleOp m) { m.setTargetsAttr(mlir::ArrayAttr::get(ctx, targets)); });
+  module.walk(
+      [&](mlir::gpu::GPUModuleOp m) { m.setTargetsAttr(mlir::ArrayAttr::get(ctx, targets)); });
   mlir::PassManager serialize(ctx);
   if (mlir::failed(mlir::parsePassPipeline(
-          "gpu-module-to-binary{format=isa toolkit=" + options.cuda_root + "}",
-          serialize)) ||
+          "gpu-module-to-binary{format=isa toolkit=" + options.cuda_root + "}", serialize)) ||
       mlir::failed(serialize.run(module))) {
     error = "PTX generation failed:\n" + diagnostics;
     return false;

@@ -9,12 +9,18 @@ namespace pallas::edsl {
 
 const char* name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::i1: return "i1";
-    case DType::index: return "index";
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::i1:
+      return "i1";
+    case DType::index:
+      return "index";
   }
   return "?";
 }
@@ -56,11 +62,16 @@ std::string DimExpr::print(bool cpp) const {
   const Node& n = *node_;
   auto sub = [](const std::shared_ptr<const Node>& p, bool c) { return DimExpr(p).print(c); };
   switch (n.kind) {
-    case Kind::kConst: return std::to_string(n.value);
-    case Kind::kDim: return n.name;
-    case Kind::kAdd: return "(" + sub(n.lhs, cpp) + " + " + sub(n.rhs, cpp) + ")";
-    case Kind::kSub: return "(" + sub(n.lhs, cpp) + " - " + sub(n.rhs, cpp) + ")";
-    case Kind::kMul: return "(" + sub(n.lhs, cpp) + " * " + sub(n.rhs, cpp) + ")";
+    case Kind::kConst:
+      return std::to_string(n.value);
+    case Kind::kDim:
+      return n.name;
+    case Kind::kAdd:
+      return "(" + sub(n.lhs, cpp) + " + " + sub(n.rhs, cpp) + ")";
+    case Kind::kSub:
+      return "(" + sub(n.lhs, cpp) + " - " + sub(n.rhs, cpp) + ")";
+    case Kind::kMul:
+      return "(" + sub(n.lhs, cpp) + " * " + sub(n.rhs, cpp) + ")";
     case Kind::kCdiv:
       return std::string(cpp ? "pallas_cdiv(" : "cdiv(") + sub(n.lhs, cpp) + ", " +
              sub(n.rhs, cpp) + ")";

@@ -164,12 +164,18 @@ Value unary_f32(const char* op, const Value& x) {
 mlir::Type to_mlir_type(DType dtype, mlir::MLIRContext& context) {
   OpBuilder builder(&context);
   switch (dtype) {
-    case DType::f32: return builder.getF32Type();
-    case DType::f16: return builder.getF16Type();
-    case DType::bf16: return builder.getBF16Type();
-    case DType::i32: return builder.getI32Type();
-    case DType::i1: return builder.getI1Type();
-    case DType::index: return builder.getIndexType();
+    case DType::f32:
+      return builder.getF32Type();
+    case DType::f16:
+      return builder.getF16Type();
+    case DType::bf16:
+      return builder.getBF16Type();
+    case DType::i32:
+      return builder.getI32Type();
+    case DType::i1:
+      return builder.getI1Type();
+    case DType::index:
+      return builder.getIndexType();
   }
   return {};
 }
@@ -192,8 +198,7 @@ Value Value::cast(DType to) const {
   auto width = [](DType d) { return d == DType::f32 ? 32 : 16; };
   if (is_float(from) && is_float(to)) {
     if (width(from) == width(to)) {  // f16 <-> bf16 goes through f32
-      mlir::Value wide = mlir::arith::ExtFOp::create(bd, 
-          l, with_shape(bd.getF32Type(), shape), v);
+      mlir::Value wide = mlir::arith::ExtFOp::create(bd, l, with_shape(bd.getF32Type(), shape), v);
       return wrap(mlir::arith::TruncFOp::create(bd, l, target, wide));
     }
     if (width(from) < width(to)) return wrap(mlir::arith::ExtFOp::create(bd, l, target, v));
@@ -201,8 +206,8 @@ Value Value::cast(DType to) const {
   }
   if (from == DType::index || to == DType::index) {
     if (is_float(to)) {
-      mlir::Value i = mlir::arith::IndexCastOp::create(bd, 
-          l, with_shape(bd.getI32Type(), shape), v);
+      mlir::Value i =
+          mlir::arith::IndexCastOp::create(bd, l, with_shape(bd.getI32Type(), shape), v);
       return wrap(mlir::arith::SIToFPOp::create(bd, l, target, i));
     }
     if (is_float(from)) {
@@ -222,8 +227,7 @@ Value Value::cast(DType to) const {
 
 Scalar::operator Value() const {
   Trace& t = trace();
-  if (index_ < 0 || index_ >= static_cast<int>(t.args.size()))
-    fail("use of an undeclared scalar");
+  if (index_ < 0 || index_ >= static_cast<int>(t.args.size())) fail("use of an undeclared scalar");
   return wrap(t.args[index_]);
 }
 
@@ -235,8 +239,8 @@ Value constant(double value, DType dtype) {
   if (value != static_cast<double>(static_cast<int64_t>(value)))
     fail("literal " + std::to_string(value) + " is not an integer but the other operand is " +
          name(dtype));
-  return wrap(mlir::arith::ConstantOp::create(bd, 
-      loc(), type, bd.getIntegerAttr(type, static_cast<int64_t>(value))));
+  return wrap(mlir::arith::ConstantOp::create(
+      bd, loc(), type, bd.getIntegerAttr(type, static_cast<int64_t>(value))));
 }
 
 Value index(int64_t value) { return constant(static_cast<double>(value), DType::index); }
@@ -333,7 +337,8 @@ Value program_id(int axis) {
   if (axis < 0 || axis >= t.grid_rank)
     fail("program_id(" + std::to_string(axis) + ") but the grid has " +
          std::to_string(t.grid_rank) + " axes");
-  return wrap(mlir::pallas::ProgramIdOp::create(b(), loc(), b().getIndexType(), b().getI32IntegerAttr(axis)));
+  return wrap(mlir::pallas::ProgramIdOp::create(b(), loc(), b().getIndexType(),
+                                                b().getI32IntegerAttr(axis)));
 }
 
 Value num_programs(int axis) {
@@ -341,7 +346,8 @@ Value num_programs(int axis) {
   if (axis < 0 || axis >= t.grid_rank)
     fail("num_programs(" + std::to_string(axis) + ") but the grid has " +
          std::to_string(t.grid_rank) + " axes");
-  return wrap(mlir::pallas::NumProgramsOp::create(b(), loc(), b().getIndexType(), b().getI32IntegerAttr(axis)));
+  return wrap(mlir::pallas::NumProgramsOp::create(b(), loc(), b().getIndexType(),
+                                                  b().getI32IntegerAttr(axis)));
 }
 
 std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> carry,
@@ -426,9 +432,7 @@ Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes) const 
   return wrap(mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, offsets, sizes));
 }
 
-void Ref::store(const Value& value) const {
-  store(value, std::vector<int64_t>(shape().size(), 0));
-}
+void Ref::store(const Value& value) const { store(value, std::vector<int64_t>(shape().size(), 0)); }
 
 void Ref::store(const Value& value, std::vector<int64_t> offsets) const {
   RefState& s = ref_state(impl_, operand_);
@@ -444,8 +448,7 @@ void Ref::store(const Value& value, std::vector<int64_t> offsets) const {
     fail("store to '" + name() + "': needs " + std::to_string(type.getRank()) + " offsets");
   std::vector<int64_t> sizes = shape_of(v);
   if (sizes.empty()) {  // a scalar fills the rest of the block
-    for (int64_t i = 0; i < type.getRank(); ++i)
-      sizes.push_back(type.getShape()[i] - offsets[i]);
+    for (int64_t i = 0; i < type.getRank(); ++i) sizes.push_back(type.getShape()[i] - offsets[i]);
     v = broadcast_value(v, sizes);
   }
   if (static_cast<int64_t>(sizes.size()) != type.getRank())
@@ -509,7 +512,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   builder.setInsertionPointToEnd(module.getBody());
   auto loc = mlir::FileLineColLoc::get(&ctx, spec.op(), 0, 0);
   auto func = mlir::func::FuncOp::create(builder, loc, spec.instance_name(),
-                                                 builder.getFunctionType(arg_types, {}));
+                                         builder.getFunctionType(arg_types, {}));
   func->setAttr(mlir::pallas::kKernelAttrName, builder.getUnitAttr());
   func->setAttr(mlir::pallas::kGridRankAttrName,
                 builder.getI32IntegerAttr(static_cast<int32_t>(spec.grid_axes().size())));
@@ -554,7 +557,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     }
     auto ref_type = mlir::pallas::RefType::get(&ctx, ref_shape, to_mlir_type(d.dtype, ctx));
     t.refs[i].ref = mlir::pallas::BlockOp::create(t.builder, loc, ref_type, t.args[i], indices,
-                                                             block_shape, squeezed);
+                                                  block_shape, squeezed);
     refs.emplace_back(&t, static_cast<int>(i));
   }
   spec.body_fn()(refs);
@@ -581,7 +584,8 @@ std::vector<TracedKernel> trace_spec(const char* op, SpecFn spec_fn, mlir::MLIRC
       k /= radix[j];
     }
     auto spec = std::make_shared<KernelSpec>(op, choice);
-    mlir::OwningOpRef<mlir::ModuleOp> module(mlir::ModuleOp::create(mlir::UnknownLoc::get(&context)));
+    mlir::OwningOpRef<mlir::ModuleOp> module(
+        mlir::ModuleOp::create(mlir::UnknownLoc::get(&context)));
     mlir::ModuleOp m = *module;
     spec->set_body_hook([m](KernelSpec& s) mutable {
       if (!m.getBody()->empty()) s.fail("body is declared twice");

@@ -56,7 +56,8 @@ Value inBounds(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coord
     Value c = coords[d];
     if (d == last && lastExtra > 0)
       c = arith::AddIOp::create(b, loc, c, arith::ConstantIndexOp::create(b, loc, lastExtra));
-    auto pred = (d == last && lastExtra > 0) ? arith::CmpIPredicate::ule : arith::CmpIPredicate::ult;
+    auto pred =
+        (d == last && lastExtra > 0) ? arith::CmpIPredicate::ule : arith::CmpIPredicate::ult;
     Value ok = arith::CmpIOp::create(b, loc, pred, c, ref.extents[d]);
     all = arith::AndIOp::create(b, loc, all, ok);
   }

@@ -19,8 +19,8 @@ namespace mlir::pallas {
 /// `origin` (one entry per array dim), whose unsqueezed dims are `refDims`.
 struct BlockRef {
   Value array;
-  SmallVector<Value> origin;    // element index where the block starts, per array dim
-  SmallVector<Value> extents;   // array extents, per array dim
+  SmallVector<Value> origin;     // element index where the block starts, per array dim
+  SmallVector<Value> extents;    // array extents, per array dim
   SmallVector<int64_t> refDims;  // array dim of each ref dim
 };
 

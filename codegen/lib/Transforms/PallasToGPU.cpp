@@ -103,9 +103,10 @@ class GpuLowering {
 
   /// Flat element index where run `r` of this thread starts.
   Value runStart(OpBuilder& b, Location loc, int64_t r) {
-    Value t = arith::MulIOp::create(b, loc, tid_, arith::ConstantIndexOp::create(b, loc, layout_.vec));
-    return arith::AddIOp::create(b, 
-        loc, t, arith::ConstantIndexOp::create(b, loc, r * layout_.threads * layout_.vec));
+    Value t =
+        arith::MulIOp::create(b, loc, tid_, arith::ConstantIndexOp::create(b, loc, layout_.vec));
+    return arith::AddIOp::create(
+        b, loc, t, arith::ConstantIndexOp::create(b, loc, r * layout_.threads * layout_.vec));
   }
 
   /// Builds a fragment from one vector<vec> per run.
@@ -116,9 +117,8 @@ class GpuLowering {
     for (int64_t r = 0; r < layout_.runs(block); ++r) {
       SmallVector<Value> coords = unflatten(b, loc, runStart(b, loc, r), block.getShape());
       Value piece = run(r, coords);
-      acc = vector::InsertStridedSliceOp::create(b, loc, piece, acc,
-                                                   ArrayRef<int64_t>{r * layout_.vec},
-                                                   ArrayRef<int64_t>{1});
+      acc = vector::InsertStridedSliceOp::create(
+          b, loc, piece, acc, ArrayRef<int64_t>{r * layout_.vec}, ArrayRef<int64_t>{1});
     }
     return acc;
   }
@@ -140,10 +140,10 @@ class GpuLowering {
                  int64_t accessBytes) {
     Value inside = inBounds(b, loc, ref, coords, layout_.vec);
     Value addr = address(b, loc, ref, coords);
-    Value rem = arith::RemUIOp::create(b, loc, addr,
-                                         arith::ConstantIndexOp::create(b, loc, accessBytes));
+    Value rem =
+        arith::RemUIOp::create(b, loc, addr, arith::ConstantIndexOp::create(b, loc, accessBytes));
     Value aligned = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rem,
-                                            arith::ConstantIndexOp::create(b, loc, 0));
+                                          arith::ConstantIndexOp::create(b, loc, 0));
     return arith::AndIOp::create(b, loc, inside, aligned);
   }
 
@@ -156,7 +156,8 @@ class GpuLowering {
   /// Coordinates of element j of a run starting at `coords` (runs lie along the last dim).
   SmallVector<Value> plus(OpBuilder& b, Location loc, ValueRange coords, int64_t j) {
     SmallVector<Value> out(coords.begin(), coords.end());
-    out.back() = arith::AddIOp::create(b, loc, out.back(), arith::ConstantIndexOp::create(b, loc, j));
+    out.back() =
+        arith::AddIOp::create(b, loc, out.back(), arith::ConstantIndexOp::create(b, loc, j));
     return out;
   }
 
@@ -174,25 +175,25 @@ class GpuLowering {
           arrayCoords(b, loc, ref, load.getOffsets(), load.getSizes(), type.getShape(), rc);
       Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
       if (!contiguous) {  // the whole run reads one element (a stretched dim)
-        auto one = scf::IfOp::create(b, 
-            loc, inBounds(b, loc, ref, coords),
+        auto one = scf::IfOp::create(
+            b, loc, inBounds(b, loc, ref, coords),
             [&](OpBuilder& tb, Location l) {
-              scf::YieldOp::create(tb, l, memref::LoadOp::create(tb, l, ref.array, coords)
-                                             .getResult());
+              scf::YieldOp::create(tb, l,
+                                   memref::LoadOp::create(tb, l, ref.array, coords).getResult());
             },
             [&](OpBuilder& eb, Location l) { scf::YieldOp::create(eb, l, zero); });
         return vector::BroadcastOp::create(b, loc, runType, one.getResult(0));
       }
-      auto branch = scf::IfOp::create(b, 
-          loc, fastPath(b, loc, ref, coords, bytes),
+      auto branch = scf::IfOp::create(
+          b, loc, fastPath(b, loc, ref, coords, bytes),
           [&](OpBuilder& tb, Location l) {  // whole run, 16-byte accesses
             Value run = arith::ConstantOp::create(tb, l, tb.getZeroAttr(runType));
             for (int64_t j = 0; j < layout_.vec; j += perAccess) {
-              auto piece = vector::LoadOp::create(tb, 
-                  l, VectorType::get({perAccess}, et), ref.array, plus(tb, l, coords, j),
-                  /*nontemporal=*/false, llvm::MaybeAlign(bytes));
+              auto piece = vector::LoadOp::create(tb, l, VectorType::get({perAccess}, et),
+                                                  ref.array, plus(tb, l, coords, j),
+                                                  /*nontemporal=*/false, llvm::MaybeAlign(bytes));
               run = vector::InsertStridedSliceOp::create(tb, l, piece, run, ArrayRef<int64_t>{j},
-                                                            ArrayRef<int64_t>{1});
+                                                         ArrayRef<int64_t>{1});
             }
             scf::YieldOp::create(tb, l, run);
           },
@@ -200,15 +201,15 @@ class GpuLowering {
             Value run = arith::ConstantOp::create(eb, l, eb.getZeroAttr(runType));
             for (int64_t j = 0; j < layout_.vec; ++j) {
               SmallVector<Value> cj = plus(eb, l, coords, j);
-              auto one = scf::IfOp::create(eb, 
-                  l, inBounds(eb, l, ref, cj),
+              auto one = scf::IfOp::create(
+                  eb, l, inBounds(eb, l, ref, cj),
                   [&](OpBuilder& ib, Location il) {
-                    scf::YieldOp::create(ib, il, memref::LoadOp::create(ib, il, ref.array, cj)
-                                                    .getResult());
+                    scf::YieldOp::create(ib, il,
+                                         memref::LoadOp::create(ib, il, ref.array, cj).getResult());
                   },
                   [&](OpBuilder& ob, Location ol) {
-                    scf::YieldOp::create(ob, ol, arith::ConstantOp::create(ob, ol, ob.getZeroAttr(et))
-                                                    .getResult());
+                    scf::YieldOp::create(
+                        ob, ol, arith::ConstantOp::create(ob, ol, ob.getZeroAttr(et)).getResult());
                   });
               run = vector::InsertOp::create(eb, l, one.getResult(0), run, ArrayRef<int64_t>{j});
             }
@@ -232,18 +233,18 @@ class GpuLowering {
       SmallVector<Value> rc = unflatten(b, loc, runStart(b, loc, r), type.getShape());
       SmallVector<Value> coords =
           arrayCoords(b, loc, ref, store.getOffsets(), type.getShape(), type.getShape(), rc);
-      Value run = vector::ExtractStridedSliceOp::create(b, loc, frag, ArrayRef<int64_t>{r * layout_.vec},
-                                                          ArrayRef<int64_t>{layout_.vec},
-                                                          ArrayRef<int64_t>{1});
-      scf::IfOp::create(b, 
-          loc, fastPath(b, loc, ref, coords, bytes),
+      Value run = vector::ExtractStridedSliceOp::create(
+          b, loc, frag, ArrayRef<int64_t>{r * layout_.vec}, ArrayRef<int64_t>{layout_.vec},
+          ArrayRef<int64_t>{1});
+      scf::IfOp::create(
+          b, loc, fastPath(b, loc, ref, coords, bytes),
           [&](OpBuilder& tb, Location l) {
             for (int64_t j = 0; j < layout_.vec; j += perAccess) {
-              Value piece = vector::ExtractStridedSliceOp::create(tb, 
-                  l, run, ArrayRef<int64_t>{j}, ArrayRef<int64_t>{perAccess},
-                  ArrayRef<int64_t>{1});
+              Value piece = vector::ExtractStridedSliceOp::create(tb, l, run, ArrayRef<int64_t>{j},
+                                                                  ArrayRef<int64_t>{perAccess},
+                                                                  ArrayRef<int64_t>{1});
               vector::StoreOp::create(tb, l, piece, ref.array, plus(tb, l, coords, j),
-                                         /*nontemporal=*/false, llvm::MaybeAlign(bytes));
+                                      /*nontemporal=*/false, llvm::MaybeAlign(bytes));
             }
             scf::YieldOp::create(tb, l);
           },
@@ -286,9 +287,9 @@ class GpuLowering {
   LogicalResult lowerFor(scf::ForOp loop, OpBuilder& b) {
     SmallVector<Value> inits;
     for (Value v : loop.getInitArgs()) inits.push_back(map_.lookup(v));
-    auto newLoop = scf::ForOp::create(b, loop.getLoc(), map_.lookup(loop.getLowerBound()),
-                                        map_.lookup(loop.getUpperBound()),
-                                        map_.lookup(loop.getStep()), inits);
+    auto newLoop =
+        scf::ForOp::create(b, loop.getLoc(), map_.lookup(loop.getLowerBound()),
+                           map_.lookup(loop.getUpperBound()), map_.lookup(loop.getStep()), inits);
     map_.map(loop.getInductionVar(), newLoop.getInductionVar());
     for (auto [from, to] : llvm::zip(loop.getRegionIterArgs(), newLoop.getRegionIterArgs()))
       map_.map(from, to);
@@ -325,13 +326,14 @@ class GpuLowering {
     if (auto loop = dyn_cast<scf::ForOp>(op)) return lowerFor(loop, b);
     if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
       if (isa<VectorType>(bc.getSource().getType()))
-        return op->emitOpError("no GPU lowering rule for broadcasting a block value; "
-                               "pallas-sink-broadcasts folds broadcasts of loads, iotas and "
-                               "elementwise ops over them");
-      map_.map(bc.getResult(), vector::BroadcastOp::create(b, 
-                                   loc, layout_.fragment(bc.getResultVectorType()),
-                                   map_.lookup(bc.getSource()))
-                                   .getResult());
+        return op->emitOpError(
+            "no GPU lowering rule for broadcasting a block value; "
+            "pallas-sink-broadcasts folds broadcasts of loads, iotas and "
+            "elementwise ops over them");
+      map_.map(bc.getResult(),
+               vector::BroadcastOp::create(b, loc, layout_.fragment(bc.getResultVectorType()),
+                                           map_.lookup(bc.getSource()))
+                   .getResult());
       return success();
     }
     if (auto cst = dyn_cast<arith::ConstantOp>(op); cst && isa<VectorType>(cst.getType())) {
@@ -354,9 +356,10 @@ class GpuLowering {
     }
     for (Type t : op->getResultTypes())
       if (isa<VectorType>(t))
-        return op->emitOpError("no GPU lowering rule for this op on blocks; known: pallas.load, "
-                               "pallas.store, pallas.iota, vector.broadcast of scalars, splat "
-                               "constants, scf.for and elementwise arith/math ops");
+        return op->emitOpError(
+            "no GPU lowering rule for this op on blocks; known: pallas.load, "
+            "pallas.store, pallas.iota, vector.broadcast of scalars, splat "
+            "constants, scf.for and elementwise arith/math ops");
     if (op->getNumRegions() != 0) return op->emitOpError("no GPU lowering rule for this op");
     b.clone(*op, map_);
     return success();

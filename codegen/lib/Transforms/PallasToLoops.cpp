@@ -43,12 +43,12 @@ void loopNest(OpBuilder& b, Location loc, ArrayRef<int64_t> shape, LoopBodyFn fn
     Value hi = arith::ConstantIndexOp::create(builder, loc, shape[d]);
     Value one = arith::ConstantIndexOp::create(builder, loc, 1);
     scf::ForOp::create(builder, loc, lo, hi, one, ValueRange{},
-                               [&](OpBuilder& nb, Location, Value iv, ValueRange) {
-                                 ivs.push_back(iv);
-                                 build(nb, d + 1);
-                                 ivs.pop_back();
-                                 scf::YieldOp::create(nb, loc);
-                               });
+                       [&](OpBuilder& nb, Location, Value iv, ValueRange) {
+                         ivs.push_back(iv);
+                         build(nb, d + 1);
+                         ivs.pop_back();
+                         scf::YieldOp::create(nb, loc);
+                       });
   };
   build(b, 0);
 }
@@ -64,7 +64,7 @@ class HostLowering {
     SmallVector<Type> args(kernel_.getArgumentTypes());
     for (int i = 0; i < 3; ++i) args.push_back(b.getIndexType());
     auto host = func::FuncOp::create(b, loc, ("pallas_host_" + kernel_.getSymName()).str(),
-                                       b.getFunctionType(args, {}));
+                                     b.getFunctionType(args, {}));
     Block* entry = host.addEntryBlock();
     for (auto [from, to] : llvm::zip(kernel_.getArguments(), entry->getArguments()))
       map_.map(from, to);
@@ -93,8 +93,7 @@ class HostLowering {
  private:
   Value buffer(VectorType type) {
     return memref::AllocaOp::create(allocas_, kernel_.getLoc(),
-                                             MemRefType::get(type.getShape(),
-                                                             type.getElementType()));
+                                    MemRefType::get(type.getShape(), type.getElementType()));
   }
 
   LogicalResult lowerBlock(Block& block, OpBuilder& b) {
@@ -116,8 +115,7 @@ class HostLowering {
     if (auto blk = dyn_cast<BlockOp>(op)) {
       SmallVector<Value> indices;
       for (Value v : blk.getIndices()) indices.push_back(map_.lookup(v));
-      refs_[blk.getResult()] =
-          resolveBlock(b, loc, blk, map_.lookup(blk.getArray()), indices);
+      refs_[blk.getResult()] = resolveBlock(b, loc, blk, map_.lookup(blk.getArray()), indices);
       return success();
     }
     if (auto load = dyn_cast<LoadOp>(op)) return lowerLoad(load, b);
@@ -126,7 +124,8 @@ class HostLowering {
       VectorType type = iota.getResult().getType();
       Value out = buffer(type);
       loopNest(b, loc, type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
-        Value v = arith::IndexCastOp::create(nb, l, type.getElementType(), ivs[iota.getDimension()]);
+        Value v =
+            arith::IndexCastOp::create(nb, l, type.getElementType(), ivs[iota.getDimension()]);
         memref::StoreOp::create(nb, l, v, out, ivs);
       });
       map_.map(iota.getResult(), out);
@@ -170,9 +169,10 @@ class HostLowering {
       return lowerElementwise(op, b);
     for (Type t : op->getResultTypes())
       if (isa<VectorType>(t))
-        return op->emitOpError("no host lowering rule for this op on blocks; known: pallas.load, "
-                               "pallas.store, pallas.iota, vector.broadcast, splat constants, "
-                               "scf.for and elementwise arith/math ops");
+        return op->emitOpError(
+            "no host lowering rule for this op on blocks; known: pallas.load, "
+            "pallas.store, pallas.iota, vector.broadcast, splat constants, "
+            "scf.for and elementwise arith/math ops");
     if (op->getNumRegions() != 0)
       return op->emitOpError("no host lowering rule for this op with regions");
     b.clone(*op, map_);
@@ -186,9 +186,8 @@ class HostLowering {
       OperationState state(l, op->getName());
       for (Value v : op->getOperands()) {
         Value m = map_.lookup(v);
-        state.addOperands(isa<VectorType>(v.getType())
-                              ? memref::LoadOp::create(nb, l, m, ivs).getResult()
-                              : m);
+        state.addOperands(
+            isa<VectorType>(v.getType()) ? memref::LoadOp::create(nb, l, m, ivs).getResult() : m);
       }
       state.addTypes(type.getElementType());
       state.addAttributes(op->getAttrs());
@@ -208,15 +207,15 @@ class HostLowering {
           arrayCoords(nb, l, ref, load.getOffsets(), load.getSizes(), type.getShape(), ivs);
       Value inside = inBounds(nb, l, ref, coords);
       Type et = type.getElementType();
-      auto branch = scf::IfOp::create(nb, 
-          l, inside,
+      auto branch = scf::IfOp::create(
+          nb, l, inside,
           [&](OpBuilder& tb, Location tl) {
-            scf::YieldOp::create(tb, tl, memref::LoadOp::create(tb, tl, ref.array, coords)
-                                            .getResult());
+            scf::YieldOp::create(tb, tl,
+                                 memref::LoadOp::create(tb, tl, ref.array, coords).getResult());
           },
           [&](OpBuilder& eb, Location el) {  // masked: outside the array reads 0
-            scf::YieldOp::create(eb, el, arith::ConstantOp::create(eb, el, eb.getZeroAttr(et))
-                                            .getResult());
+            scf::YieldOp::create(eb, el,
+                                 arith::ConstantOp::create(eb, el, eb.getZeroAttr(et)).getResult());
           });
       memref::StoreOp::create(nb, l, branch.getResult(0), out, ivs);
     });
@@ -229,8 +228,8 @@ class HostLowering {
     VectorType type = store.getValue().getType();
     Value value = map_.lookup(store.getValue());
     loopNest(b, store.getLoc(), type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
-      SmallVector<Value> coords = arrayCoords(nb, l, ref, store.getOffsets(), type.getShape(),
-                                              type.getShape(), ivs);
+      SmallVector<Value> coords =
+          arrayCoords(nb, l, ref, store.getOffsets(), type.getShape(), type.getShape(), ivs);
       Value inside = inBounds(nb, l, ref, coords);
       scf::IfOp::create(nb, l, inside, [&](OpBuilder& tb, Location tl) {
         Value v = memref::LoadOp::create(tb, tl, value, ivs);
@@ -254,10 +253,9 @@ class HostLowering {
         scalarInits.push_back(map_.lookup(init));
       }
     }
-    auto newLoop =
-        scf::ForOp::create(b, loc, map_.lookup(loop.getLowerBound()),
-                             map_.lookup(loop.getUpperBound()), map_.lookup(loop.getStep()),
-                             scalarInits);
+    auto newLoop = scf::ForOp::create(b, loc, map_.lookup(loop.getLowerBound()),
+                                      map_.lookup(loop.getUpperBound()),
+                                      map_.lookup(loop.getStep()), scalarInits);
     map_.map(loop.getInductionVar(), newLoop.getInductionVar());
     unsigned s = 0;
     for (auto [i, arg] : llvm::enumerate(loop.getRegionIterArgs()))

@@ -35,9 +35,8 @@ struct BroadcastOfIota : OpRewritePattern<vector::BroadcastOp> {
     int64_t lead = result.getRank() - iota.getResult().getType().getRank();
     int64_t dim = iota.getDimension() + lead;
     if (iota.getResult().getType().getShape()[iota.getDimension()] != result.getShape()[dim]) {
-      rewriter.replaceOpWithNewOp<arith::ConstantOp>(op, result,
-                                                     DenseElementsAttr::get(result, APInt(
-                                                         result.getElementTypeBitWidth(), 0)));
+      rewriter.replaceOpWithNewOp<arith::ConstantOp>(
+          op, result, DenseElementsAttr::get(result, APInt(result.getElementTypeBitWidth(), 0)));
       return success();
     }
     rewriter.replaceOpWithNewOp<IotaOp>(op, result, dim);
@@ -60,8 +59,8 @@ struct BroadcastOfElementwise : OpRewritePattern<vector::BroadcastOp> {
     for (Value v : def->getOperands()) {
       auto t = dyn_cast<VectorType>(v.getType());
       if (!t) return failure();
-      operands.push_back(vector::BroadcastOp::create(rewriter, 
-          op.getLoc(), VectorType::get(shape, t.getElementType()), v));
+      operands.push_back(vector::BroadcastOp::create(
+          rewriter, op.getLoc(), VectorType::get(shape, t.getElementType()), v));
     }
     OperationState state(op.getLoc(), def->getName());
     state.addOperands(operands);

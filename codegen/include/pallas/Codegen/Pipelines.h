@@ -2,9 +2,9 @@
 #ifndef PALLAS_CODEGEN_PIPELINES_H
 #define PALLAS_CODEGEN_PIPELINES_H
 
-#include "mlir/IR/BuiltinOps.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
+#include "mlir/IR/BuiltinOps.h"
 
 #include <memory>
 #include <string>

@@ -110,7 +110,7 @@ inline constexpr Squeezed squeezed{};
 
 class BlockDim {
  public:
-  BlockDim(Blocked b) : size_(b.size) {}  // NOLINT
+  BlockDim(Blocked b) : size_(b.size) {}             // NOLINT
   BlockDim(Squeezed) : size_(1), squeezed_(true) {}  // NOLINT
   int64_t size() const { return size_; }
   bool is_squeezed() const { return squeezed_; }
@@ -178,16 +178,14 @@ Value operator!=(const Value& a, const Value& b);
 Value constant(double value, DType dtype);
 
 // Literals take the dtype of the other operand: `x * 0.5` with x bf16 is bf16.
-#define PALLAS_EDSL_LITERAL_OPERATOR(op)                         \
-  template <class N>                                             \
-    requires std::is_arithmetic_v<N>                             \
-  Value operator op(const Value& a, N b) {                       \
-    return a op constant(static_cast<double>(b), a.dtype());     \
-  }                                                              \
-  template <class N>                                             \
-    requires std::is_arithmetic_v<N>                             \
-  Value operator op(N a, const Value& b) {                       \
-    return constant(static_cast<double>(a), b.dtype()) op b;     \
+#define PALLAS_EDSL_LITERAL_OPERATOR(op)                                    \
+  template <class N>                                                        \
+  requires std::is_arithmetic_v<N> Value operator op(const Value& a, N b) { \
+    return a op constant(static_cast<double>(b), a.dtype());                \
+  }                                                                         \
+  template <class N>                                                        \
+  requires std::is_arithmetic_v<N> Value operator op(N a, const Value& b) { \
+    return constant(static_cast<double>(a), b.dtype()) op b;                \
   }
 PALLAS_EDSL_LITERAL_OPERATOR(+)
 PALLAS_EDSL_LITERAL_OPERATOR(-)
@@ -213,13 +211,11 @@ Value abs(const Value& x);
 Value maximum(const Value& a, const Value& b);  // NaN-propagating for floats
 Value minimum(const Value& a, const Value& b);
 template <class N>
-  requires std::is_arithmetic_v<N>
-Value maximum(const Value& a, N b) {
+requires std::is_arithmetic_v<N> Value maximum(const Value& a, N b) {
   return maximum(a, constant(static_cast<double>(b), a.dtype()));
 }
 template <class N>
-  requires std::is_arithmetic_v<N>
-Value minimum(const Value& a, N b) {
+requires std::is_arithmetic_v<N> Value minimum(const Value& a, N b) {
   return minimum(a, constant(static_cast<double>(b), a.dtype()));
 }
 /// Elementwise `cond ? a : b`; cond is i1.
@@ -272,9 +268,9 @@ class Ref {
 /// Block indices returned by an index map: `at(p[0], 0)`.
 class Idx {
  public:
-  Idx(const Value& v) : value_(v) {}  // NOLINT
+  Idx(const Value& v) : value_(v) {}                    // NOLINT
   Idx(int64_t c) : constant_(c), is_constant_(true) {}  // NOLINT
-  Idx(int c) : Idx(static_cast<int64_t>(c)) {}  // NOLINT
+  Idx(int c) : Idx(static_cast<int64_t>(c)) {}          // NOLINT
   Value value() const;
 
  private:
@@ -365,8 +361,7 @@ class KernelSpec {
   template <class C, class R, class... A>
   struct arity<R (C::*)(A...)> : std::integral_constant<size_t, sizeof...(A)> {};
 
-  Operand add_operand(const std::string& name, Role role, DType dtype,
-                      std::vector<DimExpr> shape);
+  Operand add_operand(const std::string& name, Role role, DType dtype, std::vector<DimExpr> shape);
   const OperandDecl& decl(Operand op, const char* what) const;
 
   std::string op_;
@@ -414,11 +409,10 @@ struct Registrar {
 }  // namespace pallas::edsl
 
 /// Declares and registers a kernel spec; the body sees `spec`.
-#define PALLAS_KERNEL(op_name)                                                              \
-  static void pallas_spec_##op_name(::pallas::edsl::KernelSpec& spec);                      \
-  static const ::pallas::edsl::Registrar pallas_registrar_##op_name(#op_name,               \
-                                                                    &pallas_spec_##op_name, \
-                                                                    __FILE__);              \
+#define PALLAS_KERNEL(op_name)                                         \
+  static void pallas_spec_##op_name(::pallas::edsl::KernelSpec& spec); \
+  static const ::pallas::edsl::Registrar pallas_registrar_##op_name(   \
+      #op_name, &pallas_spec_##op_name, __FILE__);                     \
   static void pallas_spec_##op_name([[maybe_unused]] ::pallas::edsl::KernelSpec& spec)
 
 #endif  // PALLAS_EDSL_SPEC_H
