@@ -183,3 +183,22 @@ TEST(Validator, ValidSpecTracesOneKernelPerInstance) {
 
 }  // namespace
 }  // namespace pallas::edsl
+
+namespace pallas::edsl {
+namespace {
+
+TEST(Validator, EveryDimIsBoundByAnOperand) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n"), k = spec.dim("k");
+    Operand x = spec.input("x", f32, {n});
+    Operand out = spec.output("out", f32, {n});
+    spec.grid({cdiv(k, 256)});
+    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    spec.body([](Ref x, Ref out) { out.store(x.load()); });
+  };
+  EXPECT_EQ(trace_error("unbound", fn),
+            "spec 'unbound': dim 'k' is not the dim of any operand, so no run-time value binds it");
+}
+
+}  // namespace
+}  // namespace pallas::edsl

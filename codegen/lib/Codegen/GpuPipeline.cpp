@@ -1,6 +1,8 @@
 //===- GpuPipeline.cpp - kernel IR -> gpu/nvvm -> PTX -> ptxas -> cubin ---===//
 
 #include "pallas/Codegen/Pipelines.h"
+
+#include "pallas/Codegen/DiagnosticCollector.h"
 #include "pallas/Transforms/Passes.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -84,11 +86,7 @@ bool runPtxas(const GpuOptions& options, GpuBinary& bin, std::string& error) {
 bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
                    std::vector<GpuBinary>& binaries, std::string& error) {
   mlir::MLIRContext* ctx = module.getContext();
-  std::string diagnostics;
-  mlir::ScopedDiagnosticHandler handler(ctx, [&](mlir::Diagnostic& d) {
-    llvm::raw_string_ostream(diagnostics) << d.getLocation() << ": " << d << "\n";
-    return mlir::success();
-  });
+  DiagnosticCollector diagnostics(ctx);
 
   // 1. Blocks -> threads, then everything in the gpu.module to NVVM.
   mlir::PassManager lower(ctx);
@@ -98,7 +96,7 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
       "llvm,"
       "convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse,reconcile-unrealized-casts)";
   if (mlir::failed(mlir::parsePassPipeline(pipeline, lower)) || mlir::failed(lower.run(module))) {
-    error = "GPU lowering failed:\n" + diagnostics;
+    error = "GPU lowering failed:\n" + diagnostics.text();
     return false;
   }
 
@@ -113,7 +111,7 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
   if (mlir::failed(mlir::parsePassPipeline(
           "gpu-module-to-binary{format=isa toolkit=" + options.cuda_root + "}", serialize)) ||
       mlir::failed(serialize.run(module))) {
-    error = "PTX generation failed:\n" + diagnostics;
+    error = "PTX generation failed:\n" + diagnostics.text();
     return false;
   }
   mlir::gpu::BinaryOp binary;

@@ -1,6 +1,8 @@
 //===- HostPipeline.cpp - kernel IR -> CPU loops -> LLVM IR -> object -----===//
 
 #include "pallas/Codegen/Pipelines.h"
+
+#include "pallas/Codegen/DiagnosticCollector.h"
 #include "pallas/Transforms/Passes.h"
 
 #include "llvm/IR/IRBuilder.h"
@@ -91,11 +93,7 @@ std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::strin
                                          llvm::StringRef prefix, llvm::LLVMContext& context,
                                          std::string& error) {
   mlir::MLIRContext* ctx = module.getContext();
-  std::string diagnostics;
-  mlir::ScopedDiagnosticHandler handler(ctx, [&](mlir::Diagnostic& d) {
-    llvm::raw_string_ostream(diagnostics) << d.getLocation() << ": " << d << "\n";
-    return mlir::success();
-  });
+  DiagnosticCollector diagnostics(ctx);
   mlir::PassManager pm(ctx);
   // bf16 casts become integer code (no libgcc helper exists for them); math
   // ops become LLVM intrinsics where LLVM has them, libm calls otherwise.
@@ -105,12 +103,12 @@ std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::strin
       "convert-to-llvm,reconcile-unrealized-casts";
   if (mlir::failed(mlir::parsePassPipeline(pipeline + "," + cpuTail, pm)) ||
       mlir::failed(pm.run(module))) {
-    error = "CPU lowering failed:\n" + diagnostics;
+    error = "CPU lowering failed:\n" + diagnostics.text();
     return nullptr;
   }
   std::unique_ptr<llvm::Module> llvmModule = mlir::translateModuleToLLVMIR(module, context);
   if (!llvmModule) {
-    error = "translation to LLVM IR failed:\n" + diagnostics;
+    error = "translation to LLVM IR failed:\n" + diagnostics.text();
     return nullptr;
   }
   addArgvWrappers(*llvmModule, prefix);

@@ -485,6 +485,14 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   mlir::MLIRContext& ctx = *module.getContext();
   const auto& ops = spec.operands();
   if (spec.grid_axes().empty()) spec.fail("no grid declared (spec.grid)");
+  // Every dim must be bound by an operand: the entry point reads it from a shape.
+  std::vector<bool> bound(spec.dim_names().size(), false);
+  for (const auto& d : ops)
+    for (const DimExpr& e : d.shape) bound[e.dim_index()] = true;
+  for (size_t i = 0; i < bound.size(); ++i)
+    if (!bound[i])
+      spec.fail("dim '" + spec.dim_names()[i] +
+                "' is not the dim of any operand, so no run-time value binds it");
   std::vector<std::string> ref_names;
   for (const auto& d : ops) {
     if (d.role == Role::kScalar) continue;
