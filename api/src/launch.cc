@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pallas/detail/kernel_image.h"
+#include "pallas/emulator/simt.h"
 
 static_assert(std::is_same_v<pallas::Stream, cudaStream_t>,
               "pallas::Stream must be the same type as cudaStream_t");
@@ -281,6 +282,66 @@ const Cubin* select_cubin(std::span<const Cubin> cubins, int device_sm) {
   return best;
 }
 
+namespace {
+
+// The buffers of a launch for the emulator's bounds checks: each array operand's
+// memref descriptor (allocated, aligned, offset, sizes[rank], strides[rank]) in
+// `args`, in metadata order, spans the elements from its first to its last one.
+// Worked example: a [3, 4] f32 view with row stride 6 spans (2*6 + 3*1 + 1) * 4 = 64 bytes.
+std::vector<emulator::Buffer> launch_buffers(const KernelImage& image, void** args) {
+  std::vector<emulator::Buffer> buffers;
+  size_t k = 0;
+  for (const OperandMetadata& op : image.metadata->operands) {
+    if (op.role == OperandRole::kScalar) {
+      ++k;
+      continue;
+    }
+    const auto* aligned = *static_cast<char* const*>(args[k + 1]);
+    const int64_t offset = *static_cast<const int64_t*>(args[k + 2]);
+    int64_t last = 0;
+    bool empty = false;
+    for (int d = 0; d < op.rank; ++d) {
+      const int64_t size = *static_cast<const int64_t*>(args[k + 3 + static_cast<size_t>(d)]);
+      const int64_t stride =
+          *static_cast<const int64_t*>(args[k + 3 + static_cast<size_t>(op.rank + d)]);
+      empty |= size == 0;
+      last += (size - 1) * stride;
+    }
+    const auto element = static_cast<int64_t>(size_of(op.dtype));
+    buffers.push_back({op.name, aligned + offset * element,
+                       empty ? 0 : static_cast<uint64_t>((last + 1) * element)});
+    k += 3 + 2 * static_cast<size_t>(op.rank);
+  }
+  return buffers;
+}
+
+Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
+                       const EmulatorOptions& options) {
+  const char* name = image.metadata ? image.metadata->name : image.symbol;
+  if (image.emulator_entry == nullptr || image.metadata == nullptr) {
+    return Status::Error(StatusCode::kUnsupportedBackend,
+                         std::string(name) + ": no emulator form was built for this kernel");
+  }
+  std::vector<emulator::Buffer> buffers = launch_buffers(image, args);
+  emulator::LaunchConfig config;
+  config.kernel = name;
+  config.entry = image.emulator_entry;
+  config.args = args;
+  config.grid = grid;
+  config.block = {image.threads, 1, 1};
+  config.shared_bytes = (image.emulator_shared_bytes ? *image.emulator_shared_bytes : 0) +
+                        image.dynamic_shared_bytes;
+  config.buffers = buffers;
+  config.options.concurrent_ctas = options.concurrent_programs;
+  config.options.schedule_seed = options.schedule_seed;
+  std::string error;
+  if (!emulator::launch(config, error))
+    return Status::Error(StatusCode::kEmulatorCheckFailed, error);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
                      const Launch& launch) {
   const char* name = kernel_name(image);
@@ -306,12 +367,7 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
       image.host_entry(args, grid[0], grid[1], grid[2]);
       return Status::Ok();
     case Backend::kEmulator:
-      if (image.emulator_entry == nullptr) {
-        return Status::Error(StatusCode::kUnsupportedBackend,
-                             std::string(name) + ": no emulator form was built for this kernel");
-      }
-      image.emulator_entry(args, grid[0], grid[1], grid[2]);
-      return Status::Ok();
+      return launch_emulated(image, args, grid, launch.emulator);
     case Backend::kCuda:
       return launch_cuda(image, args, grid, launch.stream);
   }

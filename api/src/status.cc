@@ -24,6 +24,8 @@ const char* to_string(StatusCode code) {
       return "cuda error";
     case StatusCode::kUnsupportedBackend:
       return "unsupported backend";
+    case StatusCode::kEmulatorCheckFailed:
+      return "emulator check failed";
   }
   return "unknown status code";
 }

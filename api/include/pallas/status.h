@@ -20,7 +20,8 @@ enum class StatusCode : int {
   kNoDevice,           // the CUDA backend was asked for, but there is no usable device
   kNoBinaryForArch,    // the device's architecture has no cubin in the library
   kCudaError,          // a CUDA runtime call failed
-  kUnsupportedBackend  // the kernel has no binary for the requested backend
+  kUnsupportedBackend,  // the kernel has no binary for the requested backend
+  kEmulatorCheckFailed  // the emulator found an out-of-bounds access, a race or a deadlock
 };
 
 // "ok", "invalid argument", "shape mismatch", ...

@@ -29,6 +29,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/IR/OperationSupport.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
@@ -60,7 +61,8 @@ int usage() {
   std::cerr << "usage: pallas-codegen --list\n"
                "       pallas-codegen --op NAME --print-kernel-ir\n"
                "       pallas-codegen --op NAME --out-dir DIR [--ptxas PATH] [--cuda-root DIR]\n"
-               "                      [--archs sm_90a,sm_80]\n";
+               "                      [--archs sm_90a,sm_80]\n"
+               "       pallas-codegen --emulate-gpu-module FILE.mlir -o OBJECT\n";
   return 2;
 }
 
@@ -86,10 +88,31 @@ std::string printModule(mlir::ModuleOp module) {
   return text;
 }
 
+/// Compiles a module of hand-written gpu.func kernels to an emulator object:
+/// `pallas_emu_<kernel>(void** args)` and `pallas_emu_<kernel>_shared_bytes`.
+int emulateGpuModule(const std::string& file, const std::string& object) {
+  if (object.empty()) return usage();
+  mlir::DialectRegistry registry;
+  registerPipelineDependencies(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceFile<mlir::ModuleOp>(file, &context);
+  if (!module) return 1;
+  llvm::LLVMContext llvmContext;
+  std::string error, bytes;
+  std::unique_ptr<llvm::Module> lowered = lowerGpuModuleForEmulator(*module, llvmContext, error);
+  if (!lowered || !emitHostObject(*lowered, bytes, error)) {
+    std::cerr << "pallas-codegen: " << file << ": " << error << "\n";
+    return 1;
+  }
+  return writeIfChanged(object, bytes) ? 0 : 1;
+}
+
 }  // namespace
 
 int codegenMain(int argc, char** argv) {
-  std::string op, outDir;
+  std::string op, outDir, gpuModuleFile, objectFile;
   bool list = false, printIR = false;
   GpuOptions gpu;
   for (int i = 1; i < argc; ++i) {
@@ -103,6 +126,10 @@ int codegenMain(int argc, char** argv) {
       op = next();
     else if (a == "--out-dir")
       outDir = next();
+    else if (a == "--emulate-gpu-module")
+      gpuModuleFile = next();
+    else if (a == "-o")
+      objectFile = next();
     else if (a == "--ptxas")
       gpu.ptxas = next();
     else if (a == "--cuda-root")
@@ -117,6 +144,7 @@ int codegenMain(int argc, char** argv) {
       return usage();
     }
   }
+  if (!gpuModuleFile.empty()) return emulateGpuModule(gpuModuleFile, objectFile);
   auto specs = edsl::registered_specs();
   if (list) {
     for (const auto& s : specs) std::cout << s.op << "\n";

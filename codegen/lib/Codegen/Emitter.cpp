@@ -111,9 +111,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   const auto& ops = spec.operands();
 
   os << "// ---- " << name << " ----\n\n";
-  for (const char* form : {"host", "emu"})
-    os << "extern \"C\" void pallas_" << form << "_" << name
-       << "(void** args, int64_t grid0, int64_t grid1, int64_t grid2);\n";
+  os << "extern \"C\" void pallas_host_" << name
+     << "(void** args, int64_t grid0, int64_t grid1, int64_t grid2);\n"
+     << "extern \"C\" void pallas_emu_" << name << "(void** args);\n"
+     << "extern \"C\" const int64_t pallas_emu_" << name << "_shared_bytes;\n";
   os << "\nnamespace {\n\n";
   for (const GpuBinary& bin : inst.gpu) {
     os << "// " << bin.arch << ": " << bin.registers << " registers, " << bin.spill_stores
@@ -153,7 +154,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   os << "};\n\n";
   os << "const pallas::detail::KernelImage " << name << "_image = {&" << name
      << "_metadata_value, \"" << name << "\", " << name << "_cubins, &pallas_host_" << name << ", "
-     << spec.threads() << ", 0, 0, &pallas_emu_" << name << "};\n\n}  // namespace\n\n";
+     << spec.threads() << ", 0, 0, &pallas_emu_" << name << ", &pallas_emu_" << name
+     << "_shared_bytes};\n\n}  // namespace\n\n";
 
   // The typed entry point.
   os << "namespace pallas::kernels {\n\n" << signature(spec, false) << " {\n";

@@ -83,6 +83,16 @@ bool runPtxas(const GpuOptions& options, GpuBinary& bin, std::string& error) {
 
 }  // namespace
 
+std::string gpuModuleToNVVMPipeline() {
+  return "gpu.module(canonicalize,cse,expand-strided-metadata,convert-scf-to-cf,"
+         "convert-vector-to-llvm,convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse,"
+         "reconcile-unrealized-casts)";
+}
+
+std::string gpuToNVVMPipeline() {
+  return "pallas-sink-broadcasts,convert-pallas-to-gpu," + gpuModuleToNVVMPipeline();
+}
+
 bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
                    std::vector<GpuBinary>& binaries, std::string& error) {
   mlir::MLIRContext* ctx = module.getContext();
@@ -90,11 +100,7 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
 
   // 1. Blocks -> threads, then everything in the gpu.module to NVVM.
   mlir::PassManager lower(ctx);
-  std::string pipeline =
-      "pallas-sink-broadcasts,convert-pallas-to-gpu,"
-      "gpu.module(canonicalize,cse,expand-strided-metadata,convert-scf-to-cf,convert-vector-to-"
-      "llvm,"
-      "convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse,reconcile-unrealized-casts)";
+  std::string pipeline = gpuToNVVMPipeline();
   if (mlir::failed(mlir::parsePassPipeline(pipeline, lower)) || mlir::failed(lower.run(module))) {
     error = "GPU lowering failed:\n" + diagnostics.text();
     return false;

@@ -21,10 +21,11 @@ namespace pallas::codegen {
 
 namespace {
 
-/// Adds `void <prefix><k>(void** args, i64 g0, i64 g1, i64 g2)` around each
-/// lowered kernel `<prefix><k>(params..., g0, g1, g2)`: args[i] points at
-/// parameter i, exactly the array the CUDA launch receives.
-void addArgvWrappers(llvm::Module& module, llvm::StringRef prefix) {
+/// Adds `void <wrapperPrefix><k>(void** args[, i64 g0, i64 g1, i64 g2])` around
+/// each lowered function `<prefix><k>(params...[, g0, g1, g2])`: args[i]
+/// points at parameter i, exactly the array the CUDA launch receives.
+void addArgvWrappers(llvm::Module& module, llvm::StringRef prefix, llvm::StringRef wrapperPrefix,
+                     unsigned gridParams) {
   std::vector<llvm::Function*> kernels;
   for (llvm::Function& f : module)
     if (!f.isDeclaration() && f.getName().starts_with(prefix)) kernels.push_back(&f);
@@ -32,20 +33,22 @@ void addArgvWrappers(llvm::Module& module, llvm::StringRef prefix) {
   auto* ptr = llvm::PointerType::getUnqual(ctx);
   auto* i64 = llvm::Type::getInt64Ty(ctx);
   for (llvm::Function* impl : kernels) {
-    std::string name = impl->getName().str();
-    impl->setName(name + "_impl");
+    std::string name = (wrapperPrefix + impl->getName().drop_front(prefix.size())).str();
+    impl->setName(impl->getName() + "_impl");
     impl->setLinkage(llvm::GlobalValue::InternalLinkage);
-    auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, i64, i64, i64}, false);
+    std::vector<llvm::Type*> params = {ptr};
+    params.insert(params.end(), gridParams, i64);
+    auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), params, false);
     auto* wrapper = llvm::Function::Create(type, llvm::GlobalValue::ExternalLinkage, name, module);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", wrapper));
     std::vector<llvm::Value*> args;
-    unsigned numParams = impl->arg_size() - 3;
+    unsigned numParams = impl->arg_size() - gridParams;
     for (unsigned i = 0; i < numParams; ++i) {
       llvm::Value* slot = b.CreateConstGEP1_64(ptr, wrapper->getArg(0), i);
       llvm::Value* param = b.CreateLoad(ptr, slot);
       args.push_back(b.CreateLoad(impl->getArg(i)->getType(), param));
     }
-    for (unsigned g = 1; g <= 3; ++g) args.push_back(wrapper->getArg(g));
+    for (unsigned g = 1; g <= gridParams; ++g) args.push_back(wrapper->getArg(g));
     b.CreateCall(impl, args);
     b.CreateRetVoid();
   }
@@ -90,7 +93,7 @@ llvm::TargetMachine* hostTargetMachine(std::string& error) {
 /// Runs `pipeline` then the common CPU tail, translates to LLVM IR and wraps
 /// every function named `<prefix>...` in its argv form.
 std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::string& pipeline,
-                                         llvm::StringRef prefix, llvm::LLVMContext& context,
+                                         bool emulator, llvm::LLVMContext& context,
                                          std::string& error) {
   mlir::MLIRContext* ctx = module.getContext();
   DiagnosticCollector diagnostics(ctx);
@@ -98,9 +101,11 @@ std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::strin
   // bf16 casts become integer code (no libgcc helper exists for them); math
   // ops become LLVM intrinsics where LLVM has them, libm calls otherwise.
   std::string cpuTail =
-      "canonicalize,cse,func.func(arith-expand{include-bf16=true}),convert-math-to-llvm,"
-      "convert-math-to-libm,convert-scf-to-cf,expand-strided-metadata,convert-vector-to-llvm,"
-      "convert-to-llvm,reconcile-unrealized-casts";
+      emulator ? "convert-nvvm-to-emulator"
+               : "canonicalize,cse,func.func(arith-expand{include-bf16=true}),"
+                 "convert-math-to-llvm,convert-math-to-libm,convert-scf-to-cf,"
+                 "expand-strided-metadata,convert-vector-to-llvm,convert-to-llvm,"
+                 "reconcile-unrealized-casts";
   if (mlir::failed(mlir::parsePassPipeline(pipeline + "," + cpuTail, pm)) ||
       mlir::failed(pm.run(module))) {
     error = "CPU lowering failed:\n" + diagnostics.text();
@@ -111,7 +116,11 @@ std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::strin
     error = "translation to LLVM IR failed:\n" + diagnostics.text();
     return nullptr;
   }
-  addArgvWrappers(*llvmModule, prefix);
+  if (emulator) {
+    addArgvWrappers(*llvmModule, "pallas_emu_thread_", "pallas_emu_", /*gridParams=*/0);
+  } else {
+    addArgvWrappers(*llvmModule, "pallas_host_", "pallas_host_", /*gridParams=*/3);
+  }
   addBFloat16TruncationHelper(*llvmModule);
   return llvmModule;
 }
@@ -120,16 +129,19 @@ std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::strin
 
 std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMContext& context,
                                            std::string& error) {
-  return lowerToCpu(module, "pallas-sink-broadcasts,convert-pallas-to-loops", "pallas_host_",
+  return lowerToCpu(module, "pallas-sink-broadcasts,convert-pallas-to-loops", /*emulator=*/false,
                     context, error);
 }
 
 std::unique_ptr<llvm::Module> lowerForEmulator(mlir::ModuleOp module, llvm::LLVMContext& context,
                                                std::string& error) {
-  return lowerToCpu(module,
-                    "pallas-sink-broadcasts,convert-pallas-to-gpu,gpu.module(canonicalize,cse),"
-                    "convert-gpu-to-thread-loops",
-                    "pallas_emu_", context, error);
+  return lowerToCpu(module, gpuToNVVMPipeline(), /*emulator=*/true, context, error);
+}
+
+std::unique_ptr<llvm::Module> lowerGpuModuleForEmulator(mlir::ModuleOp module,
+                                                        llvm::LLVMContext& context,
+                                                        std::string& error) {
+  return lowerToCpu(module, gpuModuleToNVVMPipeline(), /*emulator=*/true, context, error);
 }
 
 bool emitHostObject(llvm::Module& module, std::string& object, std::string& error) {

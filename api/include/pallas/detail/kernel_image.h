@@ -20,6 +20,9 @@ namespace pallas::detail {
 // `args` are the kernel parameters, laid out exactly as for the CUDA form.
 using HostEntry = void (*)(void** args, int64_t grid0, int64_t grid1, int64_t grid2);
 
+// Runs one GPU thread of a kernel on the host (the emulator backend); args as for launch.
+using ThreadEntry = void (*)(void** args);
+
 struct Cubin {
   int sm;              // 90 for sm_90 / sm_90a, 100 for sm_100a, ...
   bool arch_specific;  // an 'a' target: runs only on exactly this architecture
@@ -37,8 +40,10 @@ struct KernelImage {
   // Placeholder for the semaphore pool of DESIGN.md section 5: launch_kernel refuses kernels
   // that need semaphores until the pool exists.
   int semaphores_per_program = 0;
-  // The GPU thread-level code run on the CPU (Backend::kEmulator); null when not built.
-  HostEntry emulator_entry = nullptr;
+  // Backend::kEmulator: one GPU thread of the kernel's NVVM-level code, compiled for the host
+  // and run by the SIMT runtime (emulator/), and its static shared memory; null when not built.
+  ThreadEntry emulator_entry = nullptr;
+  const int64_t* emulator_shared_bytes = nullptr;
 };
 
 // The cubin to run on a device of compute capability sm / 10 . sm % 10, or null when there is

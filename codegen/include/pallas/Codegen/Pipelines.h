@@ -37,6 +37,12 @@ struct GpuBinary {
   int shared_bytes = 0;
 };
 
+/// The pass pipeline from kernel IR to gpu.modules of NVVM-dialect kernels:
+/// what becomes PTX, and what the emulator runs.
+std::string gpuToNVVMPipeline();
+/// Its second half: gpu.modules of gpu.func kernels to the NVVM dialect.
+std::string gpuModuleToNVVMPipeline();
+
 /// Lowers the kernel IR in `module` (consumed) to PTX and cubins for every
 /// arch. On failure returns false with the reason in `error`.
 bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
@@ -47,11 +53,18 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
 std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMContext& context,
                                            std::string& error);
 
-/// Lowers the kernel IR in `module` (consumed) through the GPU thread layout
-/// and runs the thread-level code on the CPU, program after program, thread
-/// after thread: `void pallas_emu_<kernel>(void** args, int64_t g0, g1, g2)`.
+/// Lowers the kernel IR in `module` (consumed) like the cubin, to the NVVM
+/// dialect, then to host code calling the emulator's SIMT runtime:
+/// `void pallas_emu_<kernel>(void** args)` runs one GPU thread, and
+/// `const int64_t pallas_emu_<kernel>_shared_bytes` is its static shared memory.
 std::unique_ptr<llvm::Module> lowerForEmulator(mlir::ModuleOp module, llvm::LLVMContext& context,
                                                std::string& error);
+
+/// The same for a module of gpu.func kernels written directly in the gpu
+/// dialect (test kernels with barriers, shuffles and shared memory).
+std::unique_ptr<llvm::Module> lowerGpuModuleForEmulator(mlir::ModuleOp module,
+                                                        llvm::LLVMContext& context,
+                                                        std::string& error);
 
 /// Compiles LLVM IR to a relocatable object for the host (generic x86-64).
 bool emitHostObject(llvm::Module& module, std::string& object, std::string& error);

@@ -68,25 +68,32 @@ def ConvertPallasToLoops : Pass<"convert-pallas-to-loops", "ModuleOp"> {
                            "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect"];
 }
 
-def ConvertGPUToThreadLoops : Pass<"convert-gpu-to-thread-loops", "ModuleOp"> {
-  let summary = "Run GPU kernels on the CPU, one thread after another (the emulator backend)";
+def ConvertNVVMToEmulator : Pass<"convert-nvvm-to-emulator", "ModuleOp"> {
+  let summary = "Rewrite GPU kernels at the NVVM level into host code calling the SIMT runtime";
   let description = [{
-    Each `gpu.func` kernel of the module's gpu.modules becomes a host function
-    `pallas_emu_<name>(args..., grid0, grid1, grid2)` that runs the kernel's
-    thread-level code for every program and every thread in sequence:
+    Runs on the output of the GPU pipeline (gpu.modules of llvm.func kernels
+    with NVVM ops, exactly what becomes PTX) and makes it host code for the
+    emulator's SIMT runtime (emulator/include/pallas/emulator/abi.h):
 
-    ```mlir
-    scf.for %bz ... scf.for %by ... scf.for %bx ...   // programs
-      scf.for %tid = 0 to <known_block_size x>      // threads
-        <gpu.func body: gpu.thread_id x -> %tid, gpu.block_id -> %bx.., ...>
-    ```
+    - the gpu.modules' functions move to the top-level module; each kernel
+      `@k` becomes `@pallas_emu_thread_k`, the code of one thread;
+    - `nvvm.read.ptx.sreg.*` -> `pallas_emu_sreg(which)`;
+    - `nvvm.barrier0` / `nvvm.barrier` -> `pallas_emu_barrier(id, count)`;
+    - `nvvm.shfl.sync` / `nvvm.vote.sync` -> `pallas_emu_shfl` / `pallas_emu_vote`;
+    - `nvvm.nanosleep` -> `pallas_emu_yield()` (a spin-wait point), `nvvm.setmaxregister`
+      -> `pallas_emu_setmaxnreg` (checks its rules), fences vanish (the
+      emulator is sequentially consistent);
+    - shared-memory globals (address space 3) -> offsets from
+      `pallas_emu_shared_base()`, laid out per kernel; each kernel's total is
+      exported as `@pallas_emu_<kernel>_shared_bytes`;
+    - every load, store and atomic is preceded by
+      `pallas_emu_access(address, bytes, flags)`;
+    - address spaces are flattened to the host's, address space casts vanish;
+    - libdevice calls (`__nv_*`) stay; the runtime implements them.
 
-    Sequential execution is exact for kernels whose threads do not
-    communicate; kernels with barriers, shuffles or workgroup memory are
-    rejected (they need the fiber-based SIMT runtime).
+    Any other NVVM operation, and inline PTX, is an error naming it.
   }];
-  let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::scf::SCFDialect",
-                           "::mlir::arith::ArithDialect"];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
 }
 
 #endif // PALLAS_TRANSFORMS_PASSES_TD

@@ -1,0 +1,298 @@
+//===- NVVMToEmulator.cpp - GPU kernels at NVVM level as SIMT host code ---===//
+//
+// See ConvertNVVMToEmulator in Passes.td. The rewrite happens on the NVVM
+// dialect, after the whole GPU pipeline and just before translation to LLVM
+// IR, so the emulator runs the code the cubin is made from.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pallas/Transforms/Passes.h"
+
+#include "pallas/emulator/abi.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/IR/AttrTypeSubElements.h"
+#include "mlir/Interfaces/DataLayoutInterfaces.h"
+
+#include <algorithm>
+#include <map>
+
+namespace mlir::pallas {
+#define GEN_PASS_DEF_CONVERTNVVMTOEMULATOR
+#include "pallas/Transforms/Passes.h.inc"
+
+namespace emu = ::pallas::emulator;
+
+namespace {
+
+constexpr unsigned kSharedAddressSpace = 3;
+
+/// PTX special register names (after "nvvm.read.ptx.sreg.") to runtime codes.
+std::optional<int32_t> specialRegister(StringRef name) {
+  return llvm::StringSwitch<std::optional<int32_t>>(name)
+      .Case("tid.x", emu::kTidX).Case("tid.y", emu::kTidY).Case("tid.z", emu::kTidZ)
+      .Case("ntid.x", emu::kNtidX).Case("ntid.y", emu::kNtidY).Case("ntid.z", emu::kNtidZ)
+      .Case("ctaid.x", emu::kCtaidX).Case("ctaid.y", emu::kCtaidY)
+      .Case("ctaid.z", emu::kCtaidZ)
+      .Case("nctaid.x", emu::kNctaidX).Case("nctaid.y", emu::kNctaidY)
+      .Case("nctaid.z", emu::kNctaidZ)
+      .Case("laneid", emu::kLaneId).Case("warpid", emu::kWarpId)
+      .Case("nwarpid", emu::kNwarpId)
+      .Case("cluster.ctarank", emu::kClusterCtaRank)
+      .Case("cluster.nctarank", emu::kClusterNctaRank)
+      .Default(std::nullopt);
+}
+
+class Rewriter {
+ public:
+  explicit Rewriter(ModuleOp module)
+      : module_(module), ctx_(module.getContext()), b_(ctx_), layout_(module) {}
+
+  LogicalResult run() {
+    hoistGpuModules();
+    if (failed(placeSharedGlobals())) return failure();
+    WalkResult result = module_.walk([&](Operation* op) -> WalkResult {
+      return succeeded(rewrite(op)) ? WalkResult::advance() : WalkResult::interrupt();
+    });
+    if (result.wasInterrupted()) return failure();
+    for (Operation* op : toErase_) op->erase();
+    flattenAddressSpaces();
+    return success();
+  }
+
+ private:
+  Type i32() { return b_.getI32Type(); }
+  Type i64() { return b_.getI64Type(); }
+  Type ptr() { return LLVM::LLVMPointerType::get(ctx_); }
+
+  /// The runtime function `name`, declared once in the module.
+  LLVM::LLVMFuncOp runtime(StringRef name, Type result, ArrayRef<Type> params) {
+    if (auto f = module_.lookupSymbol<LLVM::LLVMFuncOp>(name)) return f;
+    OpBuilder mb = OpBuilder::atBlockBegin(module_.getBody());
+    if (!result) result = LLVM::LLVMVoidType::get(ctx_);
+    return LLVM::LLVMFuncOp::create(mb, module_.getLoc(), name,
+                                    LLVM::LLVMFunctionType::get(result, params));
+  }
+
+  Value call(Location loc, StringRef name, Type result, ValueRange args) {
+    SmallVector<Type> params;
+    for (Value a : args) params.push_back(a.getType());
+    LLVM::LLVMFuncOp f = runtime(name, result, params);
+    auto c = LLVM::CallOp::create(b_, loc, f, args);
+    return c.getNumResults() ? c.getResult() : Value();
+  }
+
+  Value constI32(Location loc, int64_t v) {
+    return LLVM::ConstantOp::create(b_, loc, i32(), b_.getI32IntegerAttr(static_cast<int32_t>(v)));
+  }
+
+  /// Moves every gpu.module's contents to the top level; kernels get the
+  /// `pallas_emu_thread_` prefix and lose their GPU attributes.
+  void hoistGpuModules() {
+    SmallVector<gpu::GPUModuleOp> gpuModules(module_.getOps<gpu::GPUModuleOp>());
+    for (gpu::GPUModuleOp gm : gpuModules) {
+      for (Operation& op : llvm::make_early_inc_range(gm.getBody()->getOperations())) {
+        if (auto f = dyn_cast<LLVM::LLVMFuncOp>(op); f && f->hasAttr("nvvm.kernel")) {
+          for (StringRef attr : {"nvvm.kernel", "gpu.kernel", "nvvm.maxntid", "nvvm.reqntid",
+                                 "gpu.known_block_size", "nvvm.minctasm", "nvvm.maxnreg"})
+            f->removeAttr(attr);
+          f.setSymName(("pallas_emu_thread_" + f.getSymName()).str());
+        }
+        op.moveBefore(gm);
+      }
+      gm.erase();
+    }
+    module_->removeAttr(gpu::GPUDialect::getContainerModuleAttrName());
+  }
+
+  /// Lays out, per kernel, the shared-memory globals it uses in one per-CTA
+  /// buffer, in order of first use, each at its alignment (dynamic shared
+  /// memory, of size 0, last), and exports the kernel's total as
+  /// `pallas_emu_<kernel>_shared_bytes`.
+  LogicalResult placeSharedGlobals() {
+    llvm::StringMap<LLVM::GlobalOp> shared;
+    for (auto g : module_.getOps<LLVM::GlobalOp>())
+      if (g.getAddrSpace() == kSharedAddressSpace) {
+        shared[g.getSymName()] = g;
+        toErase_.push_back(g);
+      }
+    for (auto f : module_.getOps<LLVM::LLVMFuncOp>()) {
+      SmallVector<LLVM::GlobalOp> used;
+      f.walk([&](LLVM::AddressOfOp a) {
+        auto it = shared.find(a.getGlobalName());
+        if (it != shared.end() && !llvm::is_contained(used, it->second)) used.push_back(it->second);
+      });
+      StringRef name = f.getSymName();
+      bool kernel = name.consume_front("pallas_emu_thread_");
+      if (!used.empty() && !kernel)
+        return f.emitOpError("uses shared memory outside a kernel; the emulator lays shared "
+                             "memory out per kernel");
+      std::stable_partition(used.begin(), used.end(), [&](LLVM::GlobalOp g) {
+        return layout_.getTypeSize(g.getGlobalType()) > 0;
+      });
+      int64_t offset = 0;
+      for (LLVM::GlobalOp g : used) {
+        int64_t align = std::max<int64_t>(g.getAlignment().value_or(16), 16);
+        offset = (offset + align - 1) / align * align;
+        sharedOffsets_[{f, g.getSymName()}] = offset;
+        offset += static_cast<int64_t>(layout_.getTypeSize(g.getGlobalType()));
+      }
+      if (!kernel) continue;
+      OpBuilder mb = OpBuilder::atBlockEnd(module_.getBody());
+      LLVM::GlobalOp::create(mb, module_.getLoc(), i64(), /*isConstant=*/true,
+                             LLVM::Linkage::External,
+                             ("pallas_emu_" + name + "_shared_bytes").str(),
+                             b_.getI64IntegerAttr(offset));
+    }
+    return success();
+  }
+
+  LogicalResult rewrite(Operation* op) {
+    Location loc = op->getLoc();
+    b_.setInsertionPoint(op);
+    StringRef name = op->getName().getStringRef();
+    if (auto addr = dyn_cast<LLVM::AddressOfOp>(op)) {
+      auto it = sharedOffsets_.find(
+          {addr->getParentOfType<LLVM::LLVMFuncOp>(), addr.getGlobalName()});
+      if (it == sharedOffsets_.end()) return success();
+      Value base = call(loc, "pallas_emu_shared_base", ptr(), {});
+      Value at = LLVM::GEPOp::create(b_, loc, ptr(), b_.getI8Type(), base,
+                                     ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(it->second)});
+      replace(op, at);
+      return success();
+    }
+    if (auto cast = dyn_cast<LLVM::AddrSpaceCastOp>(op)) {
+      replace(op, cast.getArg());
+      return success();
+    }
+    if (name.consume_front("nvvm.read.ptx.sreg.")) {
+      std::optional<int32_t> which = specialRegister(name);
+      if (!which) return op->emitOpError("no emulator rule for this special register");
+      Value v = call(loc, "pallas_emu_sreg", i32(), {constI32(loc, *which)});
+      Type t = op->getResult(0).getType();
+      if (t != i32()) v = LLVM::ZExtOp::create(b_, loc, t, v);
+      replace(op, v);
+      return success();
+    }
+    if (isa<NVVM::Barrier0Op>(op)) {
+      call(loc, "pallas_emu_barrier", Type(), {constI32(loc, 0), constI32(loc, 0)});
+      replace(op, {});
+      return success();
+    }
+    if (auto bar = dyn_cast<NVVM::BarrierOp>(op)) {
+      if (bar.getReductionOp())
+        return op->emitOpError("no emulator rule for barrier reductions yet");
+      Value id = bar.getBarrierId() ? bar.getBarrierId() : constI32(loc, 0);
+      Value count = bar.getNumberOfThreads() ? bar.getNumberOfThreads() : constI32(loc, 0);
+      call(loc, "pallas_emu_barrier", Type(), {id, count});
+      replace(op, {});
+      return success();
+    }
+    if (auto shfl = dyn_cast<NVVM::ShflOp>(op)) return rewriteShuffle(shfl);
+    if (auto vote = dyn_cast<NVVM::VoteSyncOp>(op)) {
+      Value pred = LLVM::ZExtOp::create(b_, loc, i32(), vote.getPred());
+      Value r = call(loc, "pallas_emu_vote", i32(),
+                     {constI32(loc, static_cast<int32_t>(vote.getKind())), vote.getMask(), pred});
+      if (vote.getType() != i32()) r = LLVM::TruncOp::create(b_, loc, vote.getType(), r);
+      replace(op, r);
+      return success();
+    }
+    if (isa<NVVM::NanosleepOp>(op)) {  // a spin-wait point: let the other threads run
+      call(loc, "pallas_emu_yield", Type(), {});
+      replace(op, {});
+      return success();
+    }
+    if (auto regs = dyn_cast<NVVM::SetMaxRegisterOp>(op)) {
+      call(loc, "pallas_emu_setmaxnreg", Type(), {constI32(loc, regs.getRegCount())});
+      replace(op, {});
+      return success();
+    }
+    // Fences order memory for other threads; the emulator is sequentially consistent.
+    if (isa<NVVM::MembarOp, NVVM::FenceScClusterOp, NVVM::FenceProxyOp>(op) ||
+        op->getName().getStringRef().starts_with("nvvm.fence.")) {
+      replace(op, {});
+      return success();
+    }
+    if (auto load = dyn_cast<LLVM::LoadOp>(op))
+      return check(loc, load.getAddr(), load.getType(), emu::kAccessLoad);
+    if (auto store = dyn_cast<LLVM::StoreOp>(op))
+      return check(loc, store.getAddr(), store.getValue().getType(), emu::kAccessStore);
+    if (auto rmw = dyn_cast<LLVM::AtomicRMWOp>(op))
+      return check(loc, rmw.getPtr(), rmw.getVal().getType(),
+                   emu::kAccessStore | emu::kAccessAtomic);
+    if (auto cas = dyn_cast<LLVM::AtomicCmpXchgOp>(op))
+      return check(loc, cas.getPtr(), cas.getVal().getType(),
+                   emu::kAccessStore | emu::kAccessAtomic);
+    if (isa<LLVM::InlineAsmOp>(op))
+      return op->emitOpError("inline PTX has no emulator rule");
+    if (isa<NVVM::NVVMDialect>(op->getDialect()))
+      return op->emitOpError("no emulator rule for this NVVM operation");
+    return success();
+  }
+
+  /// shfl.sync -> pallas_emu_shfl(mode, mask, bits, b, c): value in the low
+  /// 32 bits, predicate in bit 32.
+  LogicalResult rewriteShuffle(NVVM::ShflOp shfl) {
+    Location loc = shfl.getLoc();
+    Value bits = shfl.getVal();
+    bool isFloat = isa<FloatType>(bits.getType());
+    if (isFloat) bits = LLVM::BitcastOp::create(b_, loc, i32(), bits);
+    Value r = call(loc, "pallas_emu_shfl", i64(),
+                   {constI32(loc, static_cast<int32_t>(shfl.getKind())), shfl.getThreadMask(),
+                    bits, shfl.getOffset(), shfl.getMaskAndClamp()});
+    Value value = LLVM::TruncOp::create(b_, loc, i32(), r);
+    if (isFloat) value = LLVM::BitcastOp::create(b_, loc, b_.getF32Type(), value);
+    if (!shfl.getReturnValueAndIsValid()) {
+      replace(shfl, value);
+      return success();
+    }
+    Value shift = LLVM::ConstantOp::create(b_, loc, i64(), b_.getI64IntegerAttr(32));
+    Value valid = LLVM::TruncOp::create(b_, loc, b_.getI1Type(),
+                                        LLVM::LShrOp::create(b_, loc, r, shift));
+    Type structType = shfl.getType();
+    Value s = LLVM::PoisonOp::create(b_, loc, structType);
+    s = LLVM::InsertValueOp::create(b_, loc, s, value, ArrayRef<int64_t>{0});
+    s = LLVM::InsertValueOp::create(b_, loc, s, valid, ArrayRef<int64_t>{1});
+    replace(shfl, s);
+    return success();
+  }
+
+  LogicalResult check(Location loc, Value address, Type type, int32_t flags) {
+    auto bytes = static_cast<int64_t>(layout_.getTypeSize(type));
+    Value size = LLVM::ConstantOp::create(b_, loc, i64(), b_.getI64IntegerAttr(bytes));
+    call(loc, "pallas_emu_access", Type(), {address, size, constI32(loc, flags)});
+    return success();
+  }
+
+  void replace(Operation* op, Value v) {
+    if (v) op->getResult(0).replaceAllUsesWith(v);
+    toErase_.push_back(op);
+  }
+
+  /// Every pointer in every type becomes a host pointer (address space 0).
+  void flattenAddressSpaces() {
+    AttrTypeReplacer replacer;
+    replacer.addReplacement([&](LLVM::LLVMPointerType t) -> std::optional<Type> {
+      if (t.getAddressSpace() == 0) return std::nullopt;
+      return LLVM::LLVMPointerType::get(ctx_);
+    });
+    replacer.recursivelyReplaceElementsIn(module_, /*replaceAttrs=*/true, /*replaceLocs=*/false,
+                                          /*replaceTypes=*/true);
+  }
+
+  ModuleOp module_;
+  MLIRContext* ctx_;
+  OpBuilder b_;
+  DataLayout layout_;
+  std::map<std::pair<Operation*, StringRef>, int64_t> sharedOffsets_;
+  SmallVector<Operation*> toErase_;
+};
+
+struct ConvertNVVMToEmulatorPass : impl::ConvertNVVMToEmulatorBase<ConvertNVVMToEmulatorPass> {
+  void runOnOperation() override {
+    if (failed(Rewriter(getOperation()).run())) signalPassFailure();
+  }
+};
+
+}  // namespace
+}  // namespace mlir::pallas

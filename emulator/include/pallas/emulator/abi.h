@@ -1,0 +1,61 @@
+// The calls the emulator lowering (codegen's convert-nvvm-to-emulator) puts in
+// place of GPU-specific operations, implemented by the SIMT runtime
+// (emulator/src). Shared by both sides; no dependencies, C linkage.
+//
+// Every call runs on the fiber of one emulated GPU thread; the runtime knows
+// which thread, CTA and launch that is.
+#pragma once
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+namespace pallas::emulator {
+#endif
+
+/// Special registers read by `pallas_emu_sreg`, named like PTX's %tid.x etc.
+enum SpecialRegister : int32_t {
+  kTidX = 0, kTidY, kTidZ,          // %tid
+  kNtidX, kNtidY, kNtidZ,           // %ntid
+  kCtaidX, kCtaidY, kCtaidZ,        // %ctaid
+  kNctaidX, kNctaidY, kNctaidZ,     // %nctaid
+  kLaneId, kWarpId, kNwarpId,       // %laneid, %warpid, %nwarpid
+  kClusterCtaRank, kClusterNctaRank,  // clusters of one CTA until clusters are emulated
+};
+
+/// Access flags of `pallas_emu_access`.
+enum AccessFlags : int32_t { kAccessLoad = 0, kAccessStore = 1, kAccessAtomic = 2 };
+
+/// Shuffle modes, numbered as NVVM's ShflKind (bfly, up, down, idx).
+enum ShuffleMode : int32_t { kShflBfly = 0, kShflUp = 1, kShflDown = 2, kShflIdx = 3 };
+
+/// Vote modes, numbered as NVVM's VoteSyncKind (any, all, ballot, uni).
+enum VoteMode : int32_t { kVoteAny = 0, kVoteAll = 1, kVoteBallot = 2, kVoteUni = 3 };
+
+#ifdef __cplusplus
+}  // namespace pallas::emulator
+extern "C" {
+#endif
+
+/// The value of a special register (see SpecialRegister).
+int32_t pallas_emu_sreg(int32_t which);
+/// bar.sync `id`, `count` threads (0: all threads of the CTA).
+void pallas_emu_barrier(int32_t id, int32_t count);
+/// shfl.sync: returns the value in the low 32 bits and the PTX predicate
+/// (source lane in range) in bit 32. `clamp` is PTX's c operand.
+int64_t pallas_emu_shfl(int32_t mode, int32_t member_mask, int32_t value, int32_t lane_or_offset,
+                        int32_t clamp);
+/// vote.sync: ballot returns the mask, any/all/uni return 0 or 1.
+int32_t pallas_emu_vote(int32_t mode, int32_t member_mask, int32_t predicate);
+/// Checked before every load, store and atomic: global accesses must lie in
+/// a buffer of the launch; shared accesses are recorded for race detection.
+void pallas_emu_access(const void* address, int64_t bytes, int32_t flags);
+/// The current CTA's shared memory (static shared variables first, then dynamic).
+void* pallas_emu_shared_base(void);
+/// A spin-wait point (nanosleep, failed try-waits): lets other threads run.
+void pallas_emu_yield(void);
+/// setmaxnreg: checks PTX's rules (a multiple of 8 in [24, 256]).
+void pallas_emu_setmaxnreg(int32_t count);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,55 @@
+// The SIMT runtime of the emulator backend: runs the thread-level GPU code of a
+// kernel (lowered by codegen's convert-nvvm-to-emulator) on the CPU, one fiber
+// per GPU thread, with checks real GPUs do not give you:
+//   - every global load/store inside a buffer of the launch (out-of-bounds),
+//   - shared-memory races (a write and another thread's access to the same
+//     bytes with no barrier in between),
+//   - deadlock (a full scheduling pass without progress), naming who waits on what,
+//   - buffers that must be zero when the kernel ends (semaphores).
+// Each failure is reported with kernel, block, thread and address.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace pallas::emulator {
+
+/// Runs one GPU thread of a kernel: args[i] points at kernel parameter i.
+using ThreadEntry = void (*)(void** args);
+
+/// A global-memory range the kernel may access.
+struct Buffer {
+  const char* name;
+  const void* begin;
+  uint64_t bytes;
+  /// Must hold only zeros when the kernel ends (semaphores, DESIGN.md section 5).
+  bool must_end_zero = false;
+};
+
+struct Options {
+  /// CTAs resident at once; programs that wait on each other need enough of them.
+  int concurrent_ctas = 4;
+  /// 0: threads run round-robin in order; otherwise each scheduling pass runs
+  /// them in an order drawn from this seed (race-free kernels must not care).
+  uint64_t schedule_seed = 0;
+  /// Stack of each thread's fiber.
+  uint64_t stack_bytes = 64 * 1024;
+};
+
+struct LaunchConfig {
+  const char* kernel;
+  ThreadEntry entry;
+  void** args;
+  std::array<int64_t, 3> grid;
+  std::array<int, 3> block;
+  int64_t shared_bytes = 0;  // static + dynamic shared memory per CTA
+  std::span<const Buffer> buffers;
+  Options options;
+};
+
+/// Runs the whole grid; returns false with `error` describing the first failed check.
+bool launch(const LaunchConfig& config, std::string& error);
+
+}  // namespace pallas::emulator

@@ -1,0 +1,126 @@
+// Warp collectives as rendezvous of the lanes in the member mask: each lane
+// deposits its operands and waits; the last lane to arrive computes every
+// lane's result (PTX's rules) and releases the others.
+
+#include "Scheduler.h"
+
+#include "pallas/emulator/abi.h"
+
+#include <cstdio>
+
+using namespace pallas::emulator;
+using namespace pallas::emulator::detail;
+
+namespace {
+
+std::string hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+const char* shuffle_name(int32_t mode) {
+  switch (mode) {
+    case kShflBfly: return "shfl.sync.bfly";
+    case kShflUp: return "shfl.sync.up";
+    case kShflDown: return "shfl.sync.down";
+    case kShflIdx: return "shfl.sync.idx";
+  }
+  return "shfl.sync.?";
+}
+
+/// shfl.sync for all lanes, following the PTX ISA: c = (segmask << 8) | clamp;
+/// a lane whose source is out of its segment reads its own value, predicate false.
+void compute_shuffle(Collective& w) {
+  for (int lane = 0; lane < 32; ++lane) {
+    if (!(w.member_mask >> lane & 1)) continue;
+    const int32_t b = w.operand[lane];
+    const int32_t c = w.clamp[lane];
+    const int32_t clamp = c & 0x1f, segmask = (c >> 8) & 0x1f;
+    const int32_t max_lane = (lane & segmask) | (clamp & ~segmask);
+    const int32_t min_lane = lane & segmask;
+    int32_t j = lane;
+    bool in_range = false;
+    switch (w.mode) {
+      case kShflUp: j = lane - b; in_range = j >= max_lane; break;
+      case kShflDown: j = lane + b; in_range = j <= max_lane; break;
+      case kShflBfly: j = lane ^ b; in_range = j <= max_lane; break;
+      case kShflIdx: j = min_lane | (b & ~segmask); in_range = j <= max_lane; break;
+      default: fail("unknown shuffle mode " + std::to_string(w.mode));
+    }
+    if (!in_range) j = lane;
+    if (j < 0 || j > 31 || !(w.member_mask >> j & 1))
+      fail(std::string(shuffle_name(w.mode)) + ": lane " + std::to_string(lane) +
+           " reads lane " + std::to_string(j) + ", which is not in the member mask " +
+           hex(w.member_mask));
+    w.result[lane] = static_cast<int64_t>(static_cast<uint32_t>(w.value[j])) |
+                     (static_cast<int64_t>(in_range) << 32);
+  }
+}
+
+void compute_vote(Collective& w) {
+  uint32_t ballot = 0;
+  for (int lane = 0; lane < 32; ++lane)
+    if ((w.member_mask >> lane & 1) && w.value[lane] != 0) ballot |= 1u << lane;
+  int64_t r = 0;
+  switch (w.mode) {
+    case kVoteBallot: r = static_cast<int32_t>(ballot); break;
+    case kVoteAny: r = ballot != 0; break;
+    case kVoteAll: r = ballot == w.member_mask; break;
+    case kVoteUni: r = ballot == 0 || ballot == w.member_mask; break;
+    default: fail("unknown vote mode " + std::to_string(w.mode));
+  }
+  for (int lane = 0; lane < 32; ++lane) w.result[lane] = r;
+}
+
+/// Joins the warp's collective and returns this lane's result.
+int64_t rendezvous(Collective::Kind kind, int32_t mode, int32_t mask, int32_t value,
+                   int32_t operand, int32_t clamp) {
+  LaunchState& s = current();
+  Thread& t = *s.thread;
+  const int lane = t.linear % 32;
+  const uint32_t member_mask = static_cast<uint32_t>(mask);
+  const char* what = kind == Collective::kShuffle ? shuffle_name(mode) : "vote.sync";
+  if (!(member_mask >> lane & 1))
+    fail(std::string(what) + " by lane " + std::to_string(lane) +
+         ", which is not in its member mask " + hex(member_mask));
+  Collective& w = s.cta->warps[static_cast<size_t>(t.linear / 32)];
+  if (!w.active) {
+    w.active = true;
+    w.kind = kind;
+    w.mode = mode;
+    w.member_mask = member_mask;
+    w.arrived = 0;
+  } else if (w.kind != kind || w.mode != mode || w.member_mask != member_mask) {
+    fail(std::string(what) + " with member mask " + hex(member_mask) +
+         " while other lanes of the warp wait in a different collective (mask " +
+         hex(w.member_mask) + ")");
+  }
+  w.value[static_cast<size_t>(lane)] = value;
+  w.operand[static_cast<size_t>(lane)] = operand;
+  w.clamp[static_cast<size_t>(lane)] = clamp;
+  w.arrived |= 1u << lane;
+  ++s.state_changes;
+  if (w.arrived == w.member_mask) {
+    if (kind == Collective::kShuffle) compute_shuffle(w);
+    else compute_vote(w);
+    w.active = false;
+    ++w.generation;
+  } else {
+    t.wait_generation = w.generation;
+    suspend(Wait::kCollective);
+  }
+  return w.result[static_cast<size_t>(lane)];
+}
+
+}  // namespace
+
+extern "C" int64_t pallas_emu_shfl(int32_t mode, int32_t member_mask, int32_t value,
+                                   int32_t lane_or_offset, int32_t clamp) {
+  return rendezvous(Collective::kShuffle, mode, member_mask, value, lane_or_offset, clamp);
+}
+
+extern "C" int32_t pallas_emu_vote(int32_t mode, int32_t member_mask, int32_t predicate) {
+  return static_cast<int32_t>(
+      rendezvous(Collective::kVote, mode, member_mask, predicate != 0, 0, 0));
+}

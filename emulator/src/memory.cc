@@ -1,0 +1,108 @@
+// Memory checks: every global access must lie inside one buffer of the launch;
+// shared accesses are tracked per byte (last writer and readers, by barrier
+// epoch) to find races.
+
+#include "Scheduler.h"
+
+#include "pallas/emulator/abi.h"
+
+#include <cstdio>
+
+using namespace pallas::emulator;
+using namespace pallas::emulator::detail;
+
+namespace {
+
+std::string hex(uintptr_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%lx", static_cast<unsigned long>(v));
+  return buf;
+}
+
+std::string thread_name(const Cta& cta, int32_t linear) {
+  const Thread& t = cta.threads[static_cast<size_t>(linear)];
+  return "thread (" + std::to_string(t.x) + ", " + std::to_string(t.y) + ", " +
+         std::to_string(t.z) + ")";
+}
+
+[[noreturn]] void out_of_bounds(uintptr_t a, int64_t bytes, int32_t flags) {
+  const LaunchState& s = current();
+  std::string what = std::string(flags & kAccessAtomic  ? "atomic"
+                                 : flags & kAccessStore ? "store"
+                                                        : "load") +
+                     " of " + std::to_string(bytes) + " bytes at " + hex(a);
+  // Name the nearest buffer and how far off the access is.
+  const Buffer* nearest = nullptr;
+  uint64_t distance = UINT64_MAX;
+  for (const Buffer& b : s.config->buffers) {
+    auto begin = reinterpret_cast<uintptr_t>(b.begin), end = begin + b.bytes;
+    uint64_t d = a < begin ? begin - a : a >= end ? a - end : 0;
+    if (d < distance) distance = d, nearest = &b;
+  }
+  if (!nearest) fail("out-of-bounds " + what + ": the launch has no buffers");
+  auto begin = reinterpret_cast<uintptr_t>(nearest->begin), end = begin + nearest->bytes;
+  std::string range = "buffer '" + std::string(nearest->name) + "' [" + hex(begin) + ", " +
+                      hex(end) + ")";
+  if (a >= end)
+    fail("out-of-bounds " + what + ": " + std::to_string(a - end) + " bytes past the end of " +
+         range);
+  if (a < begin)
+    fail("out-of-bounds " + what + ": " + std::to_string(begin - a) +
+         " bytes before the start of " + range);
+  fail("out-of-bounds " + what + ": it runs " + std::to_string(a + bytes - end) +
+       " bytes past the end of " + range);
+}
+
+void check_race(Cta& cta, const Thread& t, int64_t offset, int64_t bytes, bool store) {
+  const int32_t me = t.linear;
+  for (int64_t i = offset; i < offset + bytes; ++i) {
+    ShadowByte& sh = cta.shadow[static_cast<size_t>(i)];
+    auto race = [&](int32_t other, const char* what) {
+      fail("shared-memory race at shared offset " + std::to_string(i) + ": " +
+           std::string(store ? "a store" : "a load") + " by this thread and " + what + " by " +
+           (other == ShadowByte::kSeveral ? std::string("several other threads")
+                                          : thread_name(cta, other)) +
+           " with no barrier in between");
+    };
+    if (sh.write_epoch == cta.epoch && sh.writer != me) race(sh.writer, "a store");
+    if (store) {
+      if (sh.read_epoch == cta.epoch && sh.reader != me && sh.reader != ShadowByte::kNobody)
+        race(sh.reader, "a load");
+      sh.writer = me;
+      sh.write_epoch = cta.epoch;
+    } else {
+      sh.reader = sh.read_epoch == cta.epoch && sh.reader != me ? ShadowByte::kSeveral : me;
+      sh.read_epoch = cta.epoch;
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" void pallas_emu_access(const void* address, int64_t bytes, int32_t flags) {
+  LaunchState& s = current();
+  Cta& cta = *s.cta;
+  const Thread& t = *s.thread;
+  const auto a = reinterpret_cast<uintptr_t>(address);
+  const auto shared = reinterpret_cast<uintptr_t>(cta.shared.data());
+  if (a >= shared && a < shared + static_cast<uint64_t>(cta.shared_bytes)) {
+    if (a + bytes > shared + static_cast<uint64_t>(cta.shared_bytes))
+      fail("shared-memory access of " + std::to_string(bytes) + " bytes at shared offset " +
+           std::to_string(a - shared) + " runs past the " + std::to_string(cta.shared_bytes) +
+           " bytes of shared memory");
+    if (!(flags & kAccessAtomic))
+      check_race(cta, t, static_cast<int64_t>(a - shared), bytes, flags & kAccessStore);
+    return;
+  }
+  // The thread's own stack (its local variables).
+  if (a >= reinterpret_cast<uintptr_t>(t.stack_low) &&
+      a + bytes <= reinterpret_cast<uintptr_t>(t.stack_high))
+    return;
+  for (const Buffer& b : s.config->buffers) {
+    auto begin = reinterpret_cast<uintptr_t>(b.begin);
+    if (a >= begin && a + bytes <= begin + b.bytes) return;
+  }
+  out_of_bounds(a, bytes, flags);
+}
+
+extern "C" void* pallas_emu_shared_base(void) { return current().cta->shared.data(); }

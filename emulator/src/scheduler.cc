@@ -1,0 +1,298 @@
+// The scheduler: one fiber per GPU thread (Boost.Context fcontext), a batch of
+// `concurrent_ctas` CTAs resident at once, passes over their threads until all
+// exit, and deadlock detection when a pass makes no progress.
+
+#include "Scheduler.h"
+
+#include "pallas/emulator/abi.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <sstream>
+
+namespace pallas::emulator::detail {
+
+using boost::context::detail::jump_fcontext;
+using boost::context::detail::make_fcontext;
+using boost::context::detail::transfer_t;
+
+namespace {
+thread_local LaunchState* running = nullptr;
+
+std::string triple(int64_t x, int64_t y, int64_t z) {
+  return "(" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ")";
+}
+
+/// Entry of every thread fiber: run the kernel for this thread, then exit.
+void fiber_main(transfer_t from) {
+  LaunchState& s = current();
+  s.scheduler = from.fctx;
+  s.config->entry(s.config->args);
+  s.thread->wait = Wait::kDone;
+  ++s.state_changes;
+  jump_fcontext(s.scheduler, nullptr);  // never resumed
+}
+
+/// Compact thread ranges: "threads 0-63, 96"
+std::string thread_ranges(const std::vector<int>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(ids[i]);
+    if (j > i) out += "-" + std::to_string(ids[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+/// Who waits on what, per CTA, for the deadlock report.
+std::string describe_deadlock(const LaunchState& s) {
+  std::ostringstream os;
+  os << "emulator: kernel '" << s.config->kernel
+     << "': deadlock, no thread can make progress (linear thread ids):";
+  for (const auto& cta : s.ctas) {
+    std::map<int, std::vector<int>> at_barrier;
+    std::vector<int> exited, in_collective, spinning;
+    for (const Thread& t : cta->threads) {
+      switch (t.wait) {
+        case Wait::kBarrier: at_barrier[t.barrier_id].push_back(t.linear); break;
+        case Wait::kDone: exited.push_back(t.linear); break;
+        case Wait::kCollective: in_collective.push_back(t.linear); break;
+        case Wait::kSpin: spinning.push_back(t.linear); break;
+        case Wait::kRunnable: break;
+      }
+    }
+    if (exited.size() == cta->threads.size()) continue;
+    os << "\n  block " << triple(cta->x, cta->y, cta->z) << ":";
+    for (const auto& [id, ids] : at_barrier)
+      os << "\n    barrier " << id << ": " << cta->barriers[id].arrived << " of "
+         << cta->barriers[id].expected << " threads arrived (waiting: threads "
+         << thread_ranges(ids) << ")";
+    if (!in_collective.empty())
+      os << "\n    waiting in a warp collective (shfl/vote) for lanes that never arrive: threads "
+         << thread_ranges(in_collective);
+    if (!spinning.empty())
+      os << "\n    spinning (nanosleep, try-wait, semaphore wait): threads "
+         << thread_ranges(spinning);
+    if (!exited.empty()) os << "\n    exited: threads " << thread_ranges(exited);
+  }
+  return os.str();
+}
+
+/// Runs the resident CTAs to completion; false on a failed check or deadlock.
+bool run_batch(LaunchState& s, std::mt19937_64* rng) {
+  std::vector<std::pair<Cta*, Thread*>> order;
+  for (auto& cta : s.ctas)
+    for (Thread& t : cta->threads) order.emplace_back(cta.get(), &t);
+  for (;;) {
+    if (rng) std::shuffle(order.begin(), order.end(), *rng);
+    uint64_t before = s.state_changes;
+    bool ran = false, pending = false;
+    for (auto [cta, t] : order) {
+      if (t->wait == Wait::kDone) continue;
+      pending = true;
+      if (t->wait == Wait::kBarrier &&
+          cta->barriers[t->barrier_id].generation == t->wait_generation)
+        continue;
+      if (t->wait == Wait::kCollective &&
+          cta->warps[t->linear / 32].generation == t->wait_generation)
+        continue;
+      ran |= t->wait != Wait::kSpin;
+      t->wait = Wait::kRunnable;
+      s.cta = cta;
+      s.thread = t;
+      transfer_t back = jump_fcontext(t->context, nullptr);
+      t->context = back.fctx;
+      if (!s.error.empty()) return false;
+    }
+    if (!pending) return true;
+    if (!ran && s.state_changes == before) {
+      s.error = describe_deadlock(s);
+      return false;
+    }
+  }
+}
+
+}  // namespace
+
+LaunchState& current() { return *running; }
+
+std::string where(const Cta& cta, const Thread& t) {
+  return "block " + triple(cta.x, cta.y, cta.z) + ", thread " + triple(t.x, t.y, t.z);
+}
+
+void fail(const std::string& message) {
+  LaunchState& s = current();
+  if (s.error.empty())
+    s.error = "emulator: kernel '" + std::string(s.config->kernel) + "', " +
+              where(*s.cta, *s.thread) + ": " + message;
+  s.thread->wait = Wait::kDone;
+  jump_fcontext(s.scheduler, nullptr);  // never resumed
+  __builtin_unreachable();
+}
+
+void suspend(Wait why) {
+  LaunchState& s = current();
+  s.thread->wait = why;
+  transfer_t back = jump_fcontext(s.scheduler, nullptr);
+  s.scheduler = back.fctx;
+}
+
+}  // namespace pallas::emulator::detail
+
+namespace pallas::emulator {
+
+using namespace detail;
+
+bool launch(const LaunchConfig& config, std::string& error) {
+  const auto& [bx, by, bz] = config.block;
+  int64_t threads = int64_t{bx} * by * bz;
+  if (bx <= 0 || by <= 0 || bz <= 0 || threads > 1024) {
+    error = "emulator: kernel '" + std::string(config.kernel) + "': block of " +
+            std::to_string(threads) + " threads; 1 to 1024 are allowed";
+    return false;
+  }
+  if (config.options.concurrent_ctas <= 0) {
+    error = "emulator: concurrent_ctas must be positive";
+    return false;
+  }
+  const int64_t total = config.grid[0] * config.grid[1] * config.grid[2];
+  if (total <= 0) return true;
+
+  LaunchState s;
+  s.config = &config;
+  LaunchState* saved = running;
+  running = &s;
+  struct Restore {
+    LaunchState* saved;
+    ~Restore() { running = saved; }
+  } restore{saved};
+
+  std::mt19937_64 rng(config.options.schedule_seed);
+  std::mt19937_64* order_rng = config.options.schedule_seed ? &rng : nullptr;
+  const uint64_t stack_bytes = std::max<uint64_t>(config.options.stack_bytes, 16 * 1024);
+  const int64_t resident = std::min<int64_t>(total, config.options.concurrent_ctas);
+  std::vector<std::unique_ptr<std::byte[]>> stacks(static_cast<size_t>(resident * threads));
+  for (auto& stack : stacks) stack = std::make_unique<std::byte[]>(stack_bytes);
+
+  for (int64_t first = 0; first < total; first += resident) {
+    s.ctas.clear();
+    for (int64_t c = first; c < std::min(total, first + resident); ++c) {
+      auto cta = std::make_unique<Cta>();
+      cta->x = c % config.grid[0];
+      cta->y = c / config.grid[0] % config.grid[1];
+      cta->z = c / (config.grid[0] * config.grid[1]);
+      cta->shared_bytes = config.shared_bytes;
+      cta->shared.assign(static_cast<size_t>((config.shared_bytes + 15) / 16), 0);
+      cta->shadow.assign(static_cast<size_t>(config.shared_bytes), ShadowByte{});
+      cta->warps.resize(static_cast<size_t>((threads + 31) / 32));
+      cta->threads.resize(static_cast<size_t>(threads));
+      for (int64_t i = 0; i < threads; ++i) {
+        Thread& t = cta->threads[static_cast<size_t>(i)];
+        t.linear = static_cast<int>(i);
+        t.x = static_cast<int>(i % bx);
+        t.y = static_cast<int>(i / bx % by);
+        t.z = static_cast<int>(i / (int64_t{bx} * by));
+        std::byte* stack = stacks[static_cast<size_t>((c - first) * threads + i)].get();
+        t.stack_low = stack;
+        t.stack_high = stack + stack_bytes;
+        t.context = make_fcontext(t.stack_high, stack_bytes, fiber_main);
+      }
+      s.ctas.push_back(std::move(cta));
+    }
+    if (!run_batch(s, order_rng)) {
+      error = s.error;
+      return false;
+    }
+  }
+  for (const Buffer& b : config.buffers) {
+    if (!b.must_end_zero) continue;
+    const auto* bytes = static_cast<const unsigned char*>(b.begin);
+    for (uint64_t i = 0; i < b.bytes; ++i)
+      if (bytes[i] != 0) {
+        error = "emulator: kernel '" + std::string(config.kernel) + "': buffer '" + b.name +
+                "' must be zero when the kernel ends, but byte " + std::to_string(i) +
+                " is " + std::to_string(bytes[i]) + " (a semaphore not returned to zero)";
+        return false;
+      }
+  }
+  return true;
+}
+
+}  // namespace pallas::emulator
+
+// ---- special registers, barriers, spin points ----
+
+using namespace pallas::emulator;
+using namespace pallas::emulator::detail;
+
+extern "C" int32_t pallas_emu_sreg(int32_t which) {
+  LaunchState& s = current();
+  const Cta& cta = *s.cta;
+  const Thread& t = *s.thread;
+  const auto& block = s.config->block;
+  const auto& grid = s.config->grid;
+  const int threads = block[0] * block[1] * block[2];
+  switch (which) {
+    case kTidX: return t.x;
+    case kTidY: return t.y;
+    case kTidZ: return t.z;
+    case kNtidX: return block[0];
+    case kNtidY: return block[1];
+    case kNtidZ: return block[2];
+    case kCtaidX: return static_cast<int32_t>(cta.x);
+    case kCtaidY: return static_cast<int32_t>(cta.y);
+    case kCtaidZ: return static_cast<int32_t>(cta.z);
+    case kNctaidX: return static_cast<int32_t>(grid[0]);
+    case kNctaidY: return static_cast<int32_t>(grid[1]);
+    case kNctaidZ: return static_cast<int32_t>(grid[2]);
+    case kLaneId: return t.linear % 32;
+    case kWarpId: return t.linear / 32;
+    case kNwarpId: return (threads + 31) / 32;
+    case kClusterCtaRank: return 0;
+    case kClusterNctaRank: return 1;
+  }
+  fail("read of unknown special register " + std::to_string(which));
+}
+
+extern "C" void pallas_emu_barrier(int32_t id, int32_t count) {
+  LaunchState& s = current();
+  Cta& cta = *s.cta;
+  const int threads = static_cast<int>(cta.threads.size());
+  if (id < 0 || id >= static_cast<int32_t>(cta.barriers.size()))
+    fail("bar.sync " + std::to_string(id) + ": barrier ids are 0 to 15");
+  const int expected = count <= 0 ? threads : count;
+  if (expected > threads || (expected % 32 != 0 && expected != threads))
+    fail("bar.sync " + std::to_string(id) + " with a count of " + std::to_string(count) +
+         "; it must be a multiple of 32 and at most the CTA's " + std::to_string(threads) +
+         " threads");
+  Barrier& b = cta.barriers[static_cast<size_t>(id)];
+  if (b.arrived == 0) {
+    b.expected = expected;
+  } else if (b.expected != expected) {
+    fail("bar.sync " + std::to_string(id) + " expects " + std::to_string(expected) +
+         " threads while threads already waiting there expect " + std::to_string(b.expected));
+  }
+  ++s.state_changes;
+  if (++b.arrived == b.expected) {
+    b.arrived = 0;
+    ++b.generation;
+    if (expected == threads) ++cta.epoch;  // all threads synchronized: a new race epoch
+    return;
+  }
+  s.thread->barrier_id = id;
+  s.thread->wait_generation = b.generation;
+  suspend(Wait::kBarrier);
+}
+
+extern "C" void pallas_emu_yield(void) { suspend(Wait::kSpin); }
+
+extern "C" void pallas_emu_setmaxnreg(int32_t count) {
+  if (count < 24 || count > 256 || count % 8 != 0)
+    fail("setmaxnreg " + std::to_string(count) +
+         ": the register count must be a multiple of 8 in [24, 256]");
+}

@@ -1,0 +1,140 @@
+// Small kernels declared to plant one bug each (and their correct twins) for
+// the emulator's checks. Compiled by `pallas-codegen --emulate-gpu-module`;
+// every kernel runs 128 threads (one CTA) unless the test says otherwise.
+module attributes {gpu.container_module} {
+  gpu.module @planted {
+    // out[tid + 1] = 1: thread 127 stores one element past the end.
+    gpu.func @off_by_one(%out: memref<?xf32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c1 = arith.constant 1 : index
+      %i = arith.addi %tid, %c1 : index
+      %one = arith.constant 1.0 : f32
+      memref.store %one, %out[%i] : memref<?xf32>
+      gpu.return
+    }
+
+    // Each thread writes smem[tid] and reads its neighbour's element; without
+    // the barrier the read races with the neighbour's write.
+    gpu.func @missing_barrier(%out: memref<?xf32>) workgroup(%smem: memref<128xf32, #gpu.address_space<workgroup>>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c1 = arith.constant 1 : index
+      %c128 = arith.constant 128 : index
+      %t = arith.index_cast %tid : index to i32
+      %v = arith.sitofp %t : i32 to f32
+      memref.store %v, %smem[%tid] : memref<128xf32, #gpu.address_space<workgroup>>
+      %n = arith.addi %tid, %c1 : index
+      %j = arith.remui %n, %c128 : index
+      %w = memref.load %smem[%j] : memref<128xf32, #gpu.address_space<workgroup>>
+      memref.store %w, %out[%tid] : memref<?xf32>
+      gpu.return
+    }
+
+    gpu.func @with_barrier(%out: memref<?xf32>) workgroup(%smem: memref<128xf32, #gpu.address_space<workgroup>>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c1 = arith.constant 1 : index
+      %c128 = arith.constant 128 : index
+      %t = arith.index_cast %tid : index to i32
+      %v = arith.sitofp %t : i32 to f32
+      memref.store %v, %smem[%tid] : memref<128xf32, #gpu.address_space<workgroup>>
+      gpu.barrier
+      %n = arith.addi %tid, %c1 : index
+      %j = arith.remui %n, %c128 : index
+      %w = memref.load %smem[%j] : memref<128xf32, #gpu.address_space<workgroup>>
+      memref.store %w, %out[%tid] : memref<?xf32>
+      gpu.return
+    }
+
+    // Only the first 64 threads reach the barrier; the others exit.
+    gpu.func @divergent_barrier(%out: memref<?xf32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c64 = arith.constant 64 : index
+      %low = arith.cmpi ult, %tid, %c64 : index
+      scf.if %low {
+        gpu.barrier
+      }
+      %one = arith.constant 1.0 : f32
+      memref.store %one, %out[%tid] : memref<?xf32>
+      gpu.return
+    }
+
+    // Butterfly sum over each warp: every lane ends with its warp's sum.
+    gpu.func @warp_sum(%in: memref<?xf32>, %out: memref<?xf32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %v0 = memref.load %in[%tid] : memref<?xf32>
+      %w = arith.constant 32 : i32
+      %o16 = arith.constant 16 : i32
+      %o8 = arith.constant 8 : i32
+      %o4 = arith.constant 4 : i32
+      %o2 = arith.constant 2 : i32
+      %o1 = arith.constant 1 : i32
+      %s16, %p16 = gpu.shuffle xor %v0, %o16, %w : f32
+      %v1 = arith.addf %v0, %s16 : f32
+      %s8, %p8 = gpu.shuffle xor %v1, %o8, %w : f32
+      %v2 = arith.addf %v1, %s8 : f32
+      %s4, %p4 = gpu.shuffle xor %v2, %o4, %w : f32
+      %v3 = arith.addf %v2, %s4 : f32
+      %s2, %p2 = gpu.shuffle xor %v3, %o2, %w : f32
+      %v4 = arith.addf %v3, %s2 : f32
+      %s1, %p1 = gpu.shuffle xor %v4, %o1, %w : f32
+      %v5 = arith.addf %v4, %s1 : f32
+      memref.store %v5, %out[%tid] : memref<?xf32>
+      gpu.return
+    }
+
+    // up by 1 and down by 3 over the warp, with their in-range predicates,
+    // and (straight NVVM) idx 5 within segments of 8 lanes: c = 0x1807 is
+    // segmask 24 << 8 | clamp 7.
+    gpu.func @shuffle_modes(%in: memref<?xi32>, %up: memref<?xi32>, %down: memref<?xi32>, %idx: memref<?xi32>, %valid: memref<?xi32>) kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+      %tid = gpu.thread_id x
+      %v = memref.load %in[%tid] : memref<?xi32>
+      %c1 = arith.constant 1 : i32
+      %c3 = arith.constant 3 : i32
+      %c5 = arith.constant 5 : i32
+      %c8 = arith.constant 8 : i32
+      %c32 = arith.constant 32 : i32
+      %u, %pu = gpu.shuffle up %v, %c1, %c32 : i32
+      %d, %pd = gpu.shuffle down %v, %c3, %c32 : i32
+      %all = arith.constant -1 : i32
+      %seg = arith.constant 6151 : i32
+      %x = nvvm.shfl.sync idx %all, %v, %c5, %seg : i32 -> i32
+      memref.store %u, %up[%tid] : memref<?xi32>
+      memref.store %d, %down[%tid] : memref<?xi32>
+      memref.store %x, %idx[%tid] : memref<?xi32>
+      %bu = arith.extui %pu : i1 to i32
+      %bd = arith.extui %pd : i1 to i32
+      %two = arith.constant 2 : i32
+      %bd2 = arith.muli %bd, %two : i32
+      %b = arith.addi %bu, %bd2 : i32
+      memref.store %b, %valid[%tid] : memref<?xi32>
+      gpu.return
+    }
+
+    // Thread 0 takes a semaphore and never gives it back.
+    gpu.func @leaves_semaphore(%sem: memref<?xi32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %first = arith.cmpi eq, %tid, %c0 : index
+      scf.if %first {
+        %one = arith.constant 1 : i32
+        %old = memref.atomic_rmw addi %one, %sem[%c0] : (i32, memref<?xi32>) -> i32
+      }
+      gpu.return
+    }
+
+    // Waits for a flag nobody sets, sleeping between polls.
+    gpu.func @waits_forever(%flag: memref<?xi32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %c0 = arith.constant 0 : index
+      %zero = arith.constant 0 : i32
+      %ns = arith.constant 100 : i32
+      scf.while : () -> () {
+        %f = memref.load %flag[%c0] : memref<?xi32>
+        %wait = arith.cmpi eq, %f, %zero : i32
+        scf.condition(%wait)
+      } do {
+        nvvm.nanosleep %ns
+        scf.yield
+      }
+      gpu.return
+    }
+  }
+}
