@@ -329,8 +329,8 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
   config.args = args;
   config.grid = grid;
   config.block = {image.threads, 1, 1};
-  config.shared_bytes = (image.emulator_shared_bytes ? *image.emulator_shared_bytes : 0) +
-                        image.dynamic_shared_bytes;
+  config.shared_bytes =
+      (image.emulator_shared_bytes ? *image.emulator_shared_bytes : 0) + image.dynamic_shared_bytes;
   config.buffers = buffers;
   config.options.concurrent_ctas = options.concurrent_programs;
   config.options.schedule_seed = options.schedule_seed;

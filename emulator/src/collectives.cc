@@ -21,10 +21,14 @@ std::string hex(uint32_t v) {
 
 const char* shuffle_name(int32_t mode) {
   switch (mode) {
-    case kShflBfly: return "shfl.sync.bfly";
-    case kShflUp: return "shfl.sync.up";
-    case kShflDown: return "shfl.sync.down";
-    case kShflIdx: return "shfl.sync.idx";
+    case kShflBfly:
+      return "shfl.sync.bfly";
+    case kShflUp:
+      return "shfl.sync.up";
+    case kShflDown:
+      return "shfl.sync.down";
+    case kShflIdx:
+      return "shfl.sync.idx";
   }
   return "shfl.sync.?";
 }
@@ -42,17 +46,29 @@ void compute_shuffle(Collective& w) {
     int32_t j = lane;
     bool in_range = false;
     switch (w.mode) {
-      case kShflUp: j = lane - b; in_range = j >= max_lane; break;
-      case kShflDown: j = lane + b; in_range = j <= max_lane; break;
-      case kShflBfly: j = lane ^ b; in_range = j <= max_lane; break;
-      case kShflIdx: j = min_lane | (b & ~segmask); in_range = j <= max_lane; break;
-      default: fail("unknown shuffle mode " + std::to_string(w.mode));
+      case kShflUp:
+        j = lane - b;
+        in_range = j >= max_lane;
+        break;
+      case kShflDown:
+        j = lane + b;
+        in_range = j <= max_lane;
+        break;
+      case kShflBfly:
+        j = lane ^ b;
+        in_range = j <= max_lane;
+        break;
+      case kShflIdx:
+        j = min_lane | (b & ~segmask);
+        in_range = j <= max_lane;
+        break;
+      default:
+        fail("unknown shuffle mode " + std::to_string(w.mode));
     }
     if (!in_range) j = lane;
     if (j < 0 || j > 31 || !(w.member_mask >> j & 1))
-      fail(std::string(shuffle_name(w.mode)) + ": lane " + std::to_string(lane) +
-           " reads lane " + std::to_string(j) + ", which is not in the member mask " +
-           hex(w.member_mask));
+      fail(std::string(shuffle_name(w.mode)) + ": lane " + std::to_string(lane) + " reads lane " +
+           std::to_string(j) + ", which is not in the member mask " + hex(w.member_mask));
     w.result[lane] = static_cast<int64_t>(static_cast<uint32_t>(w.value[j])) |
                      (static_cast<int64_t>(in_range) << 32);
   }
@@ -64,11 +80,20 @@ void compute_vote(Collective& w) {
     if ((w.member_mask >> lane & 1) && w.value[lane] != 0) ballot |= 1u << lane;
   int64_t r = 0;
   switch (w.mode) {
-    case kVoteBallot: r = static_cast<int32_t>(ballot); break;
-    case kVoteAny: r = ballot != 0; break;
-    case kVoteAll: r = ballot == w.member_mask; break;
-    case kVoteUni: r = ballot == 0 || ballot == w.member_mask; break;
-    default: fail("unknown vote mode " + std::to_string(w.mode));
+    case kVoteBallot:
+      r = static_cast<int32_t>(ballot);
+      break;
+    case kVoteAny:
+      r = ballot != 0;
+      break;
+    case kVoteAll:
+      r = ballot == w.member_mask;
+      break;
+    case kVoteUni:
+      r = ballot == 0 || ballot == w.member_mask;
+      break;
+    default:
+      fail("unknown vote mode " + std::to_string(w.mode));
   }
   for (int lane = 0; lane < 32; ++lane) w.result[lane] = r;
 }
@@ -102,8 +127,10 @@ int64_t rendezvous(Collective::Kind kind, int32_t mode, int32_t mask, int32_t va
   w.arrived |= 1u << lane;
   ++s.state_changes;
   if (w.arrived == w.member_mask) {
-    if (kind == Collective::kShuffle) compute_shuffle(w);
-    else compute_vote(w);
+    if (kind == Collective::kShuffle)
+      compute_shuffle(w);
+    else
+      compute_vote(w);
     w.active = false;
     ++w.generation;
   } else {

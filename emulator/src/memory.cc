@@ -41,8 +41,8 @@ std::string thread_name(const Cta& cta, int32_t linear) {
   }
   if (!nearest) fail("out-of-bounds " + what + ": the launch has no buffers");
   auto begin = reinterpret_cast<uintptr_t>(nearest->begin), end = begin + nearest->bytes;
-  std::string range = "buffer '" + std::string(nearest->name) + "' [" + hex(begin) + ", " +
-                      hex(end) + ")";
+  std::string range =
+      "buffer '" + std::string(nearest->name) + "' [" + hex(begin) + ", " + hex(end) + ")";
   if (a >= end)
     fail("out-of-bounds " + what + ": " + std::to_string(a - end) + " bytes past the end of " +
          range);

@@ -22,7 +22,9 @@ namespace {
 thread_local LaunchState* running = nullptr;
 
 std::string triple(int64_t x, int64_t y, int64_t z) {
-  return "(" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ")";
+  std::ostringstream os;
+  os << "(" << x << ", " << y << ", " << z << ")";
+  return os.str();
 }
 
 /// Entry of every thread fiber: run the kernel for this thread, then exit.
@@ -37,16 +39,15 @@ void fiber_main(transfer_t from) {
 
 /// Compact thread ranges: "threads 0-63, 96"
 std::string thread_ranges(const std::vector<int>& ids) {
-  std::string out;
+  std::ostringstream os;
   for (size_t i = 0; i < ids.size();) {
     size_t j = i;
     while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
-    if (!out.empty()) out += ", ";
-    out += std::to_string(ids[i]);
-    if (j > i) out += "-" + std::to_string(ids[j]);
+    os << (i ? ", " : "") << ids[i];
+    if (j > i) os << "-" << ids[j];
     i = j + 1;
   }
-  return out;
+  return os.str();
 }
 
 /// Who waits on what, per CTA, for the deadlock report.
@@ -59,11 +60,20 @@ std::string describe_deadlock(const LaunchState& s) {
     std::vector<int> exited, in_collective, spinning;
     for (const Thread& t : cta->threads) {
       switch (t.wait) {
-        case Wait::kBarrier: at_barrier[t.barrier_id].push_back(t.linear); break;
-        case Wait::kDone: exited.push_back(t.linear); break;
-        case Wait::kCollective: in_collective.push_back(t.linear); break;
-        case Wait::kSpin: spinning.push_back(t.linear); break;
-        case Wait::kRunnable: break;
+        case Wait::kBarrier:
+          at_barrier[t.barrier_id].push_back(t.linear);
+          break;
+        case Wait::kDone:
+          exited.push_back(t.linear);
+          break;
+        case Wait::kCollective:
+          in_collective.push_back(t.linear);
+          break;
+        case Wait::kSpin:
+          spinning.push_back(t.linear);
+          break;
+        case Wait::kRunnable:
+          break;
       }
     }
     if (exited.size() == cta->threads.size()) continue;
@@ -215,8 +225,8 @@ bool launch(const LaunchConfig& config, std::string& error) {
     for (uint64_t i = 0; i < b.bytes; ++i)
       if (bytes[i] != 0) {
         error = "emulator: kernel '" + std::string(config.kernel) + "': buffer '" + b.name +
-                "' must be zero when the kernel ends, but byte " + std::to_string(i) +
-                " is " + std::to_string(bytes[i]) + " (a semaphore not returned to zero)";
+                "' must be zero when the kernel ends, but byte " + std::to_string(i) + " is " +
+                std::to_string(bytes[i]) + " (a semaphore not returned to zero)";
         return false;
       }
   }
@@ -238,23 +248,40 @@ extern "C" int32_t pallas_emu_sreg(int32_t which) {
   const auto& grid = s.config->grid;
   const int threads = block[0] * block[1] * block[2];
   switch (which) {
-    case kTidX: return t.x;
-    case kTidY: return t.y;
-    case kTidZ: return t.z;
-    case kNtidX: return block[0];
-    case kNtidY: return block[1];
-    case kNtidZ: return block[2];
-    case kCtaidX: return static_cast<int32_t>(cta.x);
-    case kCtaidY: return static_cast<int32_t>(cta.y);
-    case kCtaidZ: return static_cast<int32_t>(cta.z);
-    case kNctaidX: return static_cast<int32_t>(grid[0]);
-    case kNctaidY: return static_cast<int32_t>(grid[1]);
-    case kNctaidZ: return static_cast<int32_t>(grid[2]);
-    case kLaneId: return t.linear % 32;
-    case kWarpId: return t.linear / 32;
-    case kNwarpId: return (threads + 31) / 32;
-    case kClusterCtaRank: return 0;
-    case kClusterNctaRank: return 1;
+    case kTidX:
+      return t.x;
+    case kTidY:
+      return t.y;
+    case kTidZ:
+      return t.z;
+    case kNtidX:
+      return block[0];
+    case kNtidY:
+      return block[1];
+    case kNtidZ:
+      return block[2];
+    case kCtaidX:
+      return static_cast<int32_t>(cta.x);
+    case kCtaidY:
+      return static_cast<int32_t>(cta.y);
+    case kCtaidZ:
+      return static_cast<int32_t>(cta.z);
+    case kNctaidX:
+      return static_cast<int32_t>(grid[0]);
+    case kNctaidY:
+      return static_cast<int32_t>(grid[1]);
+    case kNctaidZ:
+      return static_cast<int32_t>(grid[2]);
+    case kLaneId:
+      return t.linear % 32;
+    case kWarpId:
+      return t.linear / 32;
+    case kNwarpId:
+      return (threads + 31) / 32;
+    case kClusterCtaRank:
+      return 0;
+    case kClusterNctaRank:
+      return 1;
   }
   fail("read of unknown special register " + std::to_string(which));
 }

@@ -12,7 +12,7 @@
 #include <vector>
 
 extern "C" {
-#define PLANTED(name)                   \
+#define PLANTED(name)                  \
   void pallas_emu_##name(void** args); \
   extern const int64_t pallas_emu_##name##_shared_bytes;
 PLANTED(off_by_one)
@@ -38,12 +38,15 @@ struct Descriptor {
   int64_t offset, size, stride;
   template <class T>
   explicit Descriptor(std::vector<T>& v)
-      : allocated(v.data()), aligned(v.data()), offset(0),
-        size(static_cast<int64_t>(v.size())), stride(1) {}
+      : allocated(v.data()),
+        aligned(v.data()),
+        offset(0),
+        size(static_cast<int64_t>(v.size())),
+        stride(1) {}
   void append(std::vector<void*>& args) {
-    for (void* p : {static_cast<void*>(&allocated), static_cast<void*>(&aligned),
-                    static_cast<void*>(&offset), static_cast<void*>(&size),
-                    static_cast<void*>(&stride)})
+    for (void* p :
+         {static_cast<void*>(&allocated), static_cast<void*>(&aligned), static_cast<void*>(&offset),
+          static_cast<void*>(&size), static_cast<void*>(&stride)})
       args.push_back(p);
   }
 };
@@ -55,7 +58,8 @@ Buffer buffer(const char* name, const std::vector<T>& v, bool must_end_zero = fa
 
 std::string hex(const void* p) {
   char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%lx", static_cast<unsigned long>(reinterpret_cast<uintptr_t>(p)));
+  std::snprintf(buf, sizeof buf, "0x%lx",
+                static_cast<unsigned long>(reinterpret_cast<uintptr_t>(p)));
   return buf;
 }
 
@@ -81,28 +85,30 @@ std::string run(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
 
 TEST(EmulatorChecks, OffByOneStoreIsOutOfBounds) {
   std::vector<float> out(128);
-  std::string error = run("off_by_one", pallas_emu_off_by_one, 0, {Descriptor(out)},
-                          {buffer("out", out)});
-  EXPECT_EQ(error, "emulator: kernel 'off_by_one', block (0, 0, 0), thread (127, 0, 0): "
-                   "out-of-bounds store of 4 bytes at " + hex(out.data() + 128) +
-                       ": 0 bytes past the end of buffer 'out' [" + hex(out.data()) + ", " +
-                       hex(out.data() + 128) + ")");
+  std::string error =
+      run("off_by_one", pallas_emu_off_by_one, 0, {Descriptor(out)}, {buffer("out", out)});
+  EXPECT_EQ(error,
+            "emulator: kernel 'off_by_one', block (0, 0, 0), thread (127, 0, 0): "
+            "out-of-bounds store of 4 bytes at " +
+                hex(out.data() + 128) + ": 0 bytes past the end of buffer 'out' [" +
+                hex(out.data()) + ", " + hex(out.data() + 128) + ")");
 }
 
 TEST(EmulatorChecks, MissingBarrierIsASharedMemoryRace) {
   EXPECT_EQ(pallas_emu_missing_barrier_shared_bytes, 512);
   std::vector<float> out(128);
-  std::string error = run("missing_barrier", pallas_emu_missing_barrier,
-                          pallas_emu_missing_barrier_shared_bytes, {Descriptor(out)},
-                          {buffer("out", out)});
+  std::string error =
+      run("missing_barrier", pallas_emu_missing_barrier, pallas_emu_missing_barrier_shared_bytes,
+          {Descriptor(out)}, {buffer("out", out)});
   // Thread 0 ran first and read smem[1]; thread 1's write to it races.
-  EXPECT_EQ(error, "emulator: kernel 'missing_barrier', block (0, 0, 0), thread (1, 0, 0): "
-                   "shared-memory race at shared offset 4: a store by this thread and a load by "
-                   "thread (0, 0, 0) with no barrier in between");
+  EXPECT_EQ(error,
+            "emulator: kernel 'missing_barrier', block (0, 0, 0), thread (1, 0, 0): "
+            "shared-memory race at shared offset 4: a store by this thread and a load by "
+            "thread (0, 0, 0) with no barrier in between");
   for (uint64_t seed : {1, 2, 3, 4, 5}) {
-    std::string e = run("missing_barrier", pallas_emu_missing_barrier,
-                        pallas_emu_missing_barrier_shared_bytes, {Descriptor(out)},
-                        {buffer("out", out)}, 128, seed);
+    std::string e =
+        run("missing_barrier", pallas_emu_missing_barrier, pallas_emu_missing_barrier_shared_bytes,
+            {Descriptor(out)}, {buffer("out", out)}, 128, seed);
     EXPECT_THAT(e, HasSubstr("shared-memory race at shared offset ")) << "seed " << seed;
   }
 }
@@ -129,8 +135,8 @@ TEST(EmulatorChecks, BarrierInDivergentBranchDeadlocks) {
 
 TEST(EmulatorChecks, SpinningOnAFlagNobodySetsDeadlocks) {
   std::vector<int32_t> flag(1, 0);
-  std::string error = run("waits_forever", pallas_emu_waits_forever, 0, {Descriptor(flag)},
-                          {buffer("flag", flag)});
+  std::string error =
+      run("waits_forever", pallas_emu_waits_forever, 0, {Descriptor(flag)}, {buffer("flag", flag)});
   EXPECT_EQ(error,
             "emulator: kernel 'waits_forever': deadlock, no thread can make progress (linear "
             "thread ids):\n  block (0, 0, 0):\n    spinning (nanosleep, try-wait, semaphore "
@@ -167,18 +173,18 @@ TEST(EmulatorCollectives, ButterflyWarpSumIsTheSameUnderEverySchedule) {
 TEST(EmulatorCollectives, ShuffleModesFollowPtx) {
   std::vector<int32_t> in(32), up(32), down(32), idx(32), valid(32);
   for (int i = 0; i < 32; ++i) in[i] = 100 + i;
-  ASSERT_EQ(run("shuffle_modes", pallas_emu_shuffle_modes, 0,
-                {Descriptor(in), Descriptor(up), Descriptor(down), Descriptor(idx),
-                 Descriptor(valid)},
-                {buffer("in", in), buffer("up", up), buffer("down", down), buffer("idx", idx),
-                 buffer("valid", valid)},
-                32),
-            "");
+  ASSERT_EQ(
+      run("shuffle_modes", pallas_emu_shuffle_modes, 0,
+          {Descriptor(in), Descriptor(up), Descriptor(down), Descriptor(idx), Descriptor(valid)},
+          {buffer("in", in), buffer("up", up), buffer("down", down), buffer("idx", idx),
+           buffer("valid", valid)},
+          32),
+      "");
   for (int i = 0; i < 32; ++i) {
     SCOPED_TRACE("lane " + std::to_string(i));
-    EXPECT_EQ(up[i], i >= 1 ? in[i - 1] : in[i]);        // out of range: own value
+    EXPECT_EQ(up[i], i >= 1 ? in[i - 1] : in[i]);  // out of range: own value
     EXPECT_EQ(down[i], i + 3 <= 31 ? in[i + 3] : in[i]);
-    EXPECT_EQ(idx[i], in[(i & ~7) | 5]);                  // lane 5 of each 8-lane segment
+    EXPECT_EQ(idx[i], in[(i & ~7) | 5]);  // lane 5 of each 8-lane segment
     EXPECT_EQ(valid[i], (i >= 1 ? 1 : 0) + (i + 3 <= 31 ? 2 : 0));
   }
 }

@@ -100,12 +100,11 @@ std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::strin
   mlir::PassManager pm(ctx);
   // bf16 casts become integer code (no libgcc helper exists for them); math
   // ops become LLVM intrinsics where LLVM has them, libm calls otherwise.
-  std::string cpuTail =
-      emulator ? "convert-nvvm-to-emulator"
-               : "canonicalize,cse,func.func(arith-expand{include-bf16=true}),"
-                 "convert-math-to-llvm,convert-math-to-libm,convert-scf-to-cf,"
-                 "expand-strided-metadata,convert-vector-to-llvm,convert-to-llvm,"
-                 "reconcile-unrealized-casts";
+  std::string cpuTail = emulator ? "convert-nvvm-to-emulator"
+                                 : "canonicalize,cse,func.func(arith-expand{include-bf16=true}),"
+                                   "convert-math-to-llvm,convert-math-to-libm,convert-scf-to-cf,"
+                                   "expand-strided-metadata,convert-vector-to-llvm,convert-to-llvm,"
+                                   "reconcile-unrealized-casts";
   if (mlir::failed(mlir::parsePassPipeline(pipeline + "," + cpuTail, pm)) ||
       mlir::failed(pm.run(module))) {
     error = "CPU lowering failed:\n" + diagnostics.text();

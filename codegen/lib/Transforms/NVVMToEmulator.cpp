@@ -30,13 +30,20 @@ constexpr unsigned kSharedAddressSpace = 3;
 /// PTX special register names (after "nvvm.read.ptx.sreg.") to runtime codes.
 std::optional<int32_t> specialRegister(StringRef name) {
   return llvm::StringSwitch<std::optional<int32_t>>(name)
-      .Case("tid.x", emu::kTidX).Case("tid.y", emu::kTidY).Case("tid.z", emu::kTidZ)
-      .Case("ntid.x", emu::kNtidX).Case("ntid.y", emu::kNtidY).Case("ntid.z", emu::kNtidZ)
-      .Case("ctaid.x", emu::kCtaidX).Case("ctaid.y", emu::kCtaidY)
+      .Case("tid.x", emu::kTidX)
+      .Case("tid.y", emu::kTidY)
+      .Case("tid.z", emu::kTidZ)
+      .Case("ntid.x", emu::kNtidX)
+      .Case("ntid.y", emu::kNtidY)
+      .Case("ntid.z", emu::kNtidZ)
+      .Case("ctaid.x", emu::kCtaidX)
+      .Case("ctaid.y", emu::kCtaidY)
       .Case("ctaid.z", emu::kCtaidZ)
-      .Case("nctaid.x", emu::kNctaidX).Case("nctaid.y", emu::kNctaidY)
+      .Case("nctaid.x", emu::kNctaidX)
+      .Case("nctaid.y", emu::kNctaidY)
       .Case("nctaid.z", emu::kNctaidZ)
-      .Case("laneid", emu::kLaneId).Case("warpid", emu::kWarpId)
+      .Case("laneid", emu::kLaneId)
+      .Case("warpid", emu::kWarpId)
       .Case("nwarpid", emu::kNwarpId)
       .Case("cluster.ctarank", emu::kClusterCtaRank)
       .Case("cluster.nctarank", emu::kClusterNctaRank)
@@ -125,8 +132,9 @@ class Rewriter {
       StringRef name = f.getSymName();
       bool kernel = name.consume_front("pallas_emu_thread_");
       if (!used.empty() && !kernel)
-        return f.emitOpError("uses shared memory outside a kernel; the emulator lays shared "
-                             "memory out per kernel");
+        return f.emitOpError(
+            "uses shared memory outside a kernel; the emulator lays shared "
+            "memory out per kernel");
       std::stable_partition(used.begin(), used.end(), [&](LLVM::GlobalOp g) {
         return layout_.getTypeSize(g.getGlobalType()) > 0;
       });
@@ -139,10 +147,9 @@ class Rewriter {
       }
       if (!kernel) continue;
       OpBuilder mb = OpBuilder::atBlockEnd(module_.getBody());
-      LLVM::GlobalOp::create(mb, module_.getLoc(), i64(), /*isConstant=*/true,
-                             LLVM::Linkage::External,
-                             ("pallas_emu_" + name + "_shared_bytes").str(),
-                             b_.getI64IntegerAttr(offset));
+      LLVM::GlobalOp::create(
+          mb, module_.getLoc(), i64(), /*isConstant=*/true, LLVM::Linkage::External,
+          ("pallas_emu_" + name + "_shared_bytes").str(), b_.getI64IntegerAttr(offset));
     }
     return success();
   }
@@ -152,8 +159,8 @@ class Rewriter {
     b_.setInsertionPoint(op);
     StringRef name = op->getName().getStringRef();
     if (auto addr = dyn_cast<LLVM::AddressOfOp>(op)) {
-      auto it = sharedOffsets_.find(
-          {addr->getParentOfType<LLVM::LLVMFuncOp>(), addr.getGlobalName()});
+      auto it =
+          sharedOffsets_.find({addr->getParentOfType<LLVM::LLVMFuncOp>(), addr.getGlobalName()});
       if (it == sharedOffsets_.end()) return success();
       Value base = call(loc, "pallas_emu_shared_base", ptr(), {});
       Value at = LLVM::GEPOp::create(b_, loc, ptr(), b_.getI8Type(), base,
@@ -223,8 +230,7 @@ class Rewriter {
     if (auto cas = dyn_cast<LLVM::AtomicCmpXchgOp>(op))
       return check(loc, cas.getPtr(), cas.getVal().getType(),
                    emu::kAccessStore | emu::kAccessAtomic);
-    if (isa<LLVM::InlineAsmOp>(op))
-      return op->emitOpError("inline PTX has no emulator rule");
+    if (isa<LLVM::InlineAsmOp>(op)) return op->emitOpError("inline PTX has no emulator rule");
     if (isa<NVVM::NVVMDialect>(op->getDialect()))
       return op->emitOpError("no emulator rule for this NVVM operation");
     return success();
@@ -238,8 +244,8 @@ class Rewriter {
     bool isFloat = isa<FloatType>(bits.getType());
     if (isFloat) bits = LLVM::BitcastOp::create(b_, loc, i32(), bits);
     Value r = call(loc, "pallas_emu_shfl", i64(),
-                   {constI32(loc, static_cast<int32_t>(shfl.getKind())), shfl.getThreadMask(),
-                    bits, shfl.getOffset(), shfl.getMaskAndClamp()});
+                   {constI32(loc, static_cast<int32_t>(shfl.getKind())), shfl.getThreadMask(), bits,
+                    shfl.getOffset(), shfl.getMaskAndClamp()});
     Value value = LLVM::TruncOp::create(b_, loc, i32(), r);
     if (isFloat) value = LLVM::BitcastOp::create(b_, loc, b_.getF32Type(), value);
     if (!shfl.getReturnValueAndIsValid()) {
@@ -247,8 +253,8 @@ class Rewriter {
       return success();
     }
     Value shift = LLVM::ConstantOp::create(b_, loc, i64(), b_.getI64IntegerAttr(32));
-    Value valid = LLVM::TruncOp::create(b_, loc, b_.getI1Type(),
-                                        LLVM::LShrOp::create(b_, loc, r, shift));
+    Value valid =
+        LLVM::TruncOp::create(b_, loc, b_.getI1Type(), LLVM::LShrOp::create(b_, loc, r, shift));
     Type structType = shfl.getType();
     Value s = LLVM::PoisonOp::create(b_, loc, structType);
     s = LLVM::InsertValueOp::create(b_, loc, s, value, ArrayRef<int64_t>{0});

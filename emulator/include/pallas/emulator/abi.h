@@ -14,12 +14,23 @@ namespace pallas::emulator {
 
 /// Special registers read by `pallas_emu_sreg`, named like PTX's %tid.x etc.
 enum SpecialRegister : int32_t {
-  kTidX = 0, kTidY, kTidZ,          // %tid
-  kNtidX, kNtidY, kNtidZ,           // %ntid
-  kCtaidX, kCtaidY, kCtaidZ,        // %ctaid
-  kNctaidX, kNctaidY, kNctaidZ,     // %nctaid
-  kLaneId, kWarpId, kNwarpId,       // %laneid, %warpid, %nwarpid
-  kClusterCtaRank, kClusterNctaRank,  // clusters of one CTA until clusters are emulated
+  kTidX = 0,
+  kTidY,
+  kTidZ,  // %tid
+  kNtidX,
+  kNtidY,
+  kNtidZ,  // %ntid
+  kCtaidX,
+  kCtaidY,
+  kCtaidZ,  // %ctaid
+  kNctaidX,
+  kNctaidY,
+  kNctaidZ,  // %nctaid
+  kLaneId,
+  kWarpId,
+  kNwarpId,  // %laneid, %warpid, %nwarpid
+  kClusterCtaRank,
+  kClusterNctaRank,  // clusters of one CTA until clusters are emulated
 };
 
 /// Access flags of `pallas_emu_access`.
