@@ -39,12 +39,13 @@ struct Barrier {
 
 /// The warp collective (shfl.sync or vote.sync) a warp's lanes are meeting at.
 struct Collective {
-  enum Kind { kShuffle, kVote } kind = kShuffle;
+  enum Kind { kShuffle, kVote, kMatch, kRedux } kind = kShuffle;
   bool active = false;
   int32_t mode = 0;
   uint32_t member_mask = 0;
   uint32_t arrived = 0;
-  std::array<int32_t, 32> value{}, operand{}, clamp{};
+  std::array<int64_t, 32> value{};
+  std::array<int32_t, 32> operand{}, clamp{};
   std::array<int64_t, 32> result{};
   uint64_t generation = 0;
 };

@@ -6,6 +6,7 @@
 
 #include "pallas/emulator/abi.h"
 
+#include <algorithm>
 #include <cstdio>
 
 using namespace pallas::emulator;
@@ -69,7 +70,7 @@ void compute_shuffle(Collective& w) {
     if (j < 0 || j > 31 || !(w.member_mask >> j & 1))
       fail(std::string(shuffle_name(w.mode)) + ": lane " + std::to_string(lane) + " reads lane " +
            std::to_string(j) + ", which is not in the member mask " + hex(w.member_mask));
-    w.result[lane] = static_cast<int64_t>(static_cast<uint32_t>(w.value[j])) |
+    w.result[lane] = static_cast<int64_t>(static_cast<uint32_t>(w.value[static_cast<size_t>(j)])) |
                      (static_cast<int64_t>(in_range) << 32);
   }
 }
@@ -98,14 +99,75 @@ void compute_vote(Collective& w) {
   for (int lane = 0; lane < 32; ++lane) w.result[lane] = r;
 }
 
+void compute_match(Collective& w) {
+  for (int lane = 0; lane < 32; ++lane) {
+    if (!(w.member_mask >> lane & 1)) continue;
+    uint32_t same = 0;
+    for (int other = 0; other < 32; ++other)
+      if ((w.member_mask >> other & 1) &&
+          w.value[static_cast<size_t>(other)] == w.value[static_cast<size_t>(lane)])
+        same |= 1u << other;
+    const bool all = same == w.member_mask;
+    w.result[static_cast<size_t>(lane)] =
+        w.mode == kMatchAny ? same : (all ? w.member_mask : 0) | (static_cast<int64_t>(all) << 32);
+  }
+}
+
+void compute_redux(Collective& w) {
+  bool first = true;
+  int32_t acc = 0;
+  for (int lane = 0; lane < 32; ++lane) {
+    if (!(w.member_mask >> lane & 1)) continue;
+    const auto v = static_cast<int32_t>(w.value[static_cast<size_t>(lane)]);
+    const auto u = static_cast<uint32_t>(v), a = static_cast<uint32_t>(acc);
+    if (first) {
+      acc = v;
+      first = false;
+      continue;
+    }
+    switch (w.mode) {
+      case kReduxAdd:
+        acc = static_cast<int32_t>(a + u);
+        break;
+      case kReduxAnd:
+        acc = static_cast<int32_t>(a & u);
+        break;
+      case kReduxOr:
+        acc = static_cast<int32_t>(a | u);
+        break;
+      case kReduxXor:
+        acc = static_cast<int32_t>(a ^ u);
+        break;
+      case kReduxMax:
+        acc = std::max(acc, v);
+        break;
+      case kReduxMin:
+        acc = std::min(acc, v);
+        break;
+      case kReduxUmax:
+        acc = static_cast<int32_t>(std::max(a, u));
+        break;
+      case kReduxUmin:
+        acc = static_cast<int32_t>(std::min(a, u));
+        break;
+      default:
+        fail("redux.sync kind " + std::to_string(w.mode) + " has no emulator rule");
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) w.result[static_cast<size_t>(lane)] = acc;
+}
+
 /// Joins the warp's collective and returns this lane's result.
-int64_t rendezvous(Collective::Kind kind, int32_t mode, int32_t mask, int32_t value,
+int64_t rendezvous(Collective::Kind kind, int32_t mode, int32_t mask, int64_t value,
                    int32_t operand, int32_t clamp) {
   LaunchState& s = current();
   Thread& t = *s.thread;
   const int lane = t.linear % 32;
   const uint32_t member_mask = static_cast<uint32_t>(mask);
-  const char* what = kind == Collective::kShuffle ? shuffle_name(mode) : "vote.sync";
+  const char* what = kind == Collective::kShuffle ? shuffle_name(mode)
+                     : kind == Collective::kVote  ? "vote.sync"
+                     : kind == Collective::kMatch ? "match.sync"
+                                                  : "redux.sync";
   if (!(member_mask >> lane & 1))
     fail(std::string(what) + " by lane " + std::to_string(lane) +
          ", which is not in its member mask " + hex(member_mask));
@@ -127,10 +189,20 @@ int64_t rendezvous(Collective::Kind kind, int32_t mode, int32_t mask, int32_t va
   w.arrived |= 1u << lane;
   ++s.state_changes;
   if (w.arrived == w.member_mask) {
-    if (kind == Collective::kShuffle)
-      compute_shuffle(w);
-    else
-      compute_vote(w);
+    switch (kind) {
+      case Collective::kShuffle:
+        compute_shuffle(w);
+        break;
+      case Collective::kVote:
+        compute_vote(w);
+        break;
+      case Collective::kMatch:
+        compute_match(w);
+        break;
+      case Collective::kRedux:
+        compute_redux(w);
+        break;
+    }
     w.active = false;
     ++w.generation;
   } else {
@@ -145,6 +217,14 @@ int64_t rendezvous(Collective::Kind kind, int32_t mode, int32_t mask, int32_t va
 extern "C" int64_t pallas_emu_shfl(int32_t mode, int32_t member_mask, int32_t value,
                                    int32_t lane_or_offset, int32_t clamp) {
   return rendezvous(Collective::kShuffle, mode, member_mask, value, lane_or_offset, clamp);
+}
+
+extern "C" int64_t pallas_emu_match(int32_t mode, int32_t member_mask, int64_t value) {
+  return rendezvous(Collective::kMatch, mode, member_mask, value, 0, 0);
+}
+
+extern "C" int32_t pallas_emu_redux(int32_t kind, int32_t member_mask, int32_t value) {
+  return static_cast<int32_t>(rendezvous(Collective::kRedux, kind, member_mask, value, 0, 0));
 }
 
 extern "C" int32_t pallas_emu_vote(int32_t mode, int32_t member_mask, int32_t predicate) {

@@ -282,6 +282,26 @@ extern "C" int32_t pallas_emu_sreg(int32_t which) {
       return 0;
     case kClusterNctaRank:
       return 1;
+    case kClusterCtaidX:
+    case kClusterCtaidY:
+    case kClusterCtaidZ:
+      return 0;
+    case kClusterNctaidX:
+    case kClusterNctaidY:
+    case kClusterNctaidZ:
+      return 1;
+    case kClusteridX:
+      return static_cast<int32_t>(cta.x);
+    case kClusteridY:
+      return static_cast<int32_t>(cta.y);
+    case kClusteridZ:
+      return static_cast<int32_t>(cta.z);
+    case kNclusteridX:
+      return static_cast<int32_t>(grid[0]);
+    case kNclusteridY:
+      return static_cast<int32_t>(grid[1]);
+    case kNclusteridZ:
+      return static_cast<int32_t>(grid[2]);
   }
   fail("read of unknown special register " + std::to_string(which));
 }

@@ -21,8 +21,10 @@ PLANTED(with_barrier)
 PLANTED(divergent_barrier)
 PLANTED(warp_sum)
 PLANTED(shuffle_modes)
+PLANTED(match_redux)
 PLANTED(leaves_semaphore)
 PLANTED(waits_forever)
+PLANTED(cross_cta_flag)
 #undef PLANTED
 }
 
@@ -66,18 +68,19 @@ std::string hex(const void* p) {
 /// Runs `entry` over one CTA of `threads` threads; returns the error ("" if none).
 std::string run(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
                 std::vector<Descriptor> descriptors, std::vector<Buffer> buffers, int threads = 128,
-                uint64_t seed = 0) {
+                uint64_t seed = 0, int64_t ctas = 1, int resident = 4) {
   std::vector<void*> args;
   for (Descriptor& d : descriptors) d.append(args);
   LaunchConfig config;
   config.kernel = kernel;
   config.entry = entry;
   config.args = args.data();
-  config.grid = {1, 1, 1};
+  config.grid = {ctas, 1, 1};
   config.block = {threads, 1, 1};
   config.shared_bytes = shared_bytes;
   config.buffers = buffers;
   config.options.schedule_seed = seed;
+  config.options.concurrent_ctas = resident;
   std::string error;
   if (launch(config, error)) return "";
   return error.empty() ? "<failed without a message>" : error;
@@ -143,6 +146,25 @@ TEST(EmulatorChecks, SpinningOnAFlagNobodySetsDeadlocks) {
             "wait): threads 0-127");
 }
 
+TEST(EmulatorScheduling, ProgramsWaitingOnEachOtherNeedToBeResident) {
+  for (uint64_t seed : {0, 3}) {
+    std::vector<int32_t> flag(1, 0), out(1, 0);
+    EXPECT_EQ(
+        run("cross_cta_flag", pallas_emu_cross_cta_flag, 0, {Descriptor(flag), Descriptor(out)},
+            {buffer("flag", flag, /*must_end_zero=*/true), buffer("out", out)}, 32, seed,
+            /*ctas=*/2, /*resident=*/2),
+        "");
+    EXPECT_EQ(out[0], 1);
+  }
+  // One resident CTA: CTA 0 spins on a flag only CTA 1 (never resident) can set.
+  std::vector<int32_t> flag(1, 0), out(1, 0);
+  EXPECT_EQ(run("cross_cta_flag", pallas_emu_cross_cta_flag, 0, {Descriptor(flag), Descriptor(out)},
+                {buffer("flag", flag), buffer("out", out)}, 32, 0, /*ctas=*/2, /*resident=*/1),
+            "emulator: kernel 'cross_cta_flag': deadlock, no thread can make progress (linear "
+            "thread ids):\n  block (0, 0, 0):\n    spinning (nanosleep, try-wait, semaphore "
+            "wait): threads 0\n    exited: threads 1-31");
+}
+
 TEST(EmulatorChecks, SemaphoreLeftNonZero) {
   std::vector<int32_t> sem(4, 0);
   std::string error = run("leaves_semaphore", pallas_emu_leaves_semaphore, 0, {Descriptor(sem)},
@@ -186,6 +208,25 @@ TEST(EmulatorCollectives, ShuffleModesFollowPtx) {
     EXPECT_EQ(down[i], i + 3 <= 31 ? in[i + 3] : in[i]);
     EXPECT_EQ(idx[i], in[(i & ~7) | 5]);  // lane 5 of each 8-lane segment
     EXPECT_EQ(valid[i], (i >= 1 ? 1 : 0) + (i + 3 <= 31 ? 2 : 0));
+  }
+}
+
+TEST(EmulatorCollectives, MatchAndReduxFollowPtx) {
+  std::vector<int32_t> in(32), same(32), sum(32), umax(32);
+  for (int i = 0; i < 32; ++i) in[i] = i % 3 == 0 ? -7 : i;  // lanes 0, 3, 6, ... share -7
+  ASSERT_EQ(
+      run("match_redux", pallas_emu_match_redux, 0,
+          {Descriptor(in), Descriptor(same), Descriptor(sum), Descriptor(umax)},
+          {buffer("in", in), buffer("same", same), buffer("sum", sum), buffer("umax", umax)}, 32),
+      "");
+  uint32_t sevens = 0;
+  for (int i = 0; i < 32; i += 3) sevens |= 1u << i;
+  const int32_t total = std::accumulate(in.begin(), in.end(), 0);
+  for (int i = 0; i < 32; ++i) {
+    SCOPED_TRACE("lane " + std::to_string(i));
+    EXPECT_EQ(static_cast<uint32_t>(same[i]), i % 3 == 0 ? sevens : 1u << i);
+    EXPECT_EQ(sum[i], total);
+    EXPECT_EQ(umax[i], -7);  // 0xfffffff9 is the largest unsigned value
   }
 }
 

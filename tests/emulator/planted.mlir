@@ -109,6 +109,20 @@ module attributes {gpu.container_module} {
       gpu.return
     }
 
+    // match.sync any (lanes holding the same value), redux.sync add and umax.
+    gpu.func @match_redux(%in: memref<?xi32>, %same: memref<?xi32>, %sum: memref<?xi32>, %umax: memref<?xi32>) kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+      %tid = gpu.thread_id x
+      %v = memref.load %in[%tid] : memref<?xi32>
+      %all = arith.constant -1 : i32
+      %m = nvvm.match.sync any %all, %v : i32 -> i32
+      %s = nvvm.redux.sync add %v, %all : i32 -> i32
+      %u = nvvm.redux.sync umax %v, %all : i32 -> i32
+      memref.store %m, %same[%tid] : memref<?xi32>
+      memref.store %s, %sum[%tid] : memref<?xi32>
+      memref.store %u, %umax[%tid] : memref<?xi32>
+      gpu.return
+    }
+
     // Thread 0 takes a semaphore and never gives it back.
     gpu.func @leaves_semaphore(%sem: memref<?xi32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
       %tid = gpu.thread_id x
@@ -117,6 +131,39 @@ module attributes {gpu.container_module} {
       scf.if %first {
         %one = arith.constant 1 : i32
         %old = memref.atomic_rmw addi %one, %sem[%c0] : (i32, memref<?xi32>) -> i32
+      }
+      gpu.return
+    }
+
+    // Two CTAs: CTA 0 spins (acquire loads) until CTA 1 releases the flag,
+    // then clears it. Needs both CTAs resident.
+    gpu.func @cross_cta_flag(%flag: memref<?xi32>, %out: memref<?xi32>) kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+      %bid = gpu.block_id x
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %zero = arith.constant 0 : i32
+      %one = arith.constant 1 : i32
+      %base = memref.extract_aligned_pointer_as_index %flag : memref<?xi32> -> index
+      %addr = arith.index_cast %base : index to i64
+      %p = llvm.inttoptr %addr : i64 to !llvm.ptr
+      %first = arith.cmpi eq, %bid, %c0 : index
+      %lane0 = arith.cmpi eq, %tid, %c0 : index
+      %leader = arith.andi %first, %lane0 : i1
+      scf.if %leader {
+        scf.while : () -> () {
+          %f = llvm.load %p atomic acquire {alignment = 4 : i64} : !llvm.ptr -> i32
+          %wait = arith.cmpi eq, %f, %zero : i32
+          scf.condition(%wait)
+        } do {
+          scf.yield
+        }
+        llvm.store %zero, %p atomic release {alignment = 4 : i64} : i32, !llvm.ptr
+        memref.store %one, %out[%c0] : memref<?xi32>
+      }
+      %second = arith.cmpi ne, %bid, %c0 : index
+      %releaser = arith.andi %second, %lane0 : i1
+      scf.if %releaser {
+        llvm.store %one, %p atomic release {alignment = 4 : i64} : i32, !llvm.ptr
       }
       gpu.return
     }

@@ -47,6 +47,18 @@ std::optional<int32_t> specialRegister(StringRef name) {
       .Case("nwarpid", emu::kNwarpId)
       .Case("cluster.ctarank", emu::kClusterCtaRank)
       .Case("cluster.nctarank", emu::kClusterNctaRank)
+      .Case("cluster.ctaid.x", emu::kClusterCtaidX)
+      .Case("cluster.ctaid.y", emu::kClusterCtaidY)
+      .Case("cluster.ctaid.z", emu::kClusterCtaidZ)
+      .Case("cluster.nctaid.x", emu::kClusterNctaidX)
+      .Case("cluster.nctaid.y", emu::kClusterNctaidY)
+      .Case("cluster.nctaid.z", emu::kClusterNctaidZ)
+      .Case("clusterid.x", emu::kClusteridX)
+      .Case("clusterid.y", emu::kClusteridY)
+      .Case("clusterid.z", emu::kClusteridZ)
+      .Case("nclusterid.x", emu::kNclusteridX)
+      .Case("nclusterid.y", emu::kNclusteridY)
+      .Case("nclusterid.z", emu::kNclusteridZ)
       .Default(std::nullopt);
 }
 
@@ -204,6 +216,35 @@ class Rewriter {
       replace(op, r);
       return success();
     }
+    if (auto match = dyn_cast<NVVM::MatchSyncOp>(op)) {
+      Value value = match.getVal();
+      if (value.getType() != i64()) value = LLVM::ZExtOp::create(b_, loc, i64(), value);
+      Value r = call(
+          loc, "pallas_emu_match", i64(),
+          {constI32(loc, static_cast<int32_t>(match.getKind())), match.getThreadMask(), value});
+      Value mask = LLVM::TruncOp::create(b_, loc, i32(), r);
+      if (!isa<LLVM::LLVMStructType>(match.getType())) {
+        replace(op, mask);
+        return success();
+      }
+      Value shift = LLVM::ConstantOp::create(b_, loc, i64(), b_.getI64IntegerAttr(32));
+      Value all =
+          LLVM::TruncOp::create(b_, loc, b_.getI1Type(), LLVM::LShrOp::create(b_, loc, r, shift));
+      Value s = LLVM::PoisonOp::create(b_, loc, match.getType());
+      s = LLVM::InsertValueOp::create(b_, loc, s, mask, ArrayRef<int64_t>{0});
+      s = LLVM::InsertValueOp::create(b_, loc, s, all, ArrayRef<int64_t>{1});
+      replace(op, s);
+      return success();
+    }
+    if (auto redux = dyn_cast<NVVM::ReduxOp>(op)) {
+      if (!redux.getVal().getType().isInteger(32))
+        return op->emitOpError("no emulator rule for floating-point redux.sync yet");
+      Value r = call(loc, "pallas_emu_redux", i32(),
+                     {constI32(loc, static_cast<int32_t>(redux.getKind())), redux.getMaskAndClamp(),
+                      redux.getVal()});
+      replace(op, r);
+      return success();
+    }
     if (isa<NVVM::NanosleepOp>(op)) {  // a spin-wait point: let the other threads run
       call(loc, "pallas_emu_yield", Type(), {});
       replace(op, {});
@@ -220,16 +261,23 @@ class Rewriter {
       replace(op, {});
       return success();
     }
-    if (auto load = dyn_cast<LLVM::LoadOp>(op))
+    if (auto load = dyn_cast<LLVM::LoadOp>(op)) {
+      // An atomic load (a semaphore or flag read) may sit in a spin loop:
+      // yield first, so the threads it waits for get to run.
+      if (load.getOrdering() != LLVM::AtomicOrdering::not_atomic)
+        call(loc, "pallas_emu_yield", Type(), {});
       return check(loc, load.getAddr(), load.getType(), emu::kAccessLoad);
+    }
     if (auto store = dyn_cast<LLVM::StoreOp>(op))
       return check(loc, store.getAddr(), store.getValue().getType(), emu::kAccessStore);
     if (auto rmw = dyn_cast<LLVM::AtomicRMWOp>(op))
       return check(loc, rmw.getPtr(), rmw.getVal().getType(),
                    emu::kAccessStore | emu::kAccessAtomic);
-    if (auto cas = dyn_cast<LLVM::AtomicCmpXchgOp>(op))
+    if (auto cas = dyn_cast<LLVM::AtomicCmpXchgOp>(op)) {
+      call(loc, "pallas_emu_yield", Type(), {});  // a lock's retry loop is a spin loop too
       return check(loc, cas.getPtr(), cas.getVal().getType(),
                    emu::kAccessStore | emu::kAccessAtomic);
+    }
     if (isa<LLVM::InlineAsmOp>(op)) return op->emitOpError("inline PTX has no emulator rule");
     if (isa<NVVM::NVVMDialect>(op->getDialect()))
       return op->emitOpError("no emulator rule for this NVVM operation");

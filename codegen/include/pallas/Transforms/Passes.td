@@ -87,7 +87,9 @@ def ConvertNVVMToEmulator : Pass<"convert-nvvm-to-emulator", "ModuleOp"> {
       `pallas_emu_shared_base()`, laid out per kernel; each kernel's total is
       exported as `@pallas_emu_<kernel>_shared_bytes`;
     - every load, store and atomic is preceded by
-      `pallas_emu_access(address, bytes, flags)`;
+      `pallas_emu_access(address, bytes, flags)`; atomic loads (semaphore and
+      flag reads) and compare-and-swaps are spin-wait points, preceded by
+      `pallas_emu_yield()`;
     - address spaces are flattened to the host's, address space casts vanish;
     - libdevice calls (`__nv_*`) stay; the runtime implements them.
 

@@ -13,25 +13,21 @@ namespace pallas::emulator {
 #endif
 
 /// Special registers read by `pallas_emu_sreg`, named like PTX's %tid.x etc.
+// clang-format off
 enum SpecialRegister : int32_t {
-  kTidX = 0,
-  kTidY,
-  kTidZ,  // %tid
-  kNtidX,
-  kNtidY,
-  kNtidZ,  // %ntid
-  kCtaidX,
-  kCtaidY,
-  kCtaidZ,  // %ctaid
-  kNctaidX,
-  kNctaidY,
-  kNctaidZ,  // %nctaid
-  kLaneId,
-  kWarpId,
-  kNwarpId,  // %laneid, %warpid, %nwarpid
-  kClusterCtaRank,
-  kClusterNctaRank,  // clusters of one CTA until clusters are emulated
+  kTidX = 0, kTidY, kTidZ,                            // %tid
+  kNtidX, kNtidY, kNtidZ,                             // %ntid
+  kCtaidX, kCtaidY, kCtaidZ,                          // %ctaid
+  kNctaidX, kNctaidY, kNctaidZ,                       // %nctaid
+  kLaneId, kWarpId, kNwarpId,                         // %laneid, %warpid, %nwarpid
+  // Clusters are of one CTA until clusters are emulated:
+  kClusterCtaRank, kClusterNctaRank,                  // %cluster_ctarank 0, %cluster_nctarank 1
+  kClusterCtaidX, kClusterCtaidY, kClusterCtaidZ,     // %cluster_ctaid = 0
+  kClusterNctaidX, kClusterNctaidY, kClusterNctaidZ,  // %cluster_nctaid = 1
+  kClusteridX, kClusteridY, kClusteridZ,              // %clusterid = %ctaid
+  kNclusteridX, kNclusteridY, kNclusteridZ,           // %nclusterid = %nctaid
 };
+// clang-format on
 
 /// Access flags of `pallas_emu_access`.
 enum AccessFlags : int32_t { kAccessLoad = 0, kAccessStore = 1, kAccessAtomic = 2 };
@@ -41,6 +37,21 @@ enum ShuffleMode : int32_t { kShflBfly = 0, kShflUp = 1, kShflDown = 2, kShflIdx
 
 /// Vote modes, numbered as NVVM's VoteSyncKind (any, all, ballot, uni).
 enum VoteMode : int32_t { kVoteAny = 0, kVoteAll = 1, kVoteBallot = 2, kVoteUni = 3 };
+
+/// match.sync modes, numbered as NVVM's MatchSyncKind.
+enum MatchMode : int32_t { kMatchAny = 0, kMatchAll = 1 };
+
+/// redux.sync operations, numbered as NVVM's ReduxKind.
+enum ReduxKind : int32_t {
+  kReduxAdd = 1,
+  kReduxAnd = 2,
+  kReduxMax = 3,
+  kReduxMin = 4,
+  kReduxOr = 5,
+  kReduxUmax = 6,
+  kReduxUmin = 7,
+  kReduxXor = 8,
+};
 
 #ifdef __cplusplus
 }  // namespace pallas::emulator
@@ -57,6 +68,12 @@ int64_t pallas_emu_shfl(int32_t mode, int32_t member_mask, int32_t value, int32_
                         int32_t clamp);
 /// vote.sync: ballot returns the mask, any/all/uni return 0 or 1.
 int32_t pallas_emu_vote(int32_t mode, int32_t member_mask, int32_t predicate);
+/// match.sync: the lanes of the member mask holding the same value (any), or
+/// the member mask if all hold the same value, else 0 (all); bit 32 is the
+/// `all` predicate.
+int64_t pallas_emu_match(int32_t mode, int32_t member_mask, int64_t value);
+/// redux.sync over the i32 values of the member mask.
+int32_t pallas_emu_redux(int32_t kind, int32_t member_mask, int32_t value);
 /// Checked before every load, store and atomic: global accesses must lie in
 /// a buffer of the launch; shared accesses are recorded for race detection.
 void pallas_emu_access(const void* address, int64_t bytes, int32_t flags);
