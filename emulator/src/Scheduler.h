@@ -62,7 +62,10 @@ struct ShadowByte {
 struct Cta {
   int64_t x = 0, y = 0, z = 0;
   std::vector<Thread> threads;
-  std::vector<unsigned __int128> shared;  // 16-byte aligned storage
+  /// Accesses up to this far past the end of shared memory are reported as
+  /// shared-memory overruns (not as global accesses that miss every buffer).
+  static constexpr int64_t kSharedGuardBytes = 64 * 1024;
+  std::vector<unsigned __int128> shared;  // 16-byte aligned, shared_bytes + the guard
   int64_t shared_bytes = 0;
   std::vector<ShadowByte> shadow;
   std::array<Barrier, 16> barriers{};

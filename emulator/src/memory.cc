@@ -85,7 +85,8 @@ extern "C" void pallas_emu_access(const void* address, int64_t bytes, int32_t fl
   const Thread& t = *s.thread;
   const auto a = reinterpret_cast<uintptr_t>(address);
   const auto shared = reinterpret_cast<uintptr_t>(cta.shared.data());
-  if (a >= shared && a < shared + static_cast<uint64_t>(cta.shared_bytes)) {
+  if (a >= shared &&
+      a < shared + static_cast<uint64_t>(cta.shared_bytes + Cta::kSharedGuardBytes)) {
     if (a + bytes > shared + static_cast<uint64_t>(cta.shared_bytes))
       fail("shared-memory access of " + std::to_string(bytes) + " bytes at shared offset " +
            std::to_string(a - shared) + " runs past the " + std::to_string(cta.shared_bytes) +

@@ -197,7 +197,8 @@ bool launch(const LaunchConfig& config, std::string& error) {
       cta->y = c / config.grid[0] % config.grid[1];
       cta->z = c / (config.grid[0] * config.grid[1]);
       cta->shared_bytes = config.shared_bytes;
-      cta->shared.assign(static_cast<size_t>((config.shared_bytes + 15) / 16), 0);
+      cta->shared.assign(
+          static_cast<size_t>((config.shared_bytes + Cta::kSharedGuardBytes + 15) / 16), 0);
       cta->shadow.assign(static_cast<size_t>(config.shared_bytes), ShadowByte{});
       cta->warps.resize(static_cast<size_t>((threads + 31) / 32));
       cta->threads.resize(static_cast<size_t>(threads));

@@ -19,6 +19,7 @@ PLANTED(off_by_one)
 PLANTED(missing_barrier)
 PLANTED(with_barrier)
 PLANTED(divergent_barrier)
+PLANTED(dynamic_shared)
 PLANTED(warp_sum)
 PLANTED(shuffle_modes)
 PLANTED(match_redux)
@@ -124,6 +125,22 @@ TEST(EmulatorChecks, BarrierMakesItRaceFreeUnderEverySchedule) {
               "");
     for (int t = 0; t < 128; ++t) ASSERT_EQ(out[t], float((t + 1) % 128)) << "seed " << seed;
   }
+}
+
+TEST(EmulatorMemory, DynamicSharedMemoryFollowsTheStaticPart) {
+  EXPECT_EQ(pallas_emu_dynamic_shared_shared_bytes, 256);  // 64 i32; dynamic memory comes after
+  std::vector<float> out(128, -1.0f);
+  const int64_t dynamic_bytes = 128 * 4;
+  EXPECT_EQ(run("dynamic_shared", pallas_emu_dynamic_shared,
+                pallas_emu_dynamic_shared_shared_bytes + dynamic_bytes, {Descriptor(out)},
+                {buffer("out", out)}),
+            "");
+  for (int t = 0; t < 128; ++t) ASSERT_EQ(out[t], float(t ^ 1) + 1000.0f * (t % 64)) << t;
+  // Without the dynamic part the first dynamic access runs past shared memory.
+  EXPECT_THAT(run("dynamic_shared", pallas_emu_dynamic_shared,
+                  pallas_emu_dynamic_shared_shared_bytes, {Descriptor(out)}, {buffer("out", out)}),
+              HasSubstr("thread (0, 0, 0): shared-memory access of 4 bytes at shared offset 256 "
+                        "runs past the 256 bytes of shared memory"));
 }
 
 TEST(EmulatorChecks, BarrierInDivergentBranchDeadlocks) {

@@ -44,6 +44,35 @@ module attributes {gpu.container_module} {
       gpu.return
     }
 
+    // Static shared memory (64 i32) and dynamic shared memory (128 f32 viewed
+    // from bytes, laid out after the static part): out[t] = dyn[t ^ 1] + stat[t % 64].
+    gpu.func @dynamic_shared(%out: memref<?xf32>) workgroup(%stat: memref<64xi32, #gpu.address_space<workgroup>>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c64 = arith.constant 64 : index
+      %bytes = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
+      %dyn = memref.view %bytes[%c0][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<128xf32, #gpu.address_space<workgroup>>
+      %t = arith.index_cast %tid : index to i32
+      %f = arith.sitofp %t : i32 to f32
+      memref.store %f, %dyn[%tid] : memref<128xf32, #gpu.address_space<workgroup>>
+      %low = arith.cmpi ult, %tid, %c64 : index
+      scf.if %low {
+        %ten = arith.constant 1000 : i32
+        %s = arith.muli %t, %ten : i32
+        memref.store %s, %stat[%tid] : memref<64xi32, #gpu.address_space<workgroup>>
+      }
+      gpu.barrier
+      %other = arith.xori %tid, %c1 : index
+      %d = memref.load %dyn[%other] : memref<128xf32, #gpu.address_space<workgroup>>
+      %k = arith.remui %tid, %c64 : index
+      %sv = memref.load %stat[%k] : memref<64xi32, #gpu.address_space<workgroup>>
+      %sf = arith.sitofp %sv : i32 to f32
+      %r = arith.addf %d, %sf : f32
+      memref.store %r, %out[%tid] : memref<?xf32>
+      gpu.return
+    }
+
     // Only the first 64 threads reach the barrier; the others exit.
     gpu.func @divergent_barrier(%out: memref<?xf32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
       %tid = gpu.thread_id x
