@@ -1,0 +1,265 @@
+// pallas_bench: times every prebuilt op on the CUDA backend against the
+// device-to-device copy bandwidth measured in the same run (DESIGN.md section 7).
+//
+//   pallas_bench [--csv FILE] [--max-mib N] [--reps N]
+//
+// For each op, dtype and size: CUDA-event time per launch (median over
+// repetitions, after warm-up), rotating over enough input sets that their
+// footprint exceeds the L2 cache; the bytes every launch must move, counted by
+// hand (each input read once, each output written once); achieved GB/s; and
+// that as a fraction of the copy bandwidth. A table is printed last; --csv
+// writes the same rows for bench/compare.py. Without a device it says so and
+// exits 0.
+
+#include <pallas/kernels.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+#define CHECK_CUDA(call)                                                                         \
+  do {                                                                                           \
+    cudaError_t e = (call);                                                                      \
+    if (e != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+void check(const pallas::Status& s, const std::string& what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what.c_str(), s.message().c_str());
+    std::exit(1);
+  }
+}
+
+/// Device memory filled with uniform random values in [-2, 2) of element type T.
+template <class T>
+struct DeviceArray {
+  T* data = nullptr;
+  int64_t count = 0;
+  DeviceArray(int64_t n, std::mt19937& rng) : count(n) {
+    CHECK_CUDA(cudaMalloc(&data, std::max<int64_t>(n, 1) * sizeof(T)));
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    std::vector<T> host(static_cast<size_t>(n));
+    for (T& v : host) v = T(dist(rng));
+    CHECK_CUDA(cudaMemcpy(data, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept : data(o.data), count(o.count) { o.data = nullptr; }
+  ~DeviceArray() {
+    if (data) cudaFree(data);
+  }
+};
+
+/// Median milliseconds of `launch(i)` over `reps` runs after `warmup` runs,
+/// each timed with its own pair of events.
+double median_ms(const std::function<void(int)>& launch, int reps, int warmup = 5) {
+  for (int i = 0; i < warmup; ++i) launch(i);
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) {
+    CHECK_CUDA(cudaEventRecord(start));
+    launch(i);
+    CHECK_CUDA(cudaEventRecord(stop));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+struct Row {
+  std::string op, dtype, shape;
+  double bytes, ms;
+};
+
+/// Input sets to rotate over so that their footprint exceeds the L2 cache.
+int rotation(double bytes_per_set, int64_t l2_bytes) {
+  return static_cast<int>(std::clamp<double>(3.0 * l2_bytes / bytes_per_set + 1, 1, 8));
+}
+
+template <class T>
+const char* dtype_name() {
+  return pallas::to_string(pallas::dtype_of_v<T>);
+}
+
+template <class T>
+void bench_1d(std::vector<Row>& rows, int64_t n, int reps, int64_t l2, std::mt19937& rng) {
+  using pallas::TensorView;
+  const double set_bytes = 3.0 * n * sizeof(T);
+  const int sets = rotation(set_bytes, l2);
+  std::vector<DeviceArray<T>> x, y, out;
+  for (int s = 0; s < sets; ++s) {
+    x.emplace_back(n, rng);
+    y.emplace_back(n, rng);
+    out.emplace_back(n, rng);
+  }
+  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  auto cx = [&](int i) { return TensorView<const T, 1>(x[i % sets].data, {n}); };
+  auto cy = [&](int i) { return TensorView<const T, 1>(y[i % sets].data, {n}); };
+  auto mo = [&](int i) { return TensorView<T, 1>(out[i % sets].data, {n}); };
+  auto my = [&](int i) { return TensorView<T, 1>(y[i % sets].data, {n}); };
+  const std::string shape = std::to_string(n);
+  const double e = sizeof(T);
+  rows.push_back(
+      {"add", dtype_name<T>(), shape, 3 * e * n,
+       median_ms([&](int i) { check(pallas::kernels::add(cx(i), cy(i), mo(i), launch), "add"); },
+                 reps)});
+  rows.push_back(
+      {"mul", dtype_name<T>(), shape, 3 * e * n,
+       median_ms([&](int i) { check(pallas::kernels::mul(cx(i), cy(i), mo(i), launch), "mul"); },
+                 reps)});
+  rows.push_back(
+      {"axpy", dtype_name<T>(), shape, 3 * e * n,
+       median_ms([&](int i) { check(pallas::kernels::axpy(1e-3f, cx(i), my(i), launch), "axpy"); },
+                 reps)});
+  rows.push_back(
+      {"gelu", dtype_name<T>(), shape, 2 * e * n,
+       median_ms([&](int i) { check(pallas::kernels::gelu(cx(i), mo(i), launch), "gelu"); },
+                 reps)});
+  rows.push_back(
+      {"silu", dtype_name<T>(), shape, 2 * e * n,
+       median_ms([&](int i) { check(pallas::kernels::silu(cx(i), mo(i), launch), "silu"); },
+                 reps)});
+}
+
+template <class T>
+void bench_bias_gelu(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int64_t l2,
+                     std::mt19937& rng) {
+  using pallas::TensorView;
+  const int sets = rotation(2.0 * r * c * sizeof(T), l2);
+  std::vector<DeviceArray<T>> x, b, out;
+  for (int s = 0; s < sets; ++s) {
+    x.emplace_back(r * c, rng);
+    b.emplace_back(c, rng);
+    out.emplace_back(r * c, rng);
+  }
+  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  rows.push_back(
+      {"bias_gelu", dtype_name<T>(), std::to_string(r) + "x" + std::to_string(c),
+       double(sizeof(T)) * (2.0 * r * c + c),
+       median_ms(
+           [&](int i) {
+             check(pallas::kernels::bias_gelu(TensorView<const T, 2>(x[i % sets].data, {r, c}),
+                                              TensorView<const T, 1>(b[i % sets].data, {c}),
+                                              TensorView<T, 2>(out[i % sets].data, {r, c}), launch),
+                   "bias_gelu");
+           },
+           reps)});
+}
+
+template <class From, class To>
+void bench_cast(std::vector<Row>& rows, int64_t n, int reps, int64_t l2, std::mt19937& rng) {
+  using pallas::TensorView;
+  const int sets = rotation(double(n) * (sizeof(From) + sizeof(To)), l2);
+  std::vector<DeviceArray<From>> x;
+  std::vector<DeviceArray<To>> out;
+  for (int s = 0; s < sets; ++s) {
+    x.emplace_back(n, rng);
+    out.emplace_back(n, rng);
+  }
+  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  rows.push_back(
+      {"cast", std::string(dtype_name<From>()) + "->" + dtype_name<To>(), std::to_string(n),
+       double(n) * (sizeof(From) + sizeof(To)),
+       median_ms(
+           [&](int i) {
+             check(pallas::kernels::cast(TensorView<const From, 1>(x[i % sets].data, {n}),
+                                         TensorView<To, 1>(out[i % sets].data, {n}), launch),
+                   "cast");
+           },
+           reps)});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string csv;
+  int64_t max_mib = 2048;
+  int reps = 50;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--csv" && i + 1 < argc)
+      csv = argv[++i];
+    else if (a == "--max-mib" && i + 1 < argc)
+      max_mib = std::atoll(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: pallas_bench [--csv FILE] [--max-mib N] [--reps N]\n");
+      return 2;
+    }
+  }
+  if (!pallas::cuda_device_available()) {
+    std::printf("pallas_bench: no CUDA device; nothing measured\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const int64_t l2 = prop.l2CacheSize;
+  std::printf("device: %s, sm_%d%d, %d SMs, L2 %lld MiB\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount, static_cast<long long>(l2 >> 20));
+
+  // The ceiling: a large device-to-device copy, counting bytes read and written.
+  const int64_t copy_bytes = std::min<int64_t>(max_mib, 1024) << 20;
+  void *src = nullptr, *dst = nullptr;
+  CHECK_CUDA(cudaMalloc(&src, copy_bytes));
+  CHECK_CUDA(cudaMalloc(&dst, copy_bytes));
+  CHECK_CUDA(cudaMemset(src, 1, copy_bytes));
+  const double copy_ms = median_ms(
+      [&](int) { CHECK_CUDA(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); },
+      20);
+  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e6);
+  CHECK_CUDA(cudaFree(src));
+  CHECK_CUDA(cudaFree(dst));
+  std::printf("device-to-device copy: %.1f GB/s (%.1f MiB, read + write)\n", copy_gbs,
+              copy_bytes / 1048576.0);
+
+  std::mt19937 rng(12345);
+  std::vector<Row> rows;
+  // Sizes from latency-bound to a few GB of traffic (largest: 3 f32 arrays <= max_mib).
+  for (int64_t n = int64_t{1} << 12; 12 * n <= (max_mib << 20); n <<= 4) {
+    bench_1d<float>(rows, n, reps, l2, rng);
+    bench_1d<pallas::half>(rows, n, reps, l2, rng);
+    bench_1d<pallas::bfloat16>(rows, n, reps, l2, rng);
+    bench_cast<float, pallas::bfloat16>(rows, n, reps, l2, rng);
+    bench_cast<pallas::bfloat16, float>(rows, n, reps, l2, rng);
+    bench_cast<float, pallas::half>(rows, n, reps, l2, rng);
+  }
+  for (int64_t r : {int64_t{64}, int64_t{4096}, int64_t{32768}}) {
+    if (8 * r * 4096 > (max_mib << 20)) break;
+    bench_bias_gelu<float>(rows, r, 4096, reps, l2, rng);
+    bench_bias_gelu<pallas::bfloat16>(rows, r, 4096, reps, l2, rng);
+  }
+
+  FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
+  if (out) std::fprintf(out, "op,dtype,shape,bytes,us,gbs,copy_fraction\n");
+  std::printf("\n%-10s %-10s %-12s %12s %10s %10s %8s\n", "op", "dtype", "shape", "bytes", "us",
+              "GB/s", "of copy");
+  for (const Row& r : rows) {
+    const double gbs = r.bytes / (r.ms * 1e6);
+    std::printf("%-10s %-10s %-12s %12.0f %10.2f %10.1f %7.1f%%\n", r.op.c_str(), r.dtype.c_str(),
+                r.shape.c_str(), r.bytes, r.ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+    if (out)
+      std::fprintf(out, "%s,%s,%s,%.0f,%.3f,%.2f,%.4f\n", r.op.c_str(), r.dtype.c_str(),
+                   r.shape.c_str(), r.bytes, r.ms * 1e3, gbs, gbs / copy_gbs);
+  }
+  if (out) std::fclose(out);
+  return 0;
+}

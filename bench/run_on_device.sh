@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine (the `device` tool), from the repository root,
+# with the binaries built here carried along (the device machine has no LLVM):
+#
+#   run(command="bench/run_on_device.sh",
+#       carry=["build/bench/pallas_bench", "build/tests/ops/ops_test",
+#              "build/tests/kernels/features_test", "build/tests/runtime/runtime_cuda_test"])
+#
+# Correctness first (the `gpu` tests), then the benchmark and the PyTorch
+# peers. Logs and CSVs go to $OUT; the table comes last in the output.
+set -uo pipefail
+OUT=${OUT:-/tmp/pallas-bench}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
+  | tee "$OUT/gpu.txt"
+# The carried programs were linked on Debian 12 (static libstdc++/libgcc/Boost):
+# they need glibc 2.36 or newer here.
+ldd --version | head -n 1
+status=0
+for t in "build/tests/ops/ops_test --gtest_filter=*Cuda*" \
+         "build/tests/kernels/features_test --gtest_filter=*Cuda*" \
+         "build/tests/runtime/runtime_cuda_test"; do
+  if [ -x "${t%% *}" ]; then
+    $t > "$OUT/$(basename "${t%% *}").log" 2>&1 || status=1
+    tail -n 3 "$OUT/$(basename "${t%% *}").log"
+  fi
+done
+build/bench/pallas_bench --csv "$OUT/pallas.csv" > "$OUT/pallas.txt" 2>&1 || status=1
+head -n 2 "$OUT/pallas.txt"
+python3 bench/torch_peers.py "$OUT/pallas.csv" "$OUT/compare.csv" | tee "$OUT/compare.txt" || status=1
+exit $status
