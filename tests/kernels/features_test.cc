@@ -3,6 +3,7 @@
 
 #include "test_support.h"
 
+#include <pallas/kernels/block_stats.h>
 #include <pallas/kernels/coordinates.h>
 #include <pallas/kernels/int_mix.h>
 #include <pallas/kernels/math_zoo.h>
@@ -148,6 +149,42 @@ TEST_P(FeaturesTest, Int32Arithmetic) {
       ASSERT_EQ(out.host()[i], want) << "element " << i << " (" << a << ", " << b << ")";
     }
   }
+}
+
+template <class T>
+void check_block_stats(Backend backend) {
+  for (int64_t n : {1, 1000, 1024, 1025, 5000}) {
+    uint32_t seed = fresh_seed();
+    SCOPED_TRACE(std::string(dtype_name<T>()) + " n=" + std::to_string(n) +
+                 " seed=" + std::to_string(seed));
+    std::mt19937 rng(seed);
+    Array<T> x(backend, n), out(backend, n);
+    std::uniform_int_distribution<int> dist(-1000, 1000);
+    for (T& v : x.host()) v = static_cast<T>(dist(rng)) / T(8);  // exact in f32 sums
+    for (T& v : out.host()) v = T(-77777);
+    x.upload();
+    out.upload();
+    ASSERT_TRUE(kernels::block_stats(TensorView<const T, 1>(x.data(), {n}),
+                                     TensorView<T, 1>(out.data(), {n}), Launch{backend, nullptr})
+                    .ok());
+    out.download();
+    for (int64_t b = 0; b < n; b += 1024) {
+      int64_t e = std::min<int64_t>(n, b + 1024);
+      // Masked elements past the array edge read as 0 and take part.
+      T s = 0, hi = e - b < 1024 ? T(0) : x.host()[b], lo = hi;
+      for (int64_t i = b; i < e; ++i) {
+        s += x.host()[i];
+        hi = std::max(hi, x.host()[i]);
+        lo = std::min(lo, x.host()[i]);
+      }
+      for (int64_t i = b; i < e; ++i) ASSERT_EQ(out.host()[i], s + 2 * hi - lo) << "element " << i;
+    }
+  }
+}
+
+TEST_P(FeaturesTest, ReductionsToScalars) {
+  check_block_stats<float>(GetParam());
+  check_block_stats<int32_t>(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FeaturesTest,

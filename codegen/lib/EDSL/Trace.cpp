@@ -20,6 +20,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
 
+#include <limits>
+#include <optional>
 #include <sstream>
 
 namespace pallas::edsl {
@@ -296,6 +298,87 @@ Value maximum(const Value& a, const Value& c) {
 }
 Value minimum(const Value& a, const Value& c) {
   return binary<mlir::arith::MinimumFOp, mlir::arith::MinSIOp>("minimum", a, c);
+}
+
+namespace {
+
+/// vector.multi_reduction of `x` over `axes` (all when empty) with the
+/// neutral element of `kind` as its accumulator.
+Value reduce(const char* op, mlir::vector::CombiningKind kind, const Value& x,
+             std::optional<int64_t> axis, bool keepdims) {
+  mlir::Value v = unwrap(x);
+  auto type = llvm::dyn_cast<VectorType>(v.getType());
+  if (!type) fail(std::string(op) + " of a scalar; reductions take blocks");
+  DType d = dtype_of(v.getType());
+  if (d == DType::i1 || d == DType::index)
+    fail(std::string(op) + " of " + name(d) + " values is not supported");
+  const int64_t rank = type.getRank();
+  if (axis && (*axis < 0 || *axis >= rank))
+    fail(std::string(op) + " over axis " + std::to_string(*axis) + " of a rank-" +
+         std::to_string(rank) + " block");
+  llvm::SmallVector<bool> reduced(rank, !axis.has_value());
+  if (axis) reduced[*axis] = true;
+  llvm::SmallVector<int64_t> kept;
+  for (int64_t i = 0; i < rank; ++i)
+    if (!reduced[i]) kept.push_back(type.getShape()[i]);
+  mlir::Type et = type.getElementType();
+  auto& bd = b();
+  bool isFloat = is_float(d);
+  mlir::TypedAttr neutral;
+  switch (kind) {
+    case mlir::vector::CombiningKind::ADD:
+      neutral = bd.getZeroAttr(et);
+      break;
+    case mlir::vector::CombiningKind::MAXIMUMF:
+      neutral = bd.getFloatAttr(et, -std::numeric_limits<double>::infinity());
+      break;
+    case mlir::vector::CombiningKind::MINIMUMF:
+      neutral = bd.getFloatAttr(et, std::numeric_limits<double>::infinity());
+      break;
+    case mlir::vector::CombiningKind::MAXSI:
+      neutral = bd.getIntegerAttr(et, std::numeric_limits<int32_t>::min());
+      break;
+    default:
+      neutral = bd.getIntegerAttr(et, std::numeric_limits<int32_t>::max());
+      break;
+  }
+  (void)isFloat;
+  mlir::Type resultType = kept.empty() ? et : mlir::Type(VectorType::get(kept, et));
+  mlir::Value acc = mlir::arith::ConstantOp::create(bd, loc(), neutral);
+  if (!kept.empty()) acc = mlir::vector::BroadcastOp::create(bd, loc(), resultType, acc);
+  mlir::Value r = mlir::vector::MultiDimReductionOp::create(bd, loc(), v, acc, reduced, kind);
+  if (keepdims) {
+    if (!axis) fail(std::string(op) + " of every element with keepdims: use the scalar result");
+    llvm::SmallVector<int64_t> shape(type.getShape());
+    shape[*axis] = 1;
+    auto keptType = VectorType::get(shape, et);
+    r = kept.empty() ? mlir::vector::BroadcastOp::create(bd, loc(), keptType, r).getResult()
+                     : mlir::vector::ShapeCastOp::create(bd, loc(), keptType, r).getResult();
+  }
+  return wrap(r);
+}
+
+mlir::vector::CombiningKind kind_for(const Value& x, bool isMax) {
+  bool f = is_float(x.dtype());
+  if (isMax) return f ? mlir::vector::CombiningKind::MAXIMUMF : mlir::vector::CombiningKind::MAXSI;
+  return f ? mlir::vector::CombiningKind::MINIMUMF : mlir::vector::CombiningKind::MINSI;
+}
+
+}  // namespace
+
+Value sum(const Value& x) {
+  return reduce("sum", mlir::vector::CombiningKind::ADD, x, std::nullopt, false);
+}
+Value max(const Value& x) { return reduce("max", kind_for(x, true), x, std::nullopt, false); }
+Value min(const Value& x) { return reduce("min", kind_for(x, false), x, std::nullopt, false); }
+Value sum(const Value& x, int64_t axis, bool keepdims) {
+  return reduce("sum", mlir::vector::CombiningKind::ADD, x, axis, keepdims);
+}
+Value max(const Value& x, int64_t axis, bool keepdims) {
+  return reduce("max", kind_for(x, true), x, axis, keepdims);
+}
+Value min(const Value& x, int64_t axis, bool keepdims) {
+  return reduce("min", kind_for(x, false), x, axis, keepdims);
 }
 
 Value select(const Value& cond, const Value& a, const Value& c) {

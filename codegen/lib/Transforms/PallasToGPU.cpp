@@ -79,6 +79,7 @@ class GpuLowering {
     func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), mb.getUnitAttr());
     func.setKnownBlockSizeAttr(
         mb.getDenseI32ArrayAttr({static_cast<int32_t>(layout_.threads), 1, 1}));
+    func_ = func;
     Block& entry = func.getBody().front();
     for (auto [from, to] : llvm::zip(kernel_.getArguments(), entry.getArguments()))
       map_.map(from, to);
@@ -284,6 +285,57 @@ class GpuLowering {
     return success();
   }
 
+  /// A reduction of every element of a block to a scalar, replicated in all
+  /// threads: each thread reduces its fragment, a warp combines its 32
+  /// partials with a butterfly of shfl.xor (every lane ends with the warp's
+  /// value), lane 0 of each warp writes it to shared memory, and after a
+  /// barrier every thread combines the warps' values in the same order (so all
+  /// threads hold the same bits). A second barrier keeps the next use of the
+  /// scratch (a reduction in a loop) from overwriting values still being read.
+  LogicalResult lowerReduction(vector::MultiDimReductionOp red, OpBuilder& b) {
+    Location loc = red.getLoc();
+    if (isa<VectorType>(red.getDestType()))
+      return red.emitOpError(
+          "no GPU lowering rule for a reduction that keeps some dims yet; "
+          "reduce the whole block to a scalar (1-D blocks per row)");
+    Type et = red.getSourceVectorType().getElementType();
+    if (et.getIntOrFloatBitWidth() != 32)
+      return red.emitOpError("GPU reductions combine 32-bit values; cast the block to f32 first");
+    vector::CombiningKind kind = red.getKind();
+    Value local =
+        vector::ReductionOp::create(b, loc, kind, map_.lookup(red.getSource())).getResult();
+    Value width = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 32);
+    for (int32_t offset = 16; offset >= 1; offset /= 2) {
+      Value o = arith::ConstantIntOp::create(b, loc, b.getI32Type(), offset);
+      auto shfl = gpu::ShuffleOp::create(b, loc, local, o, width, gpu::ShuffleMode::XOR);
+      local = vector::makeArithReduction(b, loc, kind, local, shfl.getShuffleResult());
+    }
+    const int64_t warps = layout_.threads / 32;
+    auto scratchType =
+        MemRefType::get({warps}, et, AffineMap(),
+                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+    Value scratch = func_.addWorkgroupAttribution(scratchType, loc);
+    Value c32 = arith::ConstantIndexOp::create(b, loc, 32);
+    Value lane = arith::RemUIOp::create(b, loc, tid_, c32);
+    Value warp = arith::DivUIOp::create(b, loc, tid_, c32);
+    Value leader = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane,
+                                         arith::ConstantIndexOp::create(b, loc, 0));
+    scf::IfOp::create(b, loc, leader, [&](OpBuilder& tb, Location l) {
+      memref::StoreOp::create(tb, l, local, scratch, ValueRange{warp});
+      scf::YieldOp::create(tb, l);
+    });
+    gpu::BarrierOp::create(b, loc);
+    Value total = map_.lookup(red.getAcc());
+    for (int64_t w = 0; w < warps; ++w) {
+      Value partial = memref::LoadOp::create(b, loc, scratch,
+                                             ValueRange{arith::ConstantIndexOp::create(b, loc, w)});
+      total = vector::makeArithReduction(b, loc, kind, partial, total);
+    }
+    gpu::BarrierOp::create(b, loc);
+    map_.map(red.getResult(), total);
+    return success();
+  }
+
   LogicalResult lowerFor(scf::ForOp loop, OpBuilder& b) {
     SmallVector<Value> inits;
     for (Value v : loop.getInitArgs()) inits.push_back(map_.lookup(v));
@@ -324,6 +376,13 @@ class GpuLowering {
     if (auto store = dyn_cast<StoreOp>(op)) return lowerStore(store, b);
     if (auto iota = dyn_cast<IotaOp>(op)) return lowerIota(iota, b);
     if (auto loop = dyn_cast<scf::ForOp>(op)) return lowerFor(loop, b);
+    if (auto red = dyn_cast<vector::MultiDimReductionOp>(op)) return lowerReduction(red, b);
+    if (auto cast = dyn_cast<vector::ShapeCastOp>(op)) {
+      // The layout is defined on the flattened block, so a reshape that keeps
+      // the element count moves no data (vec divides every last dim).
+      map_.map(cast.getResult(), map_.lookup(cast.getSource()));
+      return success();
+    }
     if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
       if (isa<VectorType>(bc.getSource().getType()))
         return op->emitOpError(
@@ -371,6 +430,7 @@ class GpuLowering {
   IRMapping map_;
   DenseMap<Value, BlockRef> refs_;
   Value tid_;
+  gpu::GPUFuncOp func_;
 };
 
 struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUPass> {

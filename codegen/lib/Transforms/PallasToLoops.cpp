@@ -164,6 +164,26 @@ class HostLowering {
       return success();
     }
     if (auto loop = dyn_cast<scf::ForOp>(op)) return lowerFor(loop, b);
+    if (auto red = dyn_cast<vector::MultiDimReductionOp>(op)) return lowerReduction(red, b);
+    if (auto cast = dyn_cast<vector::ShapeCastOp>(op)) {
+      // Same elements in the same row-major order: element i of the result is
+      // element i of the source.
+      VectorType from = cast.getSourceVectorType(), to = cast.getResultVectorType();
+      Value src = map_.lookup(cast.getSource());
+      Value out = buffer(to);
+      loopNest(b, loc, to.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
+        Value flat = arith::ConstantIndexOp::create(nb, l, 0);
+        for (auto [iv, extent] : llvm::zip(ivs, to.getShape()))
+          flat = arith::AddIOp::create(
+              nb, l,
+              arith::MulIOp::create(nb, l, flat, arith::ConstantIndexOp::create(nb, l, extent)),
+              iv);
+        SmallVector<Value> at = unflatten(nb, l, flat, from.getShape());
+        memref::StoreOp::create(nb, l, memref::LoadOp::create(nb, l, src, at), out, ivs);
+      });
+      map_.map(cast.getResult(), out);
+      return success();
+    }
     if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
         isa<VectorType>(op->getResult(0).getType()))
       return lowerElementwise(op, b);
@@ -195,6 +215,38 @@ class HostLowering {
       memref::StoreOp::create(nb, l, scalar->getResult(0), out, ivs);
     });
     map_.map(op->getResult(0), out);
+    return success();
+  }
+
+  /// acc (a scalar, or a buffer of the result shape) combined with every
+  /// source element at the result coordinates it reduces to.
+  LogicalResult lowerReduction(vector::MultiDimReductionOp red, OpBuilder& b) {
+    Location loc = red.getLoc();
+    VectorType src = red.getSourceVectorType();
+    Value source = map_.lookup(red.getSource());
+    SmallVector<bool> reduced = red.getReductionMask();
+    auto resultVector = dyn_cast<VectorType>(red.getDestType());
+    Type et = src.getElementType();
+    // A scalar result accumulates in a 0-d buffer.
+    Value out = resultVector
+                    ? buffer(resultVector)
+                    : memref::AllocaOp::create(allocas_, loc, MemRefType::get({}, et)).getResult();
+    Value acc = map_.lookup(red.getAcc());
+    if (resultVector)
+      memref::CopyOp::create(b, loc, acc, out);
+    else
+      memref::StoreOp::create(b, loc, acc, out, ValueRange{});
+    loopNest(b, loc, src.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
+      SmallVector<Value> at;
+      for (auto [iv, r] : llvm::zip(ivs, reduced))
+        if (!r) at.push_back(iv);
+      Value x = memref::LoadOp::create(nb, l, source, ivs);
+      Value a = memref::LoadOp::create(nb, l, out, at);
+      memref::StoreOp::create(nb, l, vector::makeArithReduction(nb, l, red.getKind(), x, a), out,
+                              at);
+    });
+    map_.map(red.getResult(),
+             resultVector ? out : memref::LoadOp::create(b, loc, out, ValueRange{}).getResult());
     return success();
   }
 

@@ -228,6 +228,17 @@ Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype = i32);
 Value program_id(int axis);
 Value num_programs(int axis);
 
+// Reductions. Without an axis they reduce every element to a scalar; with one,
+// they reduce that axis (kept as extent 1 with keepdims). Floats: sum adds in
+// the block's dtype (cast to f32 first for half precision), max/min propagate
+// NaN. The GPU lowers full reductions (warp shuffles, then shared memory).
+Value sum(const Value& x);
+Value max(const Value& x);
+Value min(const Value& x);
+Value sum(const Value& x, int64_t axis, bool keepdims = false);
+Value max(const Value& x, int64_t axis, bool keepdims = false);
+Value min(const Value& x, int64_t axis, bool keepdims = false);
+
 /// `for (i = lo; i < hi; ++i) carry = body(i, carry)`, carrying any number of
 /// values (scalars or blocks) through the loop; returns the final carry.
 /// `lo` and `hi` are index values (program ids, constants, ...).
