@@ -23,7 +23,7 @@ struct OperandMetadata {
   OperandRole role;
   DType dtype;
   int rank;
-  std::array<int64_t, 4> block_shape;  // -1 = squeezed dim; entries past `rank` are 0
+  std::array<int64_t, 4> block_shape;  // -1 = squeezed, -2 = full dim; past `rank`: 0
 };
 
 struct TargetMetadata {

@@ -84,8 +84,9 @@ std::string shapeText(const OperandDecl& d) {
   for (size_t i = 0; i < d.shape.size(); ++i) s += (i ? ", " : "") + d.shape[i].dim_name();
   s += "], block [";
   for (size_t i = 0; i < d.block.size(); ++i)
-    s += (i ? ", " : "") +
-         (d.block[i].is_squeezed() ? std::string("squeezed") : std::to_string(d.block[i].size()));
+    s += (i ? ", " : "") + (d.block[i].is_squeezed() ? std::string("squeezed")
+                            : d.block[i].is_full()   ? std::string("full")
+                                                     : std::to_string(d.block[i].size()));
   return s + "]";
 }
 
@@ -133,7 +134,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
        << runtimeDType(d.dtype) << ", " << d.shape.size() << ", {";
     for (size_t i = 0; i < 4; ++i)
       os << (i ? ", " : "")
-         << (i < d.block.size() ? (d.block[i].is_squeezed() ? -1 : d.block[i].size()) : 0);
+         << (i < d.block.size() ? (d.block[i].is_squeezed() ? -1
+                                   : d.block[i].is_full()   ? -2
+                                                            : d.block[i].size())
+                                : 0);
     os << "}},\n";
   }
   os << "};\n\n";

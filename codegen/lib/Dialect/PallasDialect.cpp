@@ -5,6 +5,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/TypeUtilities.h"
 
 using namespace mlir;
 using namespace mlir::pallas;
@@ -29,7 +30,7 @@ void PallasDialect::initialize() {
 Type RefType::parse(AsmParser& parser) {
   SmallVector<int64_t> shape;
   Type elementType;
-  if (parser.parseLess() || parser.parseDimensionList(shape, /*allowDynamic=*/false) ||
+  if (parser.parseLess() || parser.parseDimensionList(shape, /*allowDynamic=*/true) ||
       parser.parseType(elementType) || parser.parseGreater())
     return {};
   return RefType::get(parser.getContext(), shape, elementType);
@@ -37,13 +38,21 @@ Type RefType::parse(AsmParser& parser) {
 
 void RefType::print(AsmPrinter& printer) const {
   printer << "<";
-  for (int64_t d : getShape()) printer << d << "x";
+  for (int64_t d : getShape()) {
+    if (ShapedType::isDynamic(d))
+      printer << "?x";
+    else
+      printer << d << "x";
+  }
   printer << getElementType() << ">";
 }
 
-int64_t RefType::getNumElements() const {
+int64_t RefType::getNumElements() const {  // kDynamic when a dim is full
   int64_t n = 1;
-  for (int64_t d : getShape()) n *= d;
+  for (int64_t d : getShape()) {
+    if (ShapedType::isDynamic(d)) return ShapedType::kDynamic;
+    n *= d;
+  }
   return n;
 }
 
@@ -70,7 +79,8 @@ LogicalResult BlockOp::verify() {
       if (getBlockShape()[d] != 1) return emitOpError() << "squeezed dim " << d << " must be 1";
       continue;
     }
-    if (getBlockShape()[d] <= 0) return emitOpError() << "block dim " << d << " must be positive";
+    if (getBlockShape()[d] <= 0 && !ShapedType::isDynamic(getBlockShape()[d]))
+      return emitOpError() << "block dim " << d << " must be positive or ? (the full dim)";
     refShape.push_back(getBlockShape()[d]);
   }
   RefType refType = getRef().getType();
@@ -80,24 +90,32 @@ LogicalResult BlockOp::verify() {
   return success();
 }
 
-/// Checks that `[offsets, offsets + sizes)` lies inside a block of `shape`.
+/// Checks that `[offsets, offsets + sizes)` lies inside a block of `shape`
+/// (static offsets into static dims; dynamic ones are bounded by the array).
 static LogicalResult verifySlice(Operation* op, RefType ref, ArrayRef<int64_t> offsets,
-                                 ArrayRef<int64_t> sizes) {
+                                 ArrayRef<int64_t> sizes, size_t numDynamicOffsets) {
   if (static_cast<int64_t>(offsets.size()) != ref.getRank() ||
       static_cast<int64_t>(sizes.size()) != ref.getRank())
     return op->emitOpError() << "slice must have one offset and size per block dim ("
                              << ref.getRank() << ")";
-  for (int64_t d = 0; d < ref.getRank(); ++d)
-    if (offsets[d] < 0 || sizes[d] <= 0 || offsets[d] + sizes[d] > ref.getShape()[d])
+  if (numDynamicOffsets != 0 && static_cast<int64_t>(numDynamicOffsets) != ref.getRank())
+    return op->emitOpError() << "needs no dynamic offsets or one per block dim (" << ref.getRank()
+                             << ")";
+  for (int64_t d = 0; d < ref.getRank(); ++d) {
+    if (sizes[d] <= 0) return op->emitOpError() << "slice size of dim " << d << " must be positive";
+    if (numDynamicOffsets != 0 || ShapedType::isDynamic(ref.getShape()[d])) continue;
+    if (offsets[d] < 0 || offsets[d] + sizes[d] > ref.getShape()[d])
       return op->emitOpError() << "slice [" << offsets[d] << ", " << offsets[d] + sizes[d]
                                << ") of dim " << d << " is outside the block extent "
                                << ref.getShape()[d];
+  }
   return success();
 }
 
 LogicalResult LoadOp::verify() {
   RefType ref = getRef().getType();
-  if (failed(verifySlice(*this, ref, getOffsets(), getSizes()))) return failure();
+  if (failed(verifySlice(*this, ref, getOffsets(), getSizes(), getDynamicOffsets().size())))
+    return failure();
   VectorType result = getResult().getType();
   if (result.getElementType() != ref.getElementType())
     return emitOpError() << "result element type differs from the ref's";
@@ -119,11 +137,14 @@ void LoadOp::getEffects(
 
 LogicalResult StoreOp::verify() {
   RefType ref = getRef().getType();
-  VectorType value = getValue().getType();
-  if (value.getElementType() != ref.getElementType())
-    return emitOpError() << "stored element type " << value.getElementType()
+  Type value = getValue().getType();
+  if (getElementTypeOrSelf(value) != ref.getElementType())
+    return emitOpError() << "stored element type " << getElementTypeOrSelf(value)
                          << " differs from the ref's " << ref.getElementType();
-  return verifySlice(*this, ref, getOffsets(), value.getShape());
+  SmallVector<int64_t> sizes(ref.getRank(), 1);  // a scalar is a 1x..x1 slice
+  if (auto vector = dyn_cast<VectorType>(value))
+    sizes.assign(vector.getShape().begin(), vector.getShape().end());
+  return verifySlice(*this, ref, getOffsets(), sizes, getDynamicOffsets().size());
 }
 
 void StoreOp::getEffects(

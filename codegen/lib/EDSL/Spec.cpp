@@ -197,7 +197,7 @@ void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, Index
          " but its block has " + std::to_string(block_shape.size()) + " dims");
   bool any_blocked = false;
   for (size_t i = 0; i < block_shape.size(); ++i) {
-    if (!block_shape[i].is_squeezed() && block_shape[i].size() <= 0)
+    if (!block_shape[i].is_squeezed() && !block_shape[i].is_full() && block_shape[i].size() <= 0)
       fail("operand '" + d.name + "' block dim " + std::to_string(i) + " is " +
            std::to_string(block_shape[i].size()) + "; block dims must be positive");
     any_blocked |= !block_shape[i].is_squeezed();

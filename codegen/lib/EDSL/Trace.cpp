@@ -493,12 +493,71 @@ mlir::pallas::RefType ref_type(mlir::Value ref) {
 }  // namespace
 
 std::vector<int64_t> Ref::shape() const {
-  return ref_type(ref_state(impl_, operand_).ref).getShape().vec();
+  std::vector<int64_t> shape = ref_type(ref_state(impl_, operand_).ref).getShape().vec();
+  for (int64_t& d : shape)
+    if (mlir::ShapedType::isDynamic(d)) d = -1;
+  return shape;
+}
+
+Value Ref::extent(int dim) const {
+  RefState& s = ref_state(impl_, operand_);
+  auto block = s.ref.getDefiningOp<mlir::pallas::BlockOp>();
+  llvm::SmallVector<int64_t> arrayDims;
+  for (int64_t d = 0; d < static_cast<int64_t>(block.getSqueezed().size()); ++d)
+    if (!block.getSqueezed()[d]) arrayDims.push_back(d);
+  if (dim < 0 || dim >= static_cast<int>(arrayDims.size()))
+    fail("extent(" + std::to_string(dim) + ") of '" + name() + "', whose block has " +
+         std::to_string(arrayDims.size()) + " dims");
+  return wrap(mlir::memref::DimOp::create(b(), loc(), block.getArray(), arrayDims[dim]));
+}
+
+Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes) const {
+  RefState& s = ref_state(impl_, operand_);
+  auto type = ref_type(s.ref);
+  if (offsets.size() != sizes.size() || static_cast<int64_t>(sizes.size()) != type.getRank())
+    fail("load_at of '" + name() + "': needs " + std::to_string(type.getRank()) +
+         " offsets and sizes");
+  llvm::SmallVector<mlir::Value> dynamic;
+  for (const Idx& o : offsets) dynamic.push_back(unwrap(o.value()));
+  for (int64_t size : sizes)
+    if (size <= 0) fail("load_at of '" + name() + "': slice sizes must be positive");
+  auto result = VectorType::get(sizes, type.getElementType());
+  llvm::SmallVector<int64_t> zeros(sizes.size(), 0);
+  return wrap(mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, dynamic, zeros, sizes));
+}
+
+void Ref::store_at(const Value& value, const std::vector<Idx>& offsets) const {
+  RefState& s = ref_state(impl_, operand_);
+  const OperandDecl& decl = trace().spec->operands()[operand_];
+  if (decl.role != Role::kOutput) fail("store to input '" + name() + "'; only outputs are stored");
+  auto type = ref_type(s.ref);
+  mlir::Value v = unwrap(value);
+  DType d = dtype_of(v.getType());
+  if (d != decl.dtype)
+    fail("store of a " + std::string(edsl::name(d)) + " value to output '" + name() +
+         "' of dtype " + edsl::name(decl.dtype) + " (cast first)");
+  const bool scalar = shape_of(v).empty();  // a scalar writes one element
+  if (static_cast<int64_t>(offsets.size()) != type.getRank() ||
+      (!scalar && static_cast<int64_t>(shape_of(v).size()) != type.getRank()))
+    fail("store_at to '" + name() + "': needs a scalar or a rank-" +
+         std::to_string(type.getRank()) + " block value, and " + std::to_string(type.getRank()) +
+         " offsets");
+  llvm::SmallVector<mlir::Value> dynamic;
+  for (const Idx& o : offsets) dynamic.push_back(unwrap(o.value()));
+  llvm::SmallVector<int64_t> zeros(offsets.size(), 0);
+  mlir::pallas::StoreOp::create(b(), loc(), v, s.ref, dynamic, zeros);
+  s.stored = true;
 }
 DType Ref::dtype() const { return trace().spec->operands()[operand_].dtype; }
 const std::string& Ref::name() const { return trace().spec->operands()[operand_].name; }
 
-Value Ref::load() const { return load(std::vector<int64_t>(shape().size(), 0), shape()); }
+Value Ref::load() const {
+  for (int64_t d : shape())
+    if (d < 0)
+      fail("load of '" + name() + "': its block has a full (run-time) dim; load static-size " +
+           "slices of it with load_at");
+  return load(std::vector<int64_t>(shape().size(), 0), shape());
+}
 
 Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes) const {
   RefState& s = ref_state(impl_, operand_);
@@ -512,7 +571,8 @@ Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes) const 
            std::to_string(offsets[d] + sizes[d]) + ") of block dim " + std::to_string(d) +
            " is outside the block extent " + std::to_string(type.getShape()[d]));
   auto result = VectorType::get(sizes, type.getElementType());
-  return wrap(mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, offsets, sizes));
+  return wrap(
+      mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, mlir::ValueRange{}, offsets, sizes));
 }
 
 void Ref::store(const Value& value) const { store(value, std::vector<int64_t>(shape().size(), 0)); }
@@ -541,7 +601,7 @@ void Ref::store(const Value& value, std::vector<int64_t> offsets) const {
     if (offsets[i] < 0 || offsets[i] + sizes[i] > type.getShape()[i])
       fail("store to '" + name() + "': value of shape " + shape_str(sizes) + " at offset " +
            shape_str(offsets) + " does not fit the block " + shape_str(type.getShape()));
-  mlir::pallas::StoreOp::create(b(), loc(), v, s.ref, offsets);
+  mlir::pallas::StoreOp::create(b(), loc(), v, s.ref, mlir::ValueRange{}, offsets);
   s.stored = true;
 }
 
@@ -582,8 +642,12 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     if (!d.has_block) spec.fail("operand '" + d.name + "' has no block spec (spec.block)");
     ref_names.push_back(d.name);
     int64_t elements = 1;
-    for (const auto& bd : d.block) elements *= bd.size();
-    if (elements % spec.threads() != 0)
+    bool full = false;
+    for (const auto& bd : d.block) {
+      elements *= bd.size();
+      full |= bd.is_full();
+    }
+    if (!full && elements % spec.threads() != 0)
       spec.fail("block of operand '" + d.name + "' has " + std::to_string(elements) +
                 " elements, not a multiple of the " + std::to_string(spec.threads()) +
                 " threads of a program");
@@ -642,9 +706,10 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     llvm::SmallVector<int64_t> block_shape, ref_shape;
     llvm::SmallVector<bool> squeezed;
     for (const BlockDim& bd : d.block) {
-      block_shape.push_back(bd.size());
+      int64_t extent = bd.is_full() ? mlir::ShapedType::kDynamic : bd.size();
+      block_shape.push_back(extent);
       squeezed.push_back(bd.is_squeezed());
-      if (!bd.is_squeezed()) ref_shape.push_back(bd.size());
+      if (!bd.is_squeezed()) ref_shape.push_back(extent);
     }
     auto ref_type = mlir::pallas::RefType::get(&ctx, ref_shape, to_mlir_type(d.dtype, ctx));
     t.refs[i].ref = mlir::pallas::BlockOp::create(t.builder, loc, ref_type, t.args[i], indices,

@@ -12,6 +12,9 @@ BlockRef resolveBlock(OpBuilder& b, Location loc, BlockOp op, Value array, Value
     Value idx = indices[d];
     if (op.getSqueezed()[d]) {
       ref.origin.push_back(idx);
+    } else if (ShapedType::isDynamic(op.getBlockShape()[d])) {  // the full dim
+      ref.origin.push_back(arith::ConstantIndexOp::create(b, loc, 0));
+      ref.refDims.push_back(d);
     } else {
       Value size = arith::ConstantIndexOp::create(b, loc, op.getBlockShape()[d]);
       ref.origin.push_back(arith::MulIOp::create(b, loc, idx, size));
@@ -34,13 +37,15 @@ SmallVector<Value> unflatten(OpBuilder& b, Location loc, Value flat, ArrayRef<in
 }
 
 SmallVector<Value> arrayCoords(OpBuilder& b, Location loc, const BlockRef& ref,
-                               ArrayRef<int64_t> offsets, ArrayRef<int64_t> sliceSizes,
-                               ArrayRef<int64_t> resultShape, ValueRange resultCoords) {
+                               ArrayRef<int64_t> offsets, ValueRange dynamicOffsets,
+                               ArrayRef<int64_t> sliceSizes, ArrayRef<int64_t> resultShape,
+                               ValueRange resultCoords) {
   SmallVector<Value> coords(ref.origin.begin(), ref.origin.end());
   int64_t lead = static_cast<int64_t>(resultShape.size() - sliceSizes.size());
   for (size_t k = 0; k < sliceSizes.size(); ++k) {
     int64_t arrayDim = ref.refDims[k];
     Value within = arith::ConstantIndexOp::create(b, loc, offsets[k]);
+    if (!dynamicOffsets.empty()) within = arith::AddIOp::create(b, loc, within, dynamicOffsets[k]);
     bool stretched = sliceSizes[k] == 1 && resultShape[lead + k] != 1;
     if (!stretched) within = arith::AddIOp::create(b, loc, within, resultCoords[lead + k]);
     coords[arrayDim] = arith::AddIOp::create(b, loc, coords[arrayDim], within);

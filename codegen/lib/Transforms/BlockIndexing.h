@@ -16,7 +16,8 @@
 namespace mlir::pallas {
 
 /// A `pallas.block` resolved to its array: the block of `array` starting at
-/// `origin` (one entry per array dim), whose unsqueezed dims are `refDims`.
+/// `origin` (one entry per array dim; 0 for a full dim), whose unsqueezed dims
+/// are `refDims`.
 struct BlockRef {
   Value array;
   SmallVector<Value> origin;     // element index where the block starts, per array dim
@@ -31,14 +32,16 @@ BlockRef resolveBlock(OpBuilder& b, Location loc, BlockOp op, Value array, Value
 /// Example: flat 517 in [8, 256] is [2, 5].
 SmallVector<Value> unflatten(OpBuilder& b, Location loc, Value flat, ArrayRef<int64_t> shape);
 
-/// Maps coordinates in the (broadcast) result of a load to array coordinates:
+/// Maps coordinates in the (broadcast) result of a load to array coordinates
+/// (block origin + static offset + dynamic offset, when given, + coordinate):
 /// result dims are aligned on the right with the slice, slice dims of
 /// extent 1 stay at their offset. Example: slice [0][256] of a ref over dim 1
 /// of a [rows, cols] array (block origin (r0, c0)) loaded as vector<8x256>:
 /// result (i, j) reads array (r0, c0 + j).
 SmallVector<Value> arrayCoords(OpBuilder& b, Location loc, const BlockRef& ref,
-                               ArrayRef<int64_t> offsets, ArrayRef<int64_t> sliceSizes,
-                               ArrayRef<int64_t> resultShape, ValueRange resultCoords);
+                               ArrayRef<int64_t> offsets, ValueRange dynamicOffsets,
+                               ArrayRef<int64_t> sliceSizes, ArrayRef<int64_t> resultShape,
+                               ValueRange resultCoords);
 
 /// i1: every coordinate is inside the array, with `lastExtra` more elements
 /// needed along the last array dim (for runs of contiguous elements).

@@ -162,6 +162,12 @@ class GpuLowering {
     return out;
   }
 
+  SmallVector<Value> mapped(ValueRange values) {
+    SmallVector<Value> out;
+    for (Value v : values) out.push_back(map_.lookup(v));
+    return out;
+  }
+
   LogicalResult lowerLoad(LoadOp load, OpBuilder& b) {
     Location loc = load.getLoc();
     const BlockRef& ref = refs_.at(load.getRef());
@@ -173,7 +179,8 @@ class GpuLowering {
     bool contiguous = lastDimContiguous(ref, load.getSizes(), type.getShape());
     Value frag = assemble(b, loc, type, [&](int64_t, SmallVector<Value>& rc) -> Value {
       SmallVector<Value> coords =
-          arrayCoords(b, loc, ref, load.getOffsets(), load.getSizes(), type.getShape(), rc);
+          arrayCoords(b, loc, ref, load.getOffsets(), mapped(load.getDynamicOffsets()),
+                      load.getSizes(), type.getShape(), rc);
       Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
       if (!contiguous) {  // the whole run reads one element (a stretched dim)
         auto one = scf::IfOp::create(
@@ -225,7 +232,20 @@ class GpuLowering {
   LogicalResult lowerStore(StoreOp store, OpBuilder& b) {
     Location loc = store.getLoc();
     const BlockRef& ref = refs_.at(store.getRef());
-    VectorType type = store.getValue().getType();
+    auto type = dyn_cast<VectorType>(store.getValue().getType());
+    if (!type) {  // one element, replicated in every thread: thread 0 writes it
+      SmallVector<int64_t> ones(store.getOffsets().size(), 1);
+      SmallVector<Value> zeros(ones.size(), arith::ConstantIndexOp::create(b, loc, 0));
+      SmallVector<Value> coords = arrayCoords(b, loc, ref, store.getOffsets(),
+                                              mapped(store.getDynamicOffsets()), ones, ones, zeros);
+      Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid_, zeros[0]);
+      Value write = arith::AndIOp::create(b, loc, first, inBounds(b, loc, ref, coords));
+      scf::IfOp::create(b, loc, write, [&](OpBuilder& tb, Location tl) {
+        memref::StoreOp::create(tb, tl, map_.lookup(store.getValue()), ref.array, coords);
+        scf::YieldOp::create(tb, tl);
+      });
+      return success();
+    }
     Type et = type.getElementType();
     int64_t bytes = accessBytes(et);
     int64_t perAccess = bytes * 8 / et.getIntOrFloatBitWidth();
@@ -233,7 +253,8 @@ class GpuLowering {
     for (int64_t r = 0; r < layout_.runs(type); ++r) {
       SmallVector<Value> rc = unflatten(b, loc, runStart(b, loc, r), type.getShape());
       SmallVector<Value> coords =
-          arrayCoords(b, loc, ref, store.getOffsets(), type.getShape(), type.getShape(), rc);
+          arrayCoords(b, loc, ref, store.getOffsets(), mapped(store.getDynamicOffsets()),
+                      type.getShape(), type.getShape(), rc);
       Value run = vector::ExtractStridedSliceOp::create(
           b, loc, frag, ArrayRef<int64_t>{r * layout_.vec}, ArrayRef<int64_t>{layout_.vec},
           ArrayRef<int64_t>{1});

@@ -250,13 +250,20 @@ class HostLowering {
     return success();
   }
 
+  SmallVector<Value> mapped(ValueRange values) {
+    SmallVector<Value> out;
+    for (Value v : values) out.push_back(map_.lookup(v));
+    return out;
+  }
+
   LogicalResult lowerLoad(LoadOp load, OpBuilder& b) {
     const BlockRef& ref = refs_.at(load.getRef());
     VectorType type = load.getResult().getType();
     Value out = buffer(type);
     loopNest(b, load.getLoc(), type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
       SmallVector<Value> coords =
-          arrayCoords(nb, l, ref, load.getOffsets(), load.getSizes(), type.getShape(), ivs);
+          arrayCoords(nb, l, ref, load.getOffsets(), mapped(load.getDynamicOffsets()),
+                      load.getSizes(), type.getShape(), ivs);
       Value inside = inBounds(nb, l, ref, coords);
       Type et = type.getElementType();
       auto branch = scf::IfOp::create(
@@ -277,11 +284,24 @@ class HostLowering {
 
   LogicalResult lowerStore(StoreOp store, OpBuilder& b) {
     const BlockRef& ref = refs_.at(store.getRef());
-    VectorType type = store.getValue().getType();
+    auto type = dyn_cast<VectorType>(store.getValue().getType());
+    if (!type) {  // one element
+      Location loc = store.getLoc();
+      SmallVector<int64_t> ones(store.getOffsets().size(), 1);
+      SmallVector<Value> zeros(ones.size(), arith::ConstantIndexOp::create(b, loc, 0));
+      SmallVector<Value> coords = arrayCoords(b, loc, ref, store.getOffsets(),
+                                              mapped(store.getDynamicOffsets()), ones, ones, zeros);
+      scf::IfOp::create(b, loc, inBounds(b, loc, ref, coords), [&](OpBuilder& tb, Location tl) {
+        memref::StoreOp::create(tb, tl, map_.lookup(store.getValue()), ref.array, coords);
+        scf::YieldOp::create(tb, tl);
+      });
+      return success();
+    }
     Value value = map_.lookup(store.getValue());
     loopNest(b, store.getLoc(), type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
       SmallVector<Value> coords =
-          arrayCoords(nb, l, ref, store.getOffsets(), type.getShape(), type.getShape(), ivs);
+          arrayCoords(nb, l, ref, store.getOffsets(), mapped(store.getDynamicOffsets()),
+                      type.getShape(), type.getShape(), ivs);
       Value inside = inBounds(nb, l, ref, coords);
       scf::IfOp::create(nb, l, inside, [&](OpBuilder& tb, Location tl) {
         Value v = memref::LoadOp::create(tb, tl, value, ivs);

@@ -19,7 +19,8 @@ struct BroadcastOfLoad : OpRewritePattern<vector::BroadcastOp> {
     auto load = op.getSource().getDefiningOp<LoadOp>();
     if (!load) return failure();
     rewriter.replaceOpWithNewOp<LoadOp>(op, op.getResultVectorType(), load.getRef(),
-                                        load.getOffsets(), load.getSizes());
+                                        load.getDynamicOffsets(), load.getOffsets(),
+                                        load.getSizes());
     return success();
   }
 };

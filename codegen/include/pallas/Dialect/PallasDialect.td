@@ -40,7 +40,8 @@ def Pallas_RefType : Pallas_Type<"Ref", "ref"> {
   let summary = "a reference to the block of an operand seen by one program";
   let description = [{
     `!pallas.ref<8x128xf32>` is the block an index map selected: its shape is
-    the block shape with squeezed dims dropped. It is a symbolic handle: the
+    the block shape with squeezed dims dropped; a full dim (the array's whole
+    run-time extent) is `?`, as in `!pallas.ref<?xf32>`. It is a symbolic handle: the
     array, the block origin and the array extents (for edge masking) come
     from the `pallas.block` op that defines it.
   }];
@@ -73,7 +74,9 @@ def Pallas_BlockOp : Pallas_Op<"block", [Pure]> {
   let description = [{
     `indices` are the block indices the index map returned, one per array
     dim. For a `Blocked(n)` dim the block starts at element `index * n`; for
-    a squeezed dim (block extent 1, dropped from the ref shape) at `index`.
+    a squeezed dim (block extent 1, dropped from the ref shape) at `index`;
+    a full dim (block_shape entry `?`, i.e. ShapedType::kDynamic) is the
+    whole dim, starting at 0, and its index is ignored.
 
     ```mlir
     %r = pallas.block %x[%i, %c0] {block_shape = array<i64: 1, 256>,
@@ -91,21 +94,31 @@ def Pallas_BlockOp : Pallas_Op<"block", [Pure]> {
 def Pallas_LoadOp : Pallas_Op<"load", [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
   let summary = "load a block (or a static slice of it), masked at the array edge";
   let description = [{
-    Reads the slice `[offsets, offsets + sizes)` of the block. The result may
-    have a larger shape than the slice: the slice is broadcast to it with
-    numpy rules (trailing dims aligned, slice dims of extent 1 stretched).
-    Elements outside the array read as zero.
+    Reads the slice `[offsets, offsets + sizes)` of the block, where each
+    offset is the static one plus, when `dynamic_offsets` are given (one per
+    ref dim), the dynamic one. The result may have a larger shape than the
+    slice: the slice is broadcast to it with numpy rules (trailing dims
+    aligned, slice dims of extent 1 stretched). Elements outside the array
+    read as zero (slices with dynamic offsets are bounded by the array, not
+    the block).
   }];
-  let arguments = (ins Pallas_RefType:$ref, DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes);
+  let arguments = (ins Pallas_RefType:$ref, Variadic<Index>:$dynamic_offsets,
+                       DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes);
   let results = (outs AnyVectorOfNonZeroRank:$result);
-  let assemblyFormat = "$ref `[` $offsets `]` `[` $sizes `]` attr-dict `:` type($ref) `->` type($result)";
+  let assemblyFormat = "$ref `[` $offsets `]` `[` $sizes `]` (`plus` `(` $dynamic_offsets^ `)`)? attr-dict `:` type($ref) `->` type($result)";
   let hasVerifier = 1;
 }
 
 def Pallas_StoreOp : Pallas_Op<"store", [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
-  let summary = "store a block value into a static slice of a block, masked at the array edge";
-  let arguments = (ins AnyVectorOfNonZeroRank:$value, Pallas_RefType:$ref, DenseI64ArrayAttr:$offsets);
-  let assemblyFormat = "$value `,` $ref `[` $offsets `]` attr-dict `:` type($value) `,` type($ref)";
+  let summary = "store a block value into a slice of a block, masked at the array edge";
+  let description = [{
+    Writes `value` at `offsets` (plus `dynamic_offsets`, one per ref dim, when
+    given); elements outside the array are skipped. A scalar `value` writes
+    the one element at `offsets` (on the GPU, thread 0 writes it).
+  }];
+  let arguments = (ins AnyType:$value, Pallas_RefType:$ref,
+                       Variadic<Index>:$dynamic_offsets, DenseI64ArrayAttr:$offsets);
+  let assemblyFormat = "$value `,` $ref `[` $offsets `]` (`plus` `(` $dynamic_offsets^ `)`)? attr-dict `:` type($value) `,` type($ref)";
   let hasVerifier = 1;
 }
 

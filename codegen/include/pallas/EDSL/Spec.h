@@ -108,16 +108,26 @@ struct Blocked {
 struct Squeezed {};
 inline constexpr Squeezed squeezed{};
 
+/// The whole dim, whatever its run-time extent: the block starts at 0 and the
+/// body moves static-size slices of it at run-time offsets (Ref::load_at), e.g.
+/// to loop over a long row in chunks.
+struct Full {};
+inline constexpr Full full{};
+
 class BlockDim {
  public:
   BlockDim(Blocked b) : size_(b.size) {}             // NOLINT
   BlockDim(Squeezed) : size_(1), squeezed_(true) {}  // NOLINT
+  BlockDim(Full) : size_(-1), full_(true) {}         // NOLINT
+  /// The block extent; -1 for a full dim.
   int64_t size() const { return size_; }
   bool is_squeezed() const { return squeezed_; }
+  bool is_full() const { return full_; }
 
  private:
   int64_t size_;
   bool squeezed_ = false;
+  bool full_ = false;
 };
 
 //===----------------------------------------------------------------------===//
@@ -250,6 +260,19 @@ Value index(int64_t value);  // an index constant
 // Operands and refs
 //===----------------------------------------------------------------------===//
 
+/// Block indices returned by an index map: `at(p[0], 0)`.
+class Idx {
+ public:
+  Idx(const Value& v) : value_(v) {}                    // NOLINT
+  Idx(int64_t c) : constant_(c), is_constant_(true) {}  // NOLINT
+  Idx(int c) : Idx(static_cast<int64_t>(c)) {}          // NOLINT
+  Value value() const;
+
+ private:
+  Value value_;
+  int64_t constant_ = 0;
+  bool is_constant_ = false;
+};
 /// A handle to a declared operand.
 struct Operand {
   int index = -1;
@@ -267,7 +290,16 @@ class Ref {
   void store(const Value& value) const;
   /// Stores `value` into the static slice starting at `offsets`.
   void store(const Value& value, std::vector<int64_t> offsets) const;
+  /// Loads the slice of static `sizes` at run-time `offsets` (index values or
+  /// constants), one per block dim; elements past the array edge read as 0.
+  Value load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes) const;
+  /// Stores `value` (a block, or a scalar: one element) at run-time `offsets`;
+  /// elements past the array edge are skipped.
+  void store_at(const Value& value, const std::vector<Idx>& offsets) const;
+  /// The block shape; -1 for a full dim.
   std::vector<int64_t> shape() const;
+  /// The run-time extent of the array along block dim `dim` (an index value).
+  Value extent(int dim) const;
   DType dtype() const;
   const std::string& name() const;
 
@@ -276,19 +308,6 @@ class Ref {
   int operand_;
 };
 
-/// Block indices returned by an index map: `at(p[0], 0)`.
-class Idx {
- public:
-  Idx(const Value& v) : value_(v) {}                    // NOLINT
-  Idx(int64_t c) : constant_(c), is_constant_(true) {}  // NOLINT
-  Idx(int c) : Idx(static_cast<int64_t>(c)) {}          // NOLINT
-  Value value() const;
-
- private:
-  Value value_;
-  int64_t constant_ = 0;
-  bool is_constant_ = false;
-};
 using Indices = std::vector<Idx>;
 using ProgramIds = std::vector<Value>;
 template <class... A>
