@@ -157,6 +157,12 @@ Scalar KernelSpec::scalar(const std::string& name, DType dtype) {
   return Scalar(add_operand(name, Role::kScalar, dtype, {}).index);
 }
 
+Scalar KernelSpec::scalar(const std::string& name, DType dtype, double min) {
+  Scalar s = scalar(name, dtype);
+  operands_[s.index()].min_value = min;
+  return s;
+}
+
 const OperandDecl& KernelSpec::decl(Operand op, const char* what) const {
   if (op.index < 0 || op.index >= static_cast<int>(operands_.size()))
     fail(std::string(what) + ": not an operand of this spec");

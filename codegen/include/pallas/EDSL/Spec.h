@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -228,8 +229,16 @@ template <class N>
 requires std::is_arithmetic_v<N> Value minimum(const Value& a, N b) {
   return minimum(a, constant(static_cast<double>(b), a.dtype()));
 }
-/// Elementwise `cond ? a : b`; cond is i1.
+/// Elementwise `cond ? a : b`; cond is i1. A literal takes the other side's dtype.
 Value select(const Value& cond, const Value& a, const Value& b);
+template <class N>
+requires std::is_arithmetic_v<N> Value select(const Value& cond, const Value& a, N b) {
+  return select(cond, a, constant(static_cast<double>(b), a.dtype()));
+}
+template <class N>
+requires std::is_arithmetic_v<N> Value select(const Value& cond, N a, const Value& b) {
+  return select(cond, constant(static_cast<double>(a), b.dtype()), b);
+}
 /// Broadcasts numpy-style (trailing dims aligned, extent-1 dims stretched).
 Value broadcast_to(const Value& x, std::vector<int64_t> shape);
 /// A block of `shape` whose elements are their coordinate along `dimension`.
@@ -331,8 +340,9 @@ struct OperandDecl {
   std::vector<BlockDim> block;
   IndexMap index_map;
   bool has_block = false;
-  int aliased_to = -1;    // for an input: the output operand it aliases
-  int aliased_from = -1;  // for an output: the input operand aliased to it
+  int aliased_to = -1;              // for an input: the output operand it aliases
+  int aliased_from = -1;            // for an output: the input operand aliased to it
+  std::optional<double> min_value;  // for a scalar: the entry point rejects smaller values
 };
 
 class KernelSpec {
@@ -349,6 +359,8 @@ class KernelSpec {
   Operand input(const std::string& name, DType dtype, std::vector<DimExpr> shape);
   Operand output(const std::string& name, DType dtype, std::vector<DimExpr> shape);
   Scalar scalar(const std::string& name, DType dtype);
+  /// A scalar the entry point checks to be at least `min` (and not NaN).
+  Scalar scalar(const std::string& name, DType dtype, double min);
   /// `output` is written in place over `input` (Pallas' input_output_aliases):
   /// the entry point takes one mutable tensor for both.
   void alias(Operand input, Operand output);
