@@ -187,6 +187,59 @@ void bench_cast(std::vector<Row>& rows, int64_t n, int reps, int64_t l2, std::mt
            reps)});
 }
 
+/// Row ops over [rows, cols]: the fewest bytes are x read once and y written
+/// once (plus the weights, once per launch).
+template <class T>
+void bench_rows(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int64_t l2,
+                std::mt19937& rng) {
+  using pallas::TensorView;
+  const double e = sizeof(T), mat = double(r) * c;
+  const int sets = rotation(2.0 * e * mat, l2);
+  std::vector<DeviceArray<T>> x, y, w, b;
+  std::vector<DeviceArray<T>> sums;
+  for (int s = 0; s < sets; ++s) {
+    x.emplace_back(r * c, rng);
+    y.emplace_back(r * c, rng);
+    w.emplace_back(c, rng);
+    b.emplace_back(c, rng);
+    sums.emplace_back(r, rng);
+  }
+  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  auto cx = [&](int i) { return TensorView<const T, 2>(x[i % sets].data, {r, c}); };
+  auto my = [&](int i) { return TensorView<T, 2>(y[i % sets].data, {r, c}); };
+  auto cw = [&](int i) { return TensorView<const T, 1>(w[i % sets].data, {c}); };
+  auto cb = [&](int i) { return TensorView<const T, 1>(b[i % sets].data, {c}); };
+  const std::string shape = std::to_string(r) + "x" + std::to_string(c);
+  const char* t = dtype_name<T>();
+  rows.push_back({"rms_norm", t, shape, e * (2 * mat + c),
+                  median_ms(
+                      [&](int i) {
+                        check(pallas::kernels::rms_norm(cx(i), cw(i), 1e-5f, my(i), launch),
+                              "rms_norm");
+                      },
+                      reps)});
+  rows.push_back({"layer_norm", t, shape, e * (2 * mat + 2 * c),
+                  median_ms(
+                      [&](int i) {
+                        check(
+                            pallas::kernels::layer_norm(cx(i), cw(i), cb(i), 1e-5f, my(i), launch),
+                            "layer_norm");
+                      },
+                      reps)});
+  rows.push_back(
+      {"softmax", t, shape, e * 2 * mat,
+       median_ms([&](int i) { check(pallas::kernels::softmax(cx(i), my(i), launch), "softmax"); },
+                 reps)});
+  rows.push_back({"row_sum", t, shape, e * (mat + r),
+                  median_ms(
+                      [&](int i) {
+                        check(pallas::kernels::row_sum(
+                                  cx(i), TensorView<T, 1>(sums[i % sets].data, {r}), launch),
+                              "row_sum");
+                      },
+                      reps)});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -246,6 +299,12 @@ int main(int argc, char** argv) {
     if (8 * r * 4096 > (max_mib << 20)) break;
     bench_bias_gelu<float>(rows, r, 4096, reps, l2, rng);
     bench_bias_gelu<pallas::bfloat16>(rows, r, 4096, reps, l2, rng);
+  }
+  // Row ops: short rows (many programs), the 4K rows of the target, long rows.
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{65536, 128}, {16384, 4096}, {64, 262144}}) {
+    if (8 * r * c > (max_mib << 20)) continue;
+    bench_rows<float>(rows, r, c, reps, l2, rng);
+    bench_rows<pallas::bfloat16>(rows, r, c, reps, l2, rng);
   }
 
   FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");

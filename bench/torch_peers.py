@@ -51,6 +51,18 @@ def peer(op, dtype, shape, nbytes):
         xs = [torch.empty(n, device=dev).uniform_(-2, 2).to(src) for _ in range(sets)]
         return median_ms(lambda i: xs[i % sets].to(dst))
     t = DTYPES[dtype]
+    if op in ("rms_norm", "layer_norm", "softmax", "row_sum"):
+        r, c = (int(v) for v in shape.split("x"))
+        xs = [torch.empty(r, c, device=dev, dtype=t).uniform_(-2, 2) for _ in range(sets)]
+        w = torch.empty(c, device=dev, dtype=t).uniform_(0.5, 1.5)
+        b = torch.empty(c, device=dev, dtype=t).uniform_(-1, 1)
+        fns = {
+            "rms_norm": lambda i: F.rms_norm(xs[i % sets], (c,), w, 1e-5),
+            "layer_norm": lambda i: F.layer_norm(xs[i % sets], (c,), w, b, 1e-5),
+            "softmax": lambda i: torch.softmax(xs[i % sets], dim=-1),
+            "row_sum": lambda i: xs[i % sets].sum(dim=-1),
+        }
+        return median_ms(fns[op])
     if op == "bias_gelu":
         r, c = (int(v) for v in shape.split("x"))
         xs = [torch.empty(r, c, device=dev, dtype=t).uniform_(-2, 2) for _ in range(sets)]

@@ -57,3 +57,18 @@ func.func @odd_block(%x: memref<?xf32>) attributes {pallas.kernel, pallas.grid_r
   %v = pallas.load %rx[[0]] [[100]] : !pallas.ref<100xf32> -> vector<100xf32>
   return
 }
+
+// -----
+
+// Reductions that keep some dims need a replicated layout the GPU lowering
+// does not have yet: a loud error, not wrong code.
+func.func @row_sums(%x: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %c0 = arith.constant 0 : index
+  %rx = pallas.block %x[%i, %c0] {block_shape = array<i64: 8, 256>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<8x256xf32>
+  %v = pallas.load %rx[[0, 0]] [[8, 256]] : !pallas.ref<8x256xf32> -> vector<8x256xf32>
+  %acc = arith.constant dense<0.0> : vector<8xf32>
+  // expected-error @+1 {{no GPU lowering rule for a reduction that keeps some dims yet}}
+  %s = vector.multi_reduction <add>, %v, %acc [1] : vector<8x256xf32> to vector<8xf32>
+  return
+}

@@ -43,6 +43,15 @@ struct Layout {
 
 /// Picks `vec` for a kernel, or fails naming the block that does not fit.
 FailureOr<Layout> chooseLayout(func::FuncOp kernel, int64_t threads) {
+  // Their results would need a layout replicated across threads: say so
+  // before the layout check below complains about their small shapes.
+  WalkResult partial = kernel.walk([](vector::MultiDimReductionOp red) {
+    if (!isa<VectorType>(red.getDestType())) return WalkResult::advance();
+    red.emitOpError("no GPU lowering rule for a reduction that keeps some dims yet; reduce the "
+                    "whole block to a scalar (1-D blocks per row)");
+    return WalkResult::interrupt();
+  });
+  if (partial.wasInterrupted()) return failure();
   int64_t minBytes = 4;
   SmallVector<VectorType> blocks;
   kernel.walk([&](Operation* op) {
