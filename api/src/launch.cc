@@ -309,7 +309,8 @@ std::vector<emulator::Buffer> launch_buffers(const KernelImage& image, void** ar
     }
     const auto element = static_cast<int64_t>(size_of(op.dtype));
     buffers.push_back({op.name, aligned + offset * element,
-                       empty ? 0 : static_cast<uint64_t>((last + 1) * element)});
+                       empty ? 0 : static_cast<uint64_t>((last + 1) * element),
+                       /*must_end_zero=*/op.role == OperandRole::kSemaphores});
     k += 3 + 2 * static_cast<size_t>(op.rank);
   }
   return buffers;

@@ -14,8 +14,10 @@ namespace pallas {
 enum class OperandRole : uint8_t {
   kInput,
   kOutput,
-  kInOut,  // an input aliased to an output
-  kScalar
+  kInOut,  // an input aliased to an output, updated in place
+  kScalar,
+  kSemaphores,  // int32 counters from the runtime's pool (not a parameter of the entry point)
+  kWorkspace,   // global-memory scratch from the runtime's pool (not a parameter either)
 };
 
 struct OperandMetadata {

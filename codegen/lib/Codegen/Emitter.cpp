@@ -11,6 +11,7 @@
 
 #include "pallas/Codegen/Emitter.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace pallas::codegen {
@@ -52,8 +53,11 @@ const char* runtimeDType(DType d) {
 /// The entry point parameters: operand indices, aliased outputs dropped.
 std::vector<int> entryParams(const edsl::KernelSpec& spec) {
   std::vector<int> params;
-  for (size_t i = 0; i < spec.operands().size(); ++i)
-    if (spec.operands()[i].aliased_from < 0) params.push_back(static_cast<int>(i));
+  for (size_t i = 0; i < spec.operands().size(); ++i) {
+    const OperandDecl& d = spec.operands()[i];
+    if (d.aliased_from < 0 && d.role != Role::kSemaphores && d.role != Role::kWorkspace)
+      params.push_back(static_cast<int>(i));
+  }
   return params;
 }
 
@@ -81,7 +85,7 @@ std::string signature(const edsl::KernelSpec& spec, bool with_default) {
 
 std::string shapeText(const OperandDecl& d) {
   std::string s = "[";
-  for (size_t i = 0; i < d.shape.size(); ++i) s += (i ? ", " : "") + d.shape[i].dim_name();
+  for (size_t i = 0; i < d.shape.size(); ++i) s += (i ? ", " : "") + d.shape[i].to_string();
   s += "], block [";
   for (size_t i = 0; i < d.block.size(); ++i)
     s += (i ? ", " : "") + (d.block[i].is_squeezed() ? std::string("squeezed")
@@ -126,10 +130,12 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   }
   os << "constexpr pallas::OperandMetadata " << name << "_operands[] = {\n";
   for (const OperandDecl& d : ops) {
-    const char* role = d.role == Role::kScalar  ? "kScalar"
-                       : d.aliased_to >= 0      ? "kInOut"
-                       : d.role == Role::kInput ? "kInput"
-                                                : "kOutput";
+    const char* role = d.role == Role::kScalar       ? "kScalar"
+                       : d.role == Role::kSemaphores ? "kSemaphores"
+                       : d.role == Role::kWorkspace  ? "kWorkspace"
+                       : d.aliased_to >= 0           ? "kInOut"
+                       : d.role == Role::kInput      ? "kInput"
+                                                     : "kOutput";
     os << "    {\"" << d.name << "\", pallas::OperandRole::" << role << ", "
        << runtimeDType(d.dtype) << ", " << d.shape.size() << ", {";
     for (size_t i = 0; i < 4; ++i)
@@ -186,6 +192,15 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   for (int i : entryParams(spec)) {
     const OperandDecl& d = ops[i];
     for (size_t k = 0; k < d.shape.size(); ++k) {
+      if (d.shape[k].kind() == edsl::DimExpr::Kind::kConst) {
+        const std::string want = d.shape[k].to_string();
+        os << "  if (" << d.name << ".shape(" << k << ") != " << want << ")\n"
+           << "    return pallas::Status::Error(pallas::StatusCode::kShapeMismatch,\n"
+           << "        std::string(kKernel) + \": operand '" << d.name << "' dim " << k
+           << " is \" + std::to_string(" << d.name << ".shape(" << k << ")) + \", but must be "
+           << want << "\");\n";
+        continue;
+      }
       int dim = d.shape[k].dim_index();
       const std::string& dn = spec.dim_names()[dim];
       if (bound[dim].first < 0) {
@@ -201,6 +216,23 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   }
   for (size_t dim = 0; dim < bound.size(); ++dim)
     if (bound[dim].first < 0) os << "  // dim '" << spec.dim_names()[dim] << "' is unused\n";
+  // Semaphores and workspaces: memory from the runtime for this launch.
+  std::vector<int> pooled;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].role == Role::kSemaphores || ops[i].role == Role::kWorkspace)
+      pooled.push_back(static_cast<int>(i));
+  if (!pooled.empty()) {
+    os << "  pallas::detail::LaunchResources resources;\n";
+    for (int i : pooled)
+      os << "  const int64_t count_" << ops[i].name << " = " << ops[i].shape[0].to_cpp() << ";\n";
+    os << "  const pallas::detail::ResourceRequest requests[] = {";
+    for (int i : pooled)
+      os << "{static_cast<uint64_t>(count_" << ops[i].name << ") * sizeof(" << cppType(ops[i].dtype)
+         << "), " << (ops[i].role == Role::kSemaphores ? "true" : "false") << "}, ";
+    os << "};\n";
+    os << "  if (pallas::Status s = pallas::detail::acquire_resources(" << name
+       << "_image, launch, requests, resources); !s.ok())\n    return s;\n";
+  }
   // Kernel parameters: memref descriptors and scalars in declaration order.
   std::string args;
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -211,8 +243,15 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
       args += "&" + var + ", ";
       continue;
     }
-    os << "  auto " << var << " = descriptor(" << ops[viewOf(spec, static_cast<int>(i))].name
-       << ");\n";
+    if (d.role == Role::kSemaphores || d.role == Role::kWorkspace) {
+      size_t slot = std::find(pooled.begin(), pooled.end(), static_cast<int>(i)) - pooled.begin();
+      os << "  auto " << var << " = descriptor(pallas::TensorView<" << cppType(d.dtype)
+         << ", 1>(static_cast<" << cppType(d.dtype) << "*>(resources.data(" << slot << ")), {count_"
+         << d.name << "}));\n";
+    } else {
+      os << "  auto " << var << " = descriptor(" << ops[viewOf(spec, static_cast<int>(i))].name
+         << ");\n";
+    }
     args += "&" + var + ".allocated, &" + var + ".aligned, &" + var + ".offset, ";
     for (size_t k = 0; k < d.shape.size(); ++k)
       args += "&" + var + ".sizes[" + std::to_string(k) + "], ";

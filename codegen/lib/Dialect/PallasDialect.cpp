@@ -160,3 +160,8 @@ LogicalResult IotaOp::verify() {
 
 #define GET_OP_CLASSES
 #include "pallas/Dialect/PallasOps.cpp.inc"
+
+void LoadScalarOp::getEffects(
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>& effects) {
+  effects.emplace_back(MemoryEffects::Read::get(), &getRefMutable());
+}

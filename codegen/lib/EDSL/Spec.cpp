@@ -134,9 +134,11 @@ Operand KernelSpec::add_operand(const std::string& name, Role role, DType dtype,
     fail("operand '" + name + "' has dtype " + std::string(edsl::name(dtype)) +
          "; operands are f32, f16, bf16 or i32");
   for (size_t d = 0; d < shape.size(); ++d)
-    if (shape[d].kind() != DimExpr::Kind::kDim)
+    if (role != Role::kSemaphores && role != Role::kWorkspace &&
+        shape[d].kind() != DimExpr::Kind::kDim && shape[d].kind() != DimExpr::Kind::kConst)
       fail("operand '" + name + "' dim " + std::to_string(d) +
-           " must be a dim declared with spec.dim(), not '" + shape[d].to_string() + "'");
+           " must be a dim declared with spec.dim() or a constant, not '" + shape[d].to_string() +
+           "'");
   if (role != Role::kScalar && shape.empty())
     fail("operand '" + name + "' must have at least one dim");
   if (shape.size() > 4) fail("operand '" + name + "' has more than 4 dims");
@@ -155,6 +157,19 @@ Scalar KernelSpec::scalar(const std::string& name, DType dtype) {
   if (dtype != DType::f32 && dtype != DType::i32)
     fail("scalar '" + name + "' must be f32 or i32, not " + std::string(edsl::name(dtype)));
   return Scalar(add_operand(name, Role::kScalar, dtype, {}).index);
+}
+
+Semaphores KernelSpec::semaphores(const std::string& name, DimExpr count) {
+  Operand op = add_operand(name, Role::kSemaphores, DType::i32, {std::move(count)});
+  return Semaphores(op.index);
+}
+
+Operand KernelSpec::workspace(const std::string& name, DType dtype, DimExpr count) {
+  Operand op = add_operand(name, Role::kWorkspace, dtype, {std::move(count)});
+  operands_[op.index].block = {BlockDim(full)};
+  operands_[op.index].index_map = [](const ProgramIds&) { return at(0); };
+  operands_[op.index].has_block = true;
+  return op;
 }
 
 Scalar KernelSpec::scalar(const std::string& name, DType dtype, double min) {
@@ -196,7 +211,8 @@ void KernelSpec::grid(std::vector<DimExpr> axes) {
 
 void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map) {
   const OperandDecl& d = decl(operand, "block");
-  if (d.role == Role::kScalar) fail("scalar '" + d.name + "' cannot have a block");
+  if (d.role == Role::kScalar || d.role == Role::kSemaphores || d.role == Role::kWorkspace)
+    fail("operand '" + d.name + "' cannot have a block spec");
   if (d.has_block) fail("operand '" + d.name + "' has two block specs");
   if (block_shape.size() != d.shape.size())
     fail("operand '" + d.name + "' has rank " + std::to_string(d.shape.size()) +

@@ -470,6 +470,32 @@ std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> car
   return results;
 }
 
+void when(const Value& cond, const std::function<void()>& body) {
+  mlir::Value c = unwrap(cond);
+  if (!c.getType().isInteger(1))
+    fail("when() needs a scalar i1 condition (a comparison of scalars)");
+  auto& bd = b();
+  auto branch = mlir::scf::IfOp::create(bd, loc(), c, /*withElseRegion=*/false);
+  OpBuilder::InsertionGuard guard(bd);
+  bd.setInsertionPoint(branch.thenBlock()->getTerminator());
+  body();
+}
+
+Value Semaphores::add(const Idx& index, const Value& value) const {
+  Trace& t = trace();
+  mlir::Value v = unwrap(value);
+  if (dtype_of(v.getType()) != DType::i32 || llvm::isa<VectorType>(v.getType()))
+    fail("semaphore add needs an i32 scalar value");
+  return wrap(mlir::pallas::SemaphoreAddOp::create(b(), loc(), b().getI32Type(),
+                                                   t.args.at(operand_), unwrap(index.value()), v));
+}
+
+Value Semaphores::read(const Idx& index) const {
+  Trace& t = trace();
+  return wrap(mlir::pallas::SemaphoreReadOp::create(b(), loc(), b().getI32Type(),
+                                                    t.args.at(operand_), unwrap(index.value())));
+}
+
 //===----------------------------------------------------------------------===//
 // Refs and index maps
 //===----------------------------------------------------------------------===//
@@ -511,6 +537,16 @@ Value Ref::extent(int dim) const {
   return wrap(mlir::memref::DimOp::create(b(), loc(), block.getArray(), arrayDims[dim]));
 }
 
+Value Ref::load_scalar(const std::vector<Idx>& indices) const {
+  RefState& s = ref_state(impl_, operand_);
+  auto type = ref_type(s.ref);
+  if (static_cast<int64_t>(indices.size()) != type.getRank())
+    fail("load_scalar of '" + name() + "': needs " + std::to_string(type.getRank()) + " indices");
+  llvm::SmallVector<mlir::Value> at;
+  for (const Idx& i : indices) at.push_back(unwrap(i.value()));
+  return wrap(mlir::pallas::LoadScalarOp::create(b(), loc(), type.getElementType(), s.ref, at));
+}
+
 Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes) const {
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
@@ -529,7 +565,8 @@ Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes) 
 void Ref::store_at(const Value& value, const std::vector<Idx>& offsets) const {
   RefState& s = ref_state(impl_, operand_);
   const OperandDecl& decl = trace().spec->operands()[operand_];
-  if (decl.role != Role::kOutput) fail("store to input '" + name() + "'; only outputs are stored");
+  if (decl.role != Role::kOutput && decl.role != Role::kWorkspace)
+    fail("store to input '" + name() + "'; only outputs and workspaces are stored");
   auto type = ref_type(s.ref);
   mlir::Value v = unwrap(value);
   DType d = dtype_of(v.getType());
@@ -580,7 +617,8 @@ void Ref::store(const Value& value) const { store(value, std::vector<int64_t>(sh
 void Ref::store(const Value& value, std::vector<int64_t> offsets) const {
   RefState& s = ref_state(impl_, operand_);
   const OperandDecl& decl = trace().spec->operands()[operand_];
-  if (decl.role != Role::kOutput) fail("store to input '" + name() + "'; only outputs are stored");
+  if (decl.role != Role::kOutput && decl.role != Role::kWorkspace)
+    fail("store to input '" + name() + "'; only outputs and workspaces are stored");
   auto type = ref_type(s.ref);
   mlir::Value v = unwrap(value);
   DType d = dtype_of(v.getType());
@@ -631,14 +669,16 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   // Every dim must be bound by an operand: the entry point reads it from a shape.
   std::vector<bool> bound(spec.dim_names().size(), false);
   for (const auto& d : ops)
-    for (const DimExpr& e : d.shape) bound[e.dim_index()] = true;
+    for (const DimExpr& e : d.shape)
+      if ((d.role == Role::kInput || d.role == Role::kOutput) && e.kind() == DimExpr::Kind::kDim)
+        bound[e.dim_index()] = true;
   for (size_t i = 0; i < bound.size(); ++i)
     if (!bound[i])
       spec.fail("dim '" + spec.dim_names()[i] +
                 "' is not the dim of any operand, so no run-time value binds it");
   std::vector<std::string> ref_names;
   for (const auto& d : ops) {
-    if (d.role == Role::kScalar) continue;
+    if (d.role == Role::kScalar || d.role == Role::kSemaphores) continue;
     if (!d.has_block) spec.fail("operand '" + d.name + "' has no block spec (spec.block)");
     ref_names.push_back(d.name);
     int64_t elements = 1;
@@ -696,7 +736,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   std::vector<Ref> refs;
   for (size_t i = 0; i < ops.size(); ++i) {
     const OperandDecl& d = ops[i];
-    if (d.role == Role::kScalar) continue;
+    if (d.role == Role::kScalar || d.role == Role::kSemaphores) continue;
     Indices idx = d.index_map(pids);
     if (idx.size() != d.shape.size())
       spec.fail("index map of operand '" + d.name + "' returns " + std::to_string(idx.size()) +

@@ -270,9 +270,11 @@ class Rewriter {
     }
     if (auto store = dyn_cast<LLVM::StoreOp>(op))
       return check(loc, store.getAddr(), store.getValue().getType(), emu::kAccessStore);
-    if (auto rmw = dyn_cast<LLVM::AtomicRMWOp>(op))
+    if (auto rmw = dyn_cast<LLVM::AtomicRMWOp>(op)) {
+      call(loc, "pallas_emu_yield", Type(), {});  // semaphore polls are RMWs too
       return check(loc, rmw.getPtr(), rmw.getVal().getType(),
                    emu::kAccessStore | emu::kAccessAtomic);
+    }
     if (auto cas = dyn_cast<LLVM::AtomicCmpXchgOp>(op)) {
       call(loc, "pallas_emu_yield", Type(), {});  // a lock's retry loop is a spin loop too
       return check(loc, cas.getPtr(), cas.getVal().getType(),

@@ -47,8 +47,9 @@ FailureOr<Layout> chooseLayout(func::FuncOp kernel, int64_t threads) {
   // before the layout check below complains about their small shapes.
   WalkResult partial = kernel.walk([](vector::MultiDimReductionOp red) {
     if (!isa<VectorType>(red.getDestType())) return WalkResult::advance();
-    red.emitOpError("no GPU lowering rule for a reduction that keeps some dims yet; reduce the "
-                    "whole block to a scalar (1-D blocks per row)");
+    red.emitOpError(
+        "no GPU lowering rule for a reduction that keeps some dims yet; reduce the "
+        "whole block to a scalar (1-D blocks per row)");
     return WalkResult::interrupt();
   });
   if (partial.wasInterrupted()) return failure();
@@ -366,6 +367,28 @@ class GpuLowering {
     return success();
   }
 
+  /// One atomic add per program: after a barrier (so every thread's earlier
+  /// writes precede the release), thread 0 adds and publishes the old value
+  /// in shared memory; after a second barrier every thread reads it.
+  Value semaphoreAdd(OpBuilder& b, Location loc, Value semaphores, Value index, Value value) {
+    auto slotType =
+        MemRefType::get({1}, b.getI32Type(), AffineMap(),
+                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+    Value slot = func_.addWorkgroupAttribution(slotType, loc);
+    Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
+    gpu::BarrierOp::create(b, loc);
+    Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid_, c0);
+    scf::IfOp::create(b, loc, first, [&](OpBuilder& tb, Location l) {
+      Value old =
+          memref::AtomicRMWOp::create(tb, l, arith::AtomicRMWKind::addi, value,
+                                      map_.lookup(semaphores), ValueRange{map_.lookup(index)});
+      memref::StoreOp::create(tb, l, old, slot, ValueRange{c0});
+      scf::YieldOp::create(tb, l);
+    });
+    gpu::BarrierOp::create(b, loc);
+    return memref::LoadOp::create(b, loc, slot, ValueRange{c0});
+  }
+
   LogicalResult lowerFor(scf::ForOp loop, OpBuilder& b) {
     SmallVector<Value> inits;
     for (Value v : loop.getInitArgs()) inits.push_back(map_.lookup(v));
@@ -407,6 +430,43 @@ class GpuLowering {
     if (auto iota = dyn_cast<IotaOp>(op)) return lowerIota(iota, b);
     if (auto loop = dyn_cast<scf::ForOp>(op)) return lowerFor(loop, b);
     if (auto red = dyn_cast<vector::MultiDimReductionOp>(op)) return lowerReduction(red, b);
+    if (auto add = dyn_cast<SemaphoreAddOp>(op)) {
+      map_.map(add.getOld(), semaphoreAdd(b, loc, add.getSemaphores(), add.getIndex(),
+                                          map_.lookup(add.getValue())));
+      return success();
+    }
+    if (auto read = dyn_cast<SemaphoreReadOp>(op)) {  // an atomic add of 0 reads with acquire
+      Value zero = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 0);
+      map_.map(read.getValue(), semaphoreAdd(b, loc, read.getSemaphores(), read.getIndex(), zero));
+      return success();
+    }
+    if (auto scalar = dyn_cast<LoadScalarOp>(op)) {  // every thread loads the same element
+      const BlockRef& ref = refs_.at(scalar.getRef());
+      SmallVector<int64_t> zeros(scalar.getIndices().size(), 0), ones(zeros.size(), 1);
+      SmallVector<Value> coords =
+          arrayCoords(b, loc, ref, zeros, mapped(scalar.getIndices()), ones, ones,
+                      SmallVector<Value>(zeros.size(), arith::ConstantIndexOp::create(b, loc, 0)));
+      Type et = scalar.getResult().getType();
+      auto branch = scf::IfOp::create(
+          b, loc, inBounds(b, loc, ref, coords),
+          [&](OpBuilder& tb, Location l) {
+            scf::YieldOp::create(tb, l,
+                                 memref::LoadOp::create(tb, l, ref.array, coords).getResult());
+          },
+          [&](OpBuilder& eb, Location l) {
+            scf::YieldOp::create(eb, l,
+                                 arith::ConstantOp::create(eb, l, eb.getZeroAttr(et)).getResult());
+          });
+      map_.map(scalar.getResult(), branch.getResult(0));
+      return success();
+    }
+    if (auto branch = dyn_cast<scf::IfOp>(op);
+        branch && branch.getNumResults() == 0 && branch.getElseRegion().empty()) {
+      // The condition is uniform across the program (when()), so barriers inside are safe.
+      auto lowered = scf::IfOp::create(b, loc, map_.lookup(branch.getCondition()), false);
+      OpBuilder tb(lowered.thenBlock()->getTerminator());
+      return lowerBlock(*branch.thenBlock(), tb);
+    }
     if (auto cast = dyn_cast<vector::ShapeCastOp>(op)) {
       // The layout is defined on the flattened block, so a reshape that keeps
       // the element count moves no data (vec divides every last dim).

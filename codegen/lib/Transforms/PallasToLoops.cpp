@@ -165,6 +165,31 @@ class HostLowering {
     }
     if (auto loop = dyn_cast<scf::ForOp>(op)) return lowerFor(loop, b);
     if (auto red = dyn_cast<vector::MultiDimReductionOp>(op)) return lowerReduction(red, b);
+    if (auto add = dyn_cast<SemaphoreAddOp>(op)) {  // programs run one after another
+      Value sems = map_.lookup(add.getSemaphores()), at = map_.lookup(add.getIndex());
+      Value old = memref::LoadOp::create(b, loc, sems, at);
+      memref::StoreOp::create(
+          b, loc, arith::AddIOp::create(b, loc, old, map_.lookup(add.getValue())), sems, at);
+      map_.map(add.getOld(), old);
+      return success();
+    }
+    if (auto read = dyn_cast<SemaphoreReadOp>(op)) {
+      map_.map(read.getValue(), memref::LoadOp::create(b, loc, map_.lookup(read.getSemaphores()),
+                                                       map_.lookup(read.getIndex()))
+                                    .getResult());
+      return success();
+    }
+    if (auto scalar = dyn_cast<LoadScalarOp>(op)) {
+      map_.map(scalar.getResult(), loadScalar(b, scalar));
+      return success();
+    }
+    if (auto branch = dyn_cast<scf::IfOp>(op);
+        branch && branch.getNumResults() == 0 && branch.getElseRegion().empty()) {
+      auto lowered = scf::IfOp::create(b, loc, map_.lookup(branch.getCondition()), false);
+      OpBuilder tb = OpBuilder::atBlockBegin(lowered.thenBlock());
+      tb.setInsertionPoint(lowered.thenBlock()->getTerminator());
+      return lowerBlock(*branch.thenBlock(), tb);
+    }
     if (auto cast = dyn_cast<vector::ShapeCastOp>(op)) {
       // Same elements in the same row-major order: element i of the result is
       // element i of the source.
@@ -254,6 +279,27 @@ class HostLowering {
     SmallVector<Value> out;
     for (Value v : values) out.push_back(map_.lookup(v));
     return out;
+  }
+
+  /// One element of a block at dynamic indices, 0 past the array edge.
+  Value loadScalar(OpBuilder& b, LoadScalarOp op) {
+    Location loc = op.getLoc();
+    const BlockRef& ref = refs_.at(op.getRef());
+    SmallVector<int64_t> zeros(op.getIndices().size(), 0), ones(zeros.size(), 1);
+    SmallVector<Value> coords =
+        arrayCoords(b, loc, ref, zeros, mapped(op.getIndices()), ones, ones,
+                    SmallVector<Value>(zeros.size(), arith::ConstantIndexOp::create(b, loc, 0)));
+    Type et = op.getResult().getType();
+    auto branch = scf::IfOp::create(
+        b, loc, inBounds(b, loc, ref, coords),
+        [&](OpBuilder& tb, Location l) {
+          scf::YieldOp::create(tb, l, memref::LoadOp::create(tb, l, ref.array, coords).getResult());
+        },
+        [&](OpBuilder& eb, Location l) {
+          scf::YieldOp::create(eb, l,
+                               arith::ConstantOp::create(eb, l, eb.getZeroAttr(et)).getResult());
+        });
+    return branch.getResult(0);
   }
 
   LogicalResult lowerLoad(LoadOp load, OpBuilder& b) {

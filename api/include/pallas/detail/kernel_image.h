@@ -8,7 +8,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "pallas/launch.h"
 #include "pallas/metadata.h"
@@ -64,6 +66,38 @@ const Cubin* select_cubin(std::span<const Cubin> cubins, int device_sm);
 // kept for the life of the process), raises the dynamic shared memory limit when needed and
 // launches with cudaLaunchKernelExC on launch.stream. It never synchronizes. Without a usable
 // device it returns kNoDevice; other CUDA failures are kCudaError with the CUDA error text.
+// Semaphore and workspace memory of one launch. On the CUDA backend it comes from a per-device
+// pool: semaphore regions are zeroed when first allocated and, since every kernel leaves its
+// semaphores at zero, reused without clearing; a region goes back to the pool when the launch
+// that held it has completed (an event recorded on the launch's stream), so launches in flight
+// on different streams never share one. On the host and emulator backends it is zeroed heap
+// memory. Released (event recorded, or memory freed) when destroyed, after the launch.
+class LaunchResources {
+ public:
+  LaunchResources() = default;
+  LaunchResources(const LaunchResources&) = delete;
+  LaunchResources& operator=(const LaunchResources&) = delete;
+  ~LaunchResources();
+  void* data(size_t i) const { return items_.at(i).data; }
+
+  struct Item {
+    void* data = nullptr;
+    void* pool_region = nullptr;  // CUDA: the pool's region, returned on release
+    std::unique_ptr<std::byte[]> host;
+  };
+  std::vector<Item> items_;
+  Stream stream_ = nullptr;
+};
+
+struct ResourceRequest {
+  uint64_t bytes;
+  bool semaphores;  // zero, and must be left at zero by the kernel
+};
+
+// Fills `out` with one region per request for a launch of `image` on `launch.backend`.
+Status acquire_resources(const KernelImage& image, const Launch& launch,
+                         std::span<const ResourceRequest> requests, LaunchResources& out);
+
 Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
                      const Launch& launch);
 

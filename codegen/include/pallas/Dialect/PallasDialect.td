@@ -130,4 +130,34 @@ def Pallas_IotaOp : Pallas_Op<"iota", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Pallas_SemaphoreAddOp : Pallas_Op<"semaphore_add"> {
+  let summary = "atomically add to a semaphore once per program; returns its old value";
+  let description = [{
+    `semaphores` is the kernel's semaphore buffer (int32 counters in global
+    memory from the runtime's pool, zero at launch; every kernel must leave
+    them at zero). The add is one atomic read-modify-write per program, with
+    release semantics for the program's earlier writes and acquire semantics
+    for its later reads (a signal, and with a negative `value` a take); every
+    thread of the program receives the old value.
+  }];
+  let arguments = (ins MemRefRankOf<[I32], [1]>:$semaphores, Index:$index, I32:$value);
+  let results = (outs I32:$old);
+  let assemblyFormat = "$semaphores `[` $index `]` `,` $value attr-dict `:` type($semaphores)";
+}
+
+def Pallas_SemaphoreReadOp : Pallas_Op<"semaphore_read"> {
+  let summary = "read a semaphore (an acquire load; a spin-wait point)";
+  let arguments = (ins MemRefRankOf<[I32], [1]>:$semaphores, Index:$index);
+  let results = (outs I32:$value);
+  let assemblyFormat = "$semaphores `[` $index `]` attr-dict `:` type($semaphores)";
+}
+
+def Pallas_LoadScalarOp : Pallas_Op<"load_scalar",
+    [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
+  let summary = "load one element of a block, the same in every thread (0 past the array edge)";
+  let arguments = (ins Pallas_RefType:$ref, Variadic<Index>:$indices);
+  let results = (outs AnyType:$result);
+  let assemblyFormat = "$ref `[` $indices `]` attr-dict `:` type($ref) `->` type($result)";
+}
+
 #endif // PALLAS_DIALECT_TD

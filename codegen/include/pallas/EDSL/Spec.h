@@ -263,6 +263,9 @@ Value min(const Value& x, int64_t axis, bool keepdims = false);
 /// `lo` and `hi` are index values (program ids, constants, ...).
 std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> carry,
                         const std::function<std::vector<Value>(Value i, std::vector<Value>)>& body);
+/// `if (cond) body()`, for a scalar condition that is the same in every
+/// thread of the program (computed from program ids, semaphores, scalars).
+void when(const Value& cond, const std::function<void()>& body);
 Value index(int64_t value);  // an index constant
 
 //===----------------------------------------------------------------------===//
@@ -282,6 +285,24 @@ class Idx {
   int64_t constant_ = 0;
   bool is_constant_ = false;
 };
+/// Int32 counters in global memory, from the runtime's per-device pool: zero
+/// when the kernel starts, and every kernel must leave them at zero.
+class Semaphores {
+ public:
+  Semaphores() = default;
+  explicit Semaphores(int operand) : operand_(operand) {}
+  /// Atomically adds `value` to counter `index`, once per program (release for
+  /// the program's earlier writes, acquire for its later reads); every thread
+  /// gets the old value.
+  Value add(const Idx& index, const Value& value) const;
+  /// The value of counter `index` (an acquire read).
+  Value read(const Idx& index) const;
+  int operand() const { return operand_; }
+
+ private:
+  int operand_ = -1;
+};
+
 /// A handle to a declared operand.
 struct Operand {
   int index = -1;
@@ -309,6 +330,9 @@ class Ref {
   std::vector<int64_t> shape() const;
   /// The run-time extent of the array along block dim `dim` (an index value).
   Value extent(int dim) const;
+  /// One element at run-time `indices` (one per block dim), the same value in
+  /// every thread; 0 past the array edge.
+  Value load_scalar(const std::vector<Idx>& indices) const;
   DType dtype() const;
   const std::string& name() const;
 
@@ -329,7 +353,7 @@ using IndexMap = std::function<Indices(const ProgramIds&)>;
 // The spec
 //===----------------------------------------------------------------------===//
 
-enum class Role { kInput, kOutput, kScalar };
+enum class Role { kInput, kOutput, kScalar, kSemaphores, kWorkspace };
 
 /// Everything a spec declared, for the tracer and the emitter.
 struct OperandDecl {
@@ -361,13 +385,19 @@ class KernelSpec {
   Scalar scalar(const std::string& name, DType dtype);
   /// A scalar the entry point checks to be at least `min` (and not NaN).
   Scalar scalar(const std::string& name, DType dtype, double min);
+  /// `count` int32 semaphores (an expression of dims, e.g. 1 or the grid size).
+  Semaphores semaphores(const std::string& name, DimExpr count);
+  /// Global-memory scratch of `count` elements for this launch (not zeroed).
+  /// The body gets a Ref over it (a full 1-D block) in declaration order.
+  Operand workspace(const std::string& name, DType dtype, DimExpr count);
   /// `output` is written in place over `input` (Pallas' input_output_aliases):
   /// the entry point takes one mutable tensor for both.
   void alias(Operand input, Operand output);
   /// Programs along up to 3 axes.
   void grid(std::vector<DimExpr> axes);
   void block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map);
-  /// The body receives one Ref per (non-scalar) operand in declaration order.
+  /// The body receives one Ref per array operand (inputs, outputs, workspaces)
+  /// in declaration order.
   template <class F>
   void body(F&& f);
   /// Threads per program on the GPU (a multiple of 32; default one warpgroup).

@@ -1,0 +1,110 @@
+// pallas::detail::acquire_resources: semaphore and workspace memory per launch,
+// from a per-device pool on the CUDA backend (see kernel_image.h).
+
+#include "pallas/detail/kernel_image.h"
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace pallas::detail {
+
+namespace {
+
+struct Region {
+  int device = 0;
+  void* ptr = nullptr;
+  uint64_t bytes = 0;
+  bool semaphores = false;
+  bool busy = false;
+  cudaEvent_t done = nullptr;  // recorded after the last launch that used it
+};
+
+std::mutex pool_mutex;
+std::vector<std::unique_ptr<Region>>& pool() {
+  static auto* regions = new std::vector<std::unique_ptr<Region>>();  // kept for the process
+  return *regions;
+}
+
+std::string cuda_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+/// A free region of the pool with room for `bytes`, or a new one.
+Status take_region(int device, uint64_t bytes, bool semaphores, const char* kernel, Region*& out) {
+  std::lock_guard<std::mutex> lock(pool_mutex);
+  for (auto& r : pool()) {
+    if (r->device != device || r->semaphores != semaphores || r->busy || r->bytes < bytes) continue;
+    if (r->done && cudaEventQuery(r->done) != cudaSuccess) continue;  // still in flight
+    r->busy = true;
+    out = r.get();
+    return Status::Ok();
+  }
+  auto r = std::make_unique<Region>();
+  r->device = device;
+  r->semaphores = semaphores;
+  r->bytes = (bytes + 255) / 256 * 256;
+  if (cudaError_t e = cudaMalloc(&r->ptr, r->bytes); e != cudaSuccess)
+    return Status::Error(StatusCode::kCudaError,
+                         std::string(kernel) + ": cudaMalloc of " + std::to_string(r->bytes) +
+                             " bytes for semaphores/workspace failed: " + cuda_text(e));
+  if (semaphores)
+    if (cudaError_t e = cudaMemset(r->ptr, 0, r->bytes); e != cudaSuccess)
+      return Status::Error(StatusCode::kCudaError,
+                           std::string(kernel) + ": zeroing semaphores failed: " + cuda_text(e));
+  r->busy = true;
+  out = r.get();
+  pool().push_back(std::move(r));
+  return Status::Ok();
+}
+
+}  // namespace
+
+LaunchResources::~LaunchResources() {
+  std::lock_guard<std::mutex> lock(pool_mutex);
+  for (Item& item : items_) {
+    auto* r = static_cast<Region*>(item.pool_region);
+    if (!r) continue;
+    if (!r->done) cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming);
+    cudaEventRecord(r->done, stream_);
+    r->busy = false;
+  }
+}
+
+Status acquire_resources(const KernelImage& image, const Launch& launch,
+                         std::span<const ResourceRequest> requests, LaunchResources& out) {
+  const char* name = image.metadata ? image.metadata->name : image.symbol;
+  out.stream_ = launch.stream;
+  for (const ResourceRequest& req : requests) {
+    LaunchResources::Item item;
+    if (req.bytes == 0) {
+      out.items_.push_back(std::move(item));
+      continue;
+    }
+    if (launch.backend != Backend::kCuda) {  // zeroed heap memory, 16-byte aligned
+      item.host = std::make_unique<std::byte[]>(req.bytes + 16);
+      auto addr = reinterpret_cast<uintptr_t>(item.host.get());
+      item.data = reinterpret_cast<void*>((addr + 15) / 16 * 16);
+      std::fill(item.host.get(), item.host.get() + req.bytes + 16, std::byte{0});
+      out.items_.push_back(std::move(item));
+      continue;
+    }
+    int device = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+      cudaGetLastError();
+      return Status::Error(StatusCode::kNoDevice,
+                           std::string(name) + ": no usable CUDA device: " + cuda_text(e));
+    }
+    Region* region = nullptr;
+    if (Status s = take_region(device, req.bytes, req.semaphores, name, region); !s.ok()) return s;
+    item.data = region->ptr;
+    item.pool_region = region;
+    out.items_.push_back(std::move(item));
+  }
+  return Status::Ok();
+}
+
+}  // namespace pallas::detail
