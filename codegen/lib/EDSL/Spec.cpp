@@ -57,6 +57,9 @@ DimExpr operator*(const DimExpr& a, const DimExpr& b) {
 DimExpr cdiv(const DimExpr& a, const DimExpr& b) {
   return DimExpr::binary(DimExpr::Kind::kCdiv, a, b);
 }
+DimExpr max(const DimExpr& a, const DimExpr& b) {
+  return DimExpr::binary(DimExpr::Kind::kMax, a, b);
+}
 
 std::string DimExpr::print(bool cpp) const {
   const Node& n = *node_;
@@ -74,6 +77,9 @@ std::string DimExpr::print(bool cpp) const {
       return "(" + sub(n.lhs, cpp) + " * " + sub(n.rhs, cpp) + ")";
     case Kind::kCdiv:
       return std::string(cpp ? "pallas_cdiv(" : "cdiv(") + sub(n.lhs, cpp) + ", " +
+             sub(n.rhs, cpp) + ")";
+    case Kind::kMax:
+      return std::string(cpp ? "std::max<int64_t>(" : "max(") + sub(n.lhs, cpp) + ", " +
              sub(n.rhs, cpp) + ")";
   }
   return "?";

@@ -64,7 +64,7 @@ class SpecError : public std::runtime_error {
 /// +, -, *, cdiv of expressions. Grids are written with these.
 class DimExpr {
  public:
-  enum class Kind { kDim, kConst, kAdd, kSub, kMul, kCdiv };
+  enum class Kind { kDim, kConst, kAdd, kSub, kMul, kCdiv, kMax };
   DimExpr(int64_t value);  // NOLINT: constants convert implicitly
   static DimExpr dim(int index, std::string name);
 
@@ -80,6 +80,7 @@ class DimExpr {
   friend DimExpr operator-(const DimExpr& a, const DimExpr& b);
   friend DimExpr operator*(const DimExpr& a, const DimExpr& b);
   friend DimExpr cdiv(const DimExpr& a, const DimExpr& b);
+  friend DimExpr max(const DimExpr& a, const DimExpr& b);
 
  private:
   struct Node {
