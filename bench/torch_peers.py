@@ -78,6 +78,7 @@ def peer(op, dtype, shape, nbytes):
         "axpy": lambda i: ys[i % sets].add_(xs[i % sets], alpha=1e-3),
         "gelu": lambda i: F.gelu(xs[i % sets], approximate="tanh"),
         "silu": lambda i: F.silu(xs[i % sets]),
+        "sum_all": lambda i: xs[i % sets].sum(),
     }
     return median_ms(fns[op])
 
