@@ -2,6 +2,8 @@
 
 #include "BlockIndexing.h"
 
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
 namespace mlir::pallas {
 
 BlockRef resolveBlock(OpBuilder& b, Location loc, BlockOp op, Value array, ValueRange indices) {
@@ -67,6 +69,27 @@ Value inBounds(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coord
     all = arith::AndIOp::create(b, loc, all, ok);
   }
   return all;
+}
+
+SmallVector<Value> elementCoords(OpBuilder& b, Location loc, const BlockRef& ref,
+                                 ArrayRef<int64_t> offsets, ValueRange indices) {
+  SmallVector<int64_t> ones(offsets.size(), 1);
+  SmallVector<Value> zeros(offsets.size(), arith::ConstantIndexOp::create(b, loc, 0));
+  return arrayCoords(b, loc, ref, offsets, indices, ones, ones, zeros);
+}
+
+Value loadOrZero(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords,
+                 Type elementType) {
+  auto branch = scf::IfOp::create(
+      b, loc, inBounds(b, loc, ref, coords),
+      [&](OpBuilder& tb, Location l) {
+        scf::YieldOp::create(tb, l, memref::LoadOp::create(tb, l, ref.array, coords).getResult());
+      },
+      [&](OpBuilder& eb, Location l) {
+        scf::YieldOp::create(
+            eb, l, arith::ConstantOp::create(eb, l, eb.getZeroAttr(elementType)).getResult());
+      });
+  return branch.getResult(0);
 }
 
 bool lastDimContiguous(const BlockRef& ref, ArrayRef<int64_t> sliceSizes,

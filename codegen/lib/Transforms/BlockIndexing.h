@@ -48,6 +48,15 @@ SmallVector<Value> arrayCoords(OpBuilder& b, Location loc, const BlockRef& ref,
 Value inBounds(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords,
                int64_t lastExtra = 0);
 
+/// Array coordinates of the one element at static `offsets` plus dynamic
+/// `indices` within the block (scalar loads and stores).
+SmallVector<Value> elementCoords(OpBuilder& b, Location loc, const BlockRef& ref,
+                                 ArrayRef<int64_t> offsets, ValueRange indices);
+
+/// The array element at `coords`, or 0 when it lies outside the array.
+Value loadOrZero(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords,
+                 Type elementType);
+
 /// Whether the last result dim of a load reads contiguous array elements
 /// (not stretched by broadcasting, and the ref's last dim is the array's).
 bool lastDimContiguous(const BlockRef& ref, ArrayRef<int64_t> sliceSizes,

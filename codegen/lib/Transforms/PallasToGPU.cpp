@@ -244,11 +244,10 @@ class GpuLowering {
     const BlockRef& ref = refs_.at(store.getRef());
     auto type = dyn_cast<VectorType>(store.getValue().getType());
     if (!type) {  // one element, replicated in every thread: thread 0 writes it
-      SmallVector<int64_t> ones(store.getOffsets().size(), 1);
-      SmallVector<Value> zeros(ones.size(), arith::ConstantIndexOp::create(b, loc, 0));
-      SmallVector<Value> coords = arrayCoords(b, loc, ref, store.getOffsets(),
-                                              mapped(store.getDynamicOffsets()), ones, ones, zeros);
-      Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid_, zeros[0]);
+      SmallVector<Value> coords =
+          elementCoords(b, loc, ref, store.getOffsets(), mapped(store.getDynamicOffsets()));
+      Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid_,
+                                          arith::ConstantIndexOp::create(b, loc, 0));
       Value write = arith::AndIOp::create(b, loc, first, inBounds(b, loc, ref, coords));
       scf::IfOp::create(b, loc, write, [&](OpBuilder& tb, Location tl) {
         memref::StoreOp::create(tb, tl, map_.lookup(store.getValue()), ref.array, coords);
@@ -442,22 +441,9 @@ class GpuLowering {
     }
     if (auto scalar = dyn_cast<LoadScalarOp>(op)) {  // every thread loads the same element
       const BlockRef& ref = refs_.at(scalar.getRef());
-      SmallVector<int64_t> zeros(scalar.getIndices().size(), 0), ones(zeros.size(), 1);
-      SmallVector<Value> coords =
-          arrayCoords(b, loc, ref, zeros, mapped(scalar.getIndices()), ones, ones,
-                      SmallVector<Value>(zeros.size(), arith::ConstantIndexOp::create(b, loc, 0)));
-      Type et = scalar.getResult().getType();
-      auto branch = scf::IfOp::create(
-          b, loc, inBounds(b, loc, ref, coords),
-          [&](OpBuilder& tb, Location l) {
-            scf::YieldOp::create(tb, l,
-                                 memref::LoadOp::create(tb, l, ref.array, coords).getResult());
-          },
-          [&](OpBuilder& eb, Location l) {
-            scf::YieldOp::create(eb, l,
-                                 arith::ConstantOp::create(eb, l, eb.getZeroAttr(et)).getResult());
-          });
-      map_.map(scalar.getResult(), branch.getResult(0));
+      SmallVector<int64_t> zeros(scalar.getIndices().size(), 0);
+      SmallVector<Value> coords = elementCoords(b, loc, ref, zeros, mapped(scalar.getIndices()));
+      map_.map(scalar.getResult(), loadOrZero(b, loc, ref, coords, scalar.getResult().getType()));
       return success();
     }
     if (auto branch = dyn_cast<scf::IfOp>(op);

@@ -283,23 +283,10 @@ class HostLowering {
 
   /// One element of a block at dynamic indices, 0 past the array edge.
   Value loadScalar(OpBuilder& b, LoadScalarOp op) {
-    Location loc = op.getLoc();
     const BlockRef& ref = refs_.at(op.getRef());
-    SmallVector<int64_t> zeros(op.getIndices().size(), 0), ones(zeros.size(), 1);
-    SmallVector<Value> coords =
-        arrayCoords(b, loc, ref, zeros, mapped(op.getIndices()), ones, ones,
-                    SmallVector<Value>(zeros.size(), arith::ConstantIndexOp::create(b, loc, 0)));
-    Type et = op.getResult().getType();
-    auto branch = scf::IfOp::create(
-        b, loc, inBounds(b, loc, ref, coords),
-        [&](OpBuilder& tb, Location l) {
-          scf::YieldOp::create(tb, l, memref::LoadOp::create(tb, l, ref.array, coords).getResult());
-        },
-        [&](OpBuilder& eb, Location l) {
-          scf::YieldOp::create(eb, l,
-                               arith::ConstantOp::create(eb, l, eb.getZeroAttr(et)).getResult());
-        });
-    return branch.getResult(0);
+    SmallVector<int64_t> zeros(op.getIndices().size(), 0);
+    SmallVector<Value> coords = elementCoords(b, op.getLoc(), ref, zeros, mapped(op.getIndices()));
+    return loadOrZero(b, op.getLoc(), ref, coords, op.getResult().getType());
   }
 
   LogicalResult lowerLoad(LoadOp load, OpBuilder& b) {
@@ -333,10 +320,8 @@ class HostLowering {
     auto type = dyn_cast<VectorType>(store.getValue().getType());
     if (!type) {  // one element
       Location loc = store.getLoc();
-      SmallVector<int64_t> ones(store.getOffsets().size(), 1);
-      SmallVector<Value> zeros(ones.size(), arith::ConstantIndexOp::create(b, loc, 0));
-      SmallVector<Value> coords = arrayCoords(b, loc, ref, store.getOffsets(),
-                                              mapped(store.getDynamicOffsets()), ones, ones, zeros);
+      SmallVector<Value> coords =
+          elementCoords(b, loc, ref, store.getOffsets(), mapped(store.getDynamicOffsets()));
       scf::IfOp::create(b, loc, inBounds(b, loc, ref, coords), [&](OpBuilder& tb, Location tl) {
         memref::StoreOp::create(tb, tl, map_.lookup(store.getValue()), ref.array, coords);
         scf::YieldOp::create(tb, tl);
