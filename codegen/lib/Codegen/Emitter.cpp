@@ -216,6 +216,22 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   }
   for (size_t dim = 0; dim < bound.size(); ++dim)
     if (bound[dim].first < 0) os << "  // dim '" << spec.dim_names()[dim] << "' is unused\n";
+  // Value ranges of integer inputs, checked where the data is host memory.
+  for (int i : entryParams(spec)) {
+    const OperandDecl& d = ops[i];
+    if (!d.value_range) continue;
+    const std::string lo = d.value_range->first.to_cpp(), hi = d.value_range->second.to_cpp();
+    os << "  if (launch.backend != pallas::Backend::kCuda)\n"
+       << "    for (int64_t i = 0; i < " << d.name << ".shape(0); ++i) {\n"
+       << "      const int64_t v = " << d.name << ".data()[i * " << d.name << ".stride(0)];\n"
+       << "      if (v < " << lo << " || v >= " << hi << ")\n"
+       << "        return pallas::Status::Error(pallas::StatusCode::kInvalidArgument,\n"
+       << "            std::string(kKernel) + \": operand '" << d.name
+       << "' element \" + std::to_string(i) + \" is \" + std::to_string(v) + \", outside [\" +\n"
+       << "            std::to_string(" << lo << ") + \", \" + std::to_string(" << hi
+       << ") + \")\");\n"
+       << "    }\n";
+  }
   // Semaphores and workspaces: memory from the runtime for this launch.
   std::vector<int> pooled;
   for (size_t i = 0; i < ops.size(); ++i)

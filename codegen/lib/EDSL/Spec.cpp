@@ -165,6 +165,13 @@ Scalar KernelSpec::scalar(const std::string& name, DType dtype) {
   return Scalar(add_operand(name, Role::kScalar, dtype, {}).index);
 }
 
+void KernelSpec::values_in(Operand operand, DimExpr lo, DimExpr hi) {
+  const OperandDecl& d = decl(operand, "values_in");
+  if (d.role != Role::kInput || d.dtype != DType::i32 || d.shape.size() != 1)
+    fail("values_in('" + d.name + "') needs a 1-D i32 input");
+  operands_[operand.index].value_range = std::make_pair(std::move(lo), std::move(hi));
+}
+
 Semaphores KernelSpec::semaphores(const std::string& name, DimExpr count) {
   Operand op = add_operand(name, Role::kSemaphores, DType::i32, {std::move(count)});
   return Semaphores(op.index);

@@ -368,6 +368,8 @@ struct OperandDecl {
   int aliased_to = -1;              // for an input: the output operand it aliases
   int aliased_from = -1;            // for an output: the input operand aliased to it
   std::optional<double> min_value;  // for a scalar: the entry point rejects smaller values
+  /// For a 1-D i32 input: its values must lie in [first, second).
+  std::optional<std::pair<DimExpr, DimExpr>> value_range;
 };
 
 class KernelSpec {
@@ -386,6 +388,11 @@ class KernelSpec {
   Scalar scalar(const std::string& name, DType dtype);
   /// A scalar the entry point checks to be at least `min` (and not NaN).
   Scalar scalar(const std::string& name, DType dtype, double min);
+  /// The values of the 1-D i32 input `operand` must lie in [lo, hi) (e.g.
+  /// labels into a vocabulary). The entry point checks them when they are in
+  /// host memory (host and emulator backends); on the CUDA backend it cannot
+  /// read them without synchronizing, so the kernel must handle them.
+  void values_in(Operand operand, DimExpr lo, DimExpr hi);
   /// `count` int32 semaphores (an expression of dims, e.g. 1 or the grid size).
   Semaphores semaphores(const std::string& name, DimExpr count);
   /// Global-memory scratch of `count` elements for this launch (not zeroed).

@@ -1,0 +1,96 @@
+// cross_entropy on every backend against a float64 reference, for vocabulary
+// sizes from 1 to 262144, strided logits, and bad labels.
+
+#include "test_support.h"
+
+#include <pallas/kernels.h>
+
+namespace pallas::testing {
+namespace {
+
+class LossesTest : public BackendTest {};
+
+template <class T>
+void check_cross_entropy(Backend backend) {
+  struct Shape {
+    int64_t rows, vocab, pad;
+  };
+  for (Shape s : {Shape{1, 1, 0}, Shape{3, 33, 2}, Shape{100, 1000, 0}, Shape{2, 65537, 0},
+                  Shape{2, 262144, 7}}) {
+    uint32_t seed = fresh_seed();
+    SCOPED_TRACE(std::string(dtype_name<T>()) + " " + std::to_string(s.rows) + "x" +
+                 std::to_string(s.vocab) + " seed=" + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const int64_t stride = s.vocab + s.pad;
+    Array<T> logits(backend, s.rows * stride);
+    Array<int32_t> labels(backend, s.rows);
+    Array<float> loss(backend, s.rows);
+    logits.fill_random(rng, -6, 6);
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(s.vocab - 1));
+    for (int32_t& l : labels.host()) l = pick(rng);
+    loss.poison();
+    logits.upload();
+    labels.upload();
+    loss.upload();
+    Status st = kernels::cross_entropy(
+        TensorView<const T, 2>(logits.data(), {s.rows, s.vocab}, {stride, 1}),
+        TensorView<const int32_t, 1>(labels.data(), {s.rows}),
+        TensorView<float, 1>(loss.data(), {s.rows}), Launch{backend, nullptr});
+    ASSERT_TRUE(st.ok()) << st.message();
+    loss.download();
+    for (int64_t r = 0; r < s.rows; ++r) {
+      double m = -INFINITY, sum = 0;
+      for (int64_t c = 0; c < s.vocab; ++c)
+        m = std::max<double>(m, to_float(logits.host()[r * stride + c]));
+      for (int64_t c = 0; c < s.vocab; ++c)
+        sum += std::exp(to_float(logits.host()[r * stride + c]) - m);
+      double want = m + std::log(sum) - to_float(logits.host()[r * stride + labels.host()[r]]);
+      // The loss is f32; its error scales with the magnitudes of logsumexp and the picked logit.
+      double scale = std::abs(m) + std::log(sum) + 6.0;
+      ASSERT_NEAR(loss.host()[r], want, 1e-6 + 2e-6 * scale) << "row " << r;
+    }
+  }
+}
+
+TEST_P(LossesTest, CrossEntropy) {
+  check_cross_entropy<float>(GetParam());
+  check_cross_entropy<bfloat16>(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LossesTest,
+                         ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda),
+                         backend_name);
+
+TEST(Status, LabelOutOfRange) {
+  std::vector<float> logits(3 * 10), loss(3);
+  std::vector<int32_t> labels = {4, 10, 0};
+  for (Backend b : {Backend::kHost, Backend::kEmulator}) {
+    Status s = kernels::cross_entropy(TensorView<const float, 2>(logits.data(), {3, 10}),
+                                      TensorView<const int32_t, 1>(labels.data(), {3}),
+                                      TensorView<float, 1>(loss.data(), {3}), Launch{b});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), "cross_entropy_f32: operand 'labels' element 1 is 10, outside [0, 10)");
+  }
+}
+
+// On the CUDA backend the labels are device memory: an out-of-range one gives a NaN loss.
+TEST(LossesCuda, LabelOutOfRangeIsNaN) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  Array<float> logits(Backend::kCuda, 2 * 8), loss(Backend::kCuda, 2);
+  Array<int32_t> labels(Backend::kCuda, 2);
+  std::mt19937 rng(fresh_seed());
+  logits.fill_random(rng, -1, 1);
+  labels.host() = {3, -1};
+  logits.upload();
+  labels.upload();
+  ASSERT_TRUE(kernels::cross_entropy(TensorView<const float, 2>(logits.data(), {2, 8}),
+                                     TensorView<const int32_t, 1>(labels.data(), {2}),
+                                     TensorView<float, 1>(loss.data(), {2}), Launch{Backend::kCuda})
+                  .ok());
+  loss.download();
+  EXPECT_FALSE(std::isnan(loss.host()[0]));
+  EXPECT_TRUE(std::isnan(loss.host()[1]));
+}
+
+}  // namespace
+}  // namespace pallas::testing
