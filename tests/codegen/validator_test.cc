@@ -231,7 +231,8 @@ TEST(Validator, ReductionOfAScalar) {
     for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
     spec.body([](Ref x, Ref out) { out.store(broadcast_to(sum(sum(x.load())), {256})); });
   };
-  EXPECT_EQ(trace_error("scalar_sum", fn), "spec 'scalar_sum': sum of a scalar; reductions take blocks");
+  EXPECT_EQ(trace_error("scalar_sum", fn),
+            "spec 'scalar_sum': sum of a scalar; reductions take blocks");
 }
 
 TEST(Validator, ReductionAxisOutOfRange) {
@@ -244,6 +245,28 @@ TEST(Validator, ReductionAxisOutOfRange) {
     spec.body([](Ref x, Ref out) { out.store(max(x.load(), 1, true)); });
   };
   EXPECT_EQ(trace_error("axis1", fn), "spec 'axis1': max over axis 1 of a rank-1 block");
+}
+
+}  // namespace
+}  // namespace pallas::edsl
+
+namespace pallas::edsl {
+namespace {
+
+TEST(Validator, FullDimBlocksNeedSliceStores) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
+    Operand x = spec.input("x", f32, {rows, cols});
+    Operand out = spec.output("out", f32, {rows, cols});
+    spec.grid({rows});
+    auto row = [](const ProgramIds& p) { return at(p[0], 0); };
+    spec.block(x, {squeezed, full}, row);
+    spec.block(out, {squeezed, full}, row);
+    spec.body([](Ref x, Ref out) { out.store(x.load_at({0}, {256})); });
+  };
+  EXPECT_EQ(trace_error("full_store", fn),
+            "spec 'full_store': store to 'out': its block has a full (run-time) dim; store "
+            "static-size slices of it with store_at");
 }
 
 }  // namespace

@@ -516,6 +516,20 @@ RefState& ref_state(void* impl, int operand) {
 mlir::pallas::RefType ref_type(mlir::Value ref) {
   return llvm::cast<mlir::pallas::RefType>(ref.getType());
 }
+
+/// The value stored to operand `operand`, after checking that the operand is
+/// stored to (an output or a workspace) and the dtypes agree.
+mlir::Value stored_value(int operand, const Value& value) {
+  const OperandDecl& decl = trace().spec->operands()[operand];
+  if (decl.role != Role::kOutput && decl.role != Role::kWorkspace)
+    fail("store to input '" + decl.name + "'; only outputs and workspaces are stored");
+  mlir::Value v = unwrap(value);
+  DType d = dtype_of(v.getType());
+  if (d != decl.dtype)
+    fail("store of a " + std::string(edsl::name(d)) + " value to output '" + decl.name +
+         "' of dtype " + edsl::name(decl.dtype) + " (cast first)");
+  return v;
+}
 }  // namespace
 
 std::vector<int64_t> Ref::shape() const {
@@ -564,15 +578,8 @@ Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes) 
 
 void Ref::store_at(const Value& value, const std::vector<Idx>& offsets) const {
   RefState& s = ref_state(impl_, operand_);
-  const OperandDecl& decl = trace().spec->operands()[operand_];
-  if (decl.role != Role::kOutput && decl.role != Role::kWorkspace)
-    fail("store to input '" + name() + "'; only outputs and workspaces are stored");
   auto type = ref_type(s.ref);
-  mlir::Value v = unwrap(value);
-  DType d = dtype_of(v.getType());
-  if (d != decl.dtype)
-    fail("store of a " + std::string(edsl::name(d)) + " value to output '" + name() +
-         "' of dtype " + edsl::name(decl.dtype) + " (cast first)");
+  mlir::Value v = stored_value(operand_, value);
   const bool scalar = shape_of(v).empty();  // a scalar writes one element
   if (static_cast<int64_t>(offsets.size()) != type.getRank() ||
       (!scalar && static_cast<int64_t>(shape_of(v).size()) != type.getRank()))
@@ -612,19 +619,18 @@ Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes) const 
       mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, mlir::ValueRange{}, offsets, sizes));
 }
 
-void Ref::store(const Value& value) const { store(value, std::vector<int64_t>(shape().size(), 0)); }
+void Ref::store(const Value& value) const {
+  for (int64_t d : shape())
+    if (d < 0)
+      fail("store to '" + name() + "': its block has a full (run-time) dim; store static-size " +
+           "slices of it with store_at");
+  store(value, std::vector<int64_t>(shape().size(), 0));
+}
 
 void Ref::store(const Value& value, std::vector<int64_t> offsets) const {
   RefState& s = ref_state(impl_, operand_);
-  const OperandDecl& decl = trace().spec->operands()[operand_];
-  if (decl.role != Role::kOutput && decl.role != Role::kWorkspace)
-    fail("store to input '" + name() + "'; only outputs and workspaces are stored");
   auto type = ref_type(s.ref);
-  mlir::Value v = unwrap(value);
-  DType d = dtype_of(v.getType());
-  if (d != decl.dtype)
-    fail("store of a " + std::string(edsl::name(d)) + " value to output '" + name() +
-         "' of dtype " + edsl::name(decl.dtype) + " (cast first)");
+  mlir::Value v = stored_value(operand_, value);
   if (static_cast<int64_t>(offsets.size()) != type.getRank())
     fail("store to '" + name() + "': needs " + std::to_string(type.getRank()) + " offsets");
   std::vector<int64_t> sizes = shape_of(v);
