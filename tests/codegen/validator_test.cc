@@ -20,6 +20,27 @@ std::string trace_error(const char* op, SpecFn fn) {
 
 Indices first(const ProgramIds& p) { return at(p[0]); }
 
+/// The common valid part of the specs below: f32 x -> out over [n] in
+/// 256-element blocks, so each test shows only the mistake it plants.
+void declare_x_out(KernelSpec& spec) {
+  DimExpr n = spec.dim("n");
+  Operand x = spec.input("x", f32, {n});
+  Operand out = spec.output("out", f32, {n});
+  spec.grid({cdiv(n, 256)});
+  for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+}
+
+/// f32 x -> out over [rows, cols], one program per whole row.
+void declare_row_x_out(KernelSpec& spec) {
+  DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
+  Operand x = spec.input("x", f32, {rows, cols});
+  Operand out = spec.output("out", f32, {rows, cols});
+  spec.grid({rows});
+  auto row = [](const ProgramIds& p) { return at(p[0], 0); };
+  spec.block(x, {squeezed, full}, row);
+  spec.block(out, {squeezed, full}, row);
+}
+
 TEST(Validator, BlockRankDiffersFromArrayRank) {
   auto fn = [](KernelSpec& spec) {
     DimExpr n = spec.dim("n");
@@ -104,11 +125,7 @@ TEST(Validator, TranscendentalNeedsF32) {
 
 TEST(Validator, OutputNeverStored) {
   auto fn = [](KernelSpec& spec) {
-    DimExpr n = spec.dim("n");
-    Operand x = spec.input("x", f32, {n});
-    Operand out = spec.output("out", f32, {n});
-    spec.grid({cdiv(n, 256)});
-    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    declare_x_out(spec);
     spec.body([](Ref x, Ref) { (void)x.load(); });
   };
   EXPECT_EQ(trace_error("no_store", fn), "spec 'no_store': output 'out' is never stored");
@@ -116,11 +133,7 @@ TEST(Validator, OutputNeverStored) {
 
 TEST(Validator, BodyArityMustMatchOperands) {
   auto fn = [](KernelSpec& spec) {
-    DimExpr n = spec.dim("n");
-    Operand x = spec.input("x", f32, {n});
-    Operand out = spec.output("out", f32, {n});
-    spec.grid({cdiv(n, 256)});
-    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    declare_x_out(spec);
     spec.body([](Ref out) { out.store(constant(1, f32)); });
   };
   EXPECT_EQ(trace_error("arity", fn),
@@ -142,11 +155,7 @@ TEST(Validator, EveryOperandNeedsABlock) {
 
 TEST(Validator, ProgramIdAxisOutOfRange) {
   auto fn = [](KernelSpec& spec) {
-    DimExpr n = spec.dim("n");
-    Operand x = spec.input("x", f32, {n});
-    Operand out = spec.output("out", f32, {n});
-    spec.grid({cdiv(n, 256)});
-    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    declare_x_out(spec);
     spec.body([](Ref x, Ref out) { out.store(x.load() + program_id(1).cast(f32)); });
   };
   EXPECT_EQ(trace_error("axis", fn), "spec 'axis': program_id(1) but the grid has 1 axes");
@@ -181,12 +190,6 @@ TEST(Validator, ValidSpecTracesOneKernelPerInstance) {
   EXPECT_EQ(kernels[2].instance, "conv_bf16_f32");
 }
 
-}  // namespace
-}  // namespace pallas::edsl
-
-namespace pallas::edsl {
-namespace {
-
 TEST(Validator, EveryDimIsBoundByAnOperand) {
   auto fn = [](KernelSpec& spec) {
     DimExpr n = spec.dim("n"), k = spec.dim("k");
@@ -200,21 +203,9 @@ TEST(Validator, EveryDimIsBoundByAnOperand) {
             "spec 'unbound': dim 'k' is not the dim of any operand, so no run-time value binds it");
 }
 
-}  // namespace
-}  // namespace pallas::edsl
-
-namespace pallas::edsl {
-namespace {
-
 TEST(Validator, FullDimBlocksNeedSlices) {
   auto fn = [](KernelSpec& spec) {
-    DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
-    Operand x = spec.input("x", f32, {rows, cols});
-    Operand out = spec.output("out", f32, {rows, cols});
-    spec.grid({rows});
-    auto row = [](const ProgramIds& p) { return at(p[0], 0); };
-    spec.block(x, {squeezed, full}, row);
-    spec.block(out, {squeezed, full}, row);
+    declare_row_x_out(spec);
     spec.body([](Ref x, Ref out) { out.store_at(x.load(), {0}); });
   };
   EXPECT_EQ(trace_error("full", fn),
@@ -224,11 +215,7 @@ TEST(Validator, FullDimBlocksNeedSlices) {
 
 TEST(Validator, ReductionOfAScalar) {
   auto fn = [](KernelSpec& spec) {
-    DimExpr n = spec.dim("n");
-    Operand x = spec.input("x", f32, {n});
-    Operand out = spec.output("out", f32, {n});
-    spec.grid({cdiv(n, 256)});
-    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    declare_x_out(spec);
     spec.body([](Ref x, Ref out) { out.store(broadcast_to(sum(sum(x.load())), {256})); });
   };
   EXPECT_EQ(trace_error("scalar_sum", fn),
@@ -237,31 +224,15 @@ TEST(Validator, ReductionOfAScalar) {
 
 TEST(Validator, ReductionAxisOutOfRange) {
   auto fn = [](KernelSpec& spec) {
-    DimExpr n = spec.dim("n");
-    Operand x = spec.input("x", f32, {n});
-    Operand out = spec.output("out", f32, {n});
-    spec.grid({cdiv(n, 256)});
-    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    declare_x_out(spec);
     spec.body([](Ref x, Ref out) { out.store(max(x.load(), 1, true)); });
   };
   EXPECT_EQ(trace_error("axis1", fn), "spec 'axis1': max over axis 1 of a rank-1 block");
 }
 
-}  // namespace
-}  // namespace pallas::edsl
-
-namespace pallas::edsl {
-namespace {
-
 TEST(Validator, FullDimBlocksNeedSliceStores) {
   auto fn = [](KernelSpec& spec) {
-    DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
-    Operand x = spec.input("x", f32, {rows, cols});
-    Operand out = spec.output("out", f32, {rows, cols});
-    spec.grid({rows});
-    auto row = [](const ProgramIds& p) { return at(p[0], 0); };
-    spec.block(x, {squeezed, full}, row);
-    spec.block(out, {squeezed, full}, row);
+    declare_row_x_out(spec);
     spec.body([](Ref x, Ref out) { out.store(x.load_at({0}, {256})); });
   };
   EXPECT_EQ(trace_error("full_store", fn),
