@@ -316,6 +316,36 @@ std::vector<emulator::Buffer> launch_buffers(const KernelImage& image, void** ar
   return buffers;
 }
 
+// The first semaphore wait of a host launch that could not be satisfied (see
+// pallas_host_semaphore_stuck below); host launches run on the calling thread.
+struct StuckWait {
+  bool stuck = false;
+  int32_t operand = 0;
+  int64_t index = 0;
+  int32_t want = 0;
+  int32_t have = 0;
+};
+thread_local StuckWait t_stuck_wait;
+
+Status launch_host(const KernelImage& image, void** args, std::array<int64_t, 3> grid) {
+  t_stuck_wait = {};
+  image.host_entry(args, grid[0], grid[1], grid[2]);
+  if (!t_stuck_wait.stuck) return Status::Ok();
+  const StuckWait w = t_stuck_wait;
+  const char* name = kernel_name(image);
+  std::string semaphores = "#" + std::to_string(w.operand);
+  if (image.metadata && w.operand >= 0 &&
+      static_cast<size_t>(w.operand) < image.metadata->operands.size())
+    semaphores = image.metadata->operands[static_cast<size_t>(w.operand)].name;
+  return Status::Error(
+      StatusCode::kInvalidArgument,
+      std::string(name) + ": a program waits for semaphore '" + semaphores + "'[" +
+          std::to_string(w.index) + "] to reach " + std::to_string(w.want) + " but it is " +
+          std::to_string(w.have) +
+          "; the host backend runs programs one after another in grid order, so only earlier "
+          "programs can signal it");
+}
+
 Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
                        const EmulatorOptions& options) {
   const char* name = image.metadata ? image.metadata->name : image.symbol;
@@ -346,10 +376,6 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
 Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
                      const Launch& launch) {
   const char* name = kernel_name(image);
-  if (image.semaphores_per_program != 0) {
-    return Status::Error(StatusCode::kInvalidArgument,
-                         std::string(name) + ": needs semaphores, not supported yet");
-  }
   for (size_t axis = 0; axis < 3; ++axis) {
     if (grid[axis] < 0) {
       return Status::Error(StatusCode::kInvalidArgument,
@@ -365,8 +391,7 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
         return Status::Error(StatusCode::kUnsupportedBackend,
                              std::string(name) + ": no host form was built for this kernel");
       }
-      image.host_entry(args, grid[0], grid[1], grid[2]);
-      return Status::Ok();
+      return launch_host(image, args, grid);
     case Backend::kEmulator:
       return launch_emulated(image, args, grid, launch.emulator);
     case Backend::kCuda:
@@ -378,3 +403,11 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
 }
 
 }  // namespace pallas::detail
+
+// Called by host kernels (convert-pallas-to-loops) when a semaphore wait cannot be satisfied:
+// remembers the first such wait of the launch for launch_host's status.
+extern "C" void pallas_host_semaphore_stuck(int32_t operand, int64_t index, int32_t want,
+                                            int32_t have) {
+  auto& w = pallas::detail::t_stuck_wait;
+  if (!w.stuck) w = {true, operand, index, want, have};
+}

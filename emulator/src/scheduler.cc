@@ -98,6 +98,12 @@ bool run_batch(LaunchState& s, std::mt19937_64* rng) {
   std::vector<std::pair<Cta*, Thread*>> order;
   for (auto& cta : s.ctas)
     for (Thread& t : cta->threads) order.emplace_back(cta.get(), &t);
+  // A spinning thread may need several passes to see a value another thread
+  // wrote (a spin loop can have several yield points: load, then
+  // compare-and-swap), so only this many passes in a row without progress
+  // make a deadlock.
+  constexpr int kIdlePassesForDeadlock = 4;
+  int idle_passes = 0;
   for (;;) {
     if (rng) std::shuffle(order.begin(), order.end(), *rng);
     uint64_t before = s.state_changes;
@@ -120,7 +126,8 @@ bool run_batch(LaunchState& s, std::mt19937_64* rng) {
       if (!s.error.empty()) return false;
     }
     if (!pending) return true;
-    if (!ran && s.state_changes == before) {
+    idle_passes = !ran && s.state_changes == before ? idle_passes + 1 : 0;
+    if (idle_passes == kIdlePassesForDeadlock) {
       s.error = describe_deadlock(s);
       return false;
     }

@@ -240,5 +240,74 @@ TEST(Validator, FullDimBlocksNeedSliceStores) {
             "static-size slices of it with store_at");
 }
 
+TEST(Validator, DimensionSemanticsNeedsOneEntryPerAxis) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    spec.dimension_semantics({parallel, arbitrary});
+  };
+  EXPECT_EQ(trace_error("bad_semantics", fn),
+            "spec 'bad_semantics': dimension_semantics has 2 entries but the grid has 1 axes "
+            "(declare the grid first)");
+}
+
+TEST(Validator, ScratchDimsArePositive) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    spec.scratch("acc", f32, {8, 0});
+  };
+  EXPECT_EQ(trace_error("bad_scratch", fn),
+            "spec 'bad_scratch': scratch 'acc' dim 1 is 0; scratch dims are positive constants");
+}
+
+TEST(Validator, ScratchHasNoBlockSpec) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    Operand acc = spec.scratch("acc", f32, {256});
+    spec.block(acc, {Blocked{256}}, first);
+  };
+  EXPECT_EQ(trace_error("scratch_block", fn),
+            "spec 'scratch_block': operand 'acc' cannot have a block spec");
+}
+
+TEST(Validator, SignalProgramNeedsProgramScope) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    Semaphores flags = spec.semaphores("flags", 1);
+    spec.body([=](Ref x, Ref out) {
+      flags.signal_program(index(0), 0, constant(1, i32));
+      out.store(x.load());
+    });
+  };
+  EXPECT_EQ(trace_error("signal_global", fn),
+            "spec 'signal_global': signal_program on 'flags', whose scope is global (use signal)");
+}
+
+TEST(Validator, SemaphoreValuesAreI32Scalars) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    Semaphores flags = spec.semaphores("flags", 1);
+    spec.body([=](Ref x, Ref out) {
+      flags.wait(0, constant(1, f32));
+      out.store(x.load());
+    });
+  };
+  EXPECT_EQ(trace_error("wait_f32", fn),
+            "spec 'wait_f32': semaphore wait on 'flags' needs an i32 scalar value");
+}
+
+TEST(Validator, WhileLoopConditionIsAScalarPredicate) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    spec.body([](Ref x, Ref out) {
+      std::vector<Value> r = while_loop([](std::vector<Value> c) { return c[0]; },
+                                        [](std::vector<Value> c) { return c; }, {x.load()});
+      out.store(r[0]);
+    });
+  };
+  EXPECT_EQ(trace_error("while_block", fn),
+            "spec 'while_block': while_loop condition must be a scalar i1 (a comparison of "
+            "scalars)");
+}
+
 }  // namespace
 }  // namespace pallas::edsl

@@ -111,3 +111,128 @@ PALLAS_KERNEL(block_stats) {
     out.store(broadcast_to(sum(v) + 2 * max(v) - min(v), {1024}));
   });
 }
+
+// The block prefix: out[i] = x[i] + (sum of every element of the blocks
+// before i's 1024-element block), in f32. The running total is handed from
+// program to program through a workspace, in the order programs take tickets
+// from a global counter (so a program only ever waits for one that has
+// started): ticket t waits for `ready[t]`, which ticket t-1 signals after
+// writing `carry[t]`. Every counter ends at zero: each wait takes its signal,
+// and the last ticket returns the ticket counter to zero.
+PALLAS_KERNEL(block_prefix_tickets) {
+  DimExpr n = spec.dim("n");
+  Operand x = spec.input("x", f32, {n});
+  Operand out = spec.output("out", f32, {n});
+  DimExpr programs = cdiv(n, 1024);
+  spec.workspace("carry", f32, programs + 1);
+  Semaphores tickets = spec.semaphores("tickets", 1);
+  Semaphores ready = spec.semaphores("ready", programs);
+  spec.grid({programs});
+  spec.block(x, {full}, [](const ProgramIds&) { return at(0); });
+  spec.block(out, {full}, [](const ProgramIds&) { return at(0); });
+  spec.body([=](Ref x, Ref out, Ref carry) {
+    Value count = num_programs(0).cast(i32);
+    Value ticket = tickets.add(0, constant(1, i32));
+    Value t = ticket.cast(DType::index);
+    Value block = x.load_at({t * 1024}, {1024});
+    when(ticket > 0, [&] { ready.wait(t); });
+    Value before = select(ticket > 0, carry.load_scalar({t}), 0.0);
+    out.store_at(block + before, {t * 1024});
+    carry.store_at(before + sum(block), {t + 1});
+    when(ticket + 1 < count, [&] { ready.signal(t + 1); });
+    when(ticket + 1 == count, [&] { tickets.add(0, -count); });
+  });
+}
+
+// The same prefix with program-scoped semaphores in grid order: program p > 0
+// waits on its own counter, which program p - 1 signals with signal_program.
+PALLAS_KERNEL(block_prefix_chain) {
+  DimExpr n = spec.dim("n");
+  Operand x = spec.input("x", f32, {n});
+  Operand out = spec.output("out", f32, {n});
+  DimExpr programs = cdiv(n, 1024);
+  spec.workspace("carry", f32, programs + 1);
+  Semaphores turn = spec.semaphores("turn", 1, SemaphoreScope::kProgram);
+  spec.grid({programs});
+  spec.block(x, {Blocked{1024}}, block_i);
+  spec.block(out, {Blocked{1024}}, block_i);
+  spec.body([=](Ref x, Ref out, Ref carry) {
+    Value p = program_id(0);
+    Value block = x.load();
+    when(p > index(0), [&] { turn.wait(0); });
+    Value before = select(p > index(0), carry.load_scalar({p}), 0.0);
+    out.store(block + before);
+    carry.store_at(before + sum(block), {p + 1});
+    when(p + 1 < num_programs(0), [&] { turn.signal_program(p + 1, 0, constant(1, i32)); });
+  });
+}
+
+// Program p waits for program p + 1: fine where programs run concurrently
+// (the GPU, the emulator with enough resident programs); on the host backend,
+// which runs programs in grid order, the launch fails with a clear status.
+PALLAS_KERNEL(wait_for_next) {
+  DimExpr n = spec.dim("n");
+  Operand x = spec.input("x", f32, {n});
+  Operand out = spec.output("out", f32, {n});
+  Semaphores flags = spec.semaphores("flags", cdiv(n, 128));
+  spec.grid({cdiv(n, 128)});
+  spec.block(x, {Blocked{128}}, block_i);
+  spec.block(out, {Blocked{128}}, block_i);
+  spec.body([=](Ref x, Ref out) {
+    Value p = program_id(0);
+    when(p > index(0), [&] { flags.signal(p - 1); });
+    when(p + 1 < num_programs(0), [&] { flags.wait(p); });
+    out.store(x.load() + 1.0);
+  });
+}
+
+// Row sums over an arbitrary (sequential) grid axis: program (r, j) adds
+// column block j of row r into a scratch accumulator that persists across j;
+// j == 0 clears it and the last j reduces it into out[r].
+PALLAS_KERNEL(row_sums_sequential) {
+  DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
+  Operand x = spec.input("x", f32, {rows, cols});
+  Operand out = spec.output("out", f32, {rows});
+  spec.scratch("acc", f32, {512});
+  spec.grid({rows, cdiv(cols, 512)});
+  spec.dimension_semantics({parallel, arbitrary});
+  spec.block(x, {squeezed, Blocked{512}}, [](const ProgramIds& p) { return at(p[0], p[1]); });
+  spec.block(out, {full}, [](const ProgramIds&) { return at(0); });
+  spec.body([](Ref x, Ref out, Ref acc) {
+    Value j = program_id(1);
+    when(j == index(0), [&] { acc.store(broadcast_to(constant(0, f32), {512})); });
+    acc.store(acc.load() + x.load());
+    when(j + 1 == num_programs(1), [&] { out.store_at(sum(acc.load()), {program_id(0)}); });
+  });
+}
+
+// Scratch read across threads and a while_loop: the block is doubled until
+// its largest magnitude reaches 1 (at most 64 times; a loop carrying the
+// block and a count, with a reduction in its condition), written to shared
+// memory and read back with its two 256-element halves swapped, so each
+// thread reads what another wrote. steps[b] is block b's doubling count.
+PALLAS_KERNEL(scratch_and_while) {
+  DimExpr n = spec.dim("n"), m = spec.dim("m");
+  Operand x = spec.input("x", f32, {n});
+  Operand out = spec.output("out", f32, {n});
+  Operand steps = spec.output("steps", i32, {m});
+  spec.scratch("tmp", f32, {512});
+  spec.grid({cdiv(n, 512)});
+  spec.block(x, {Blocked{512}}, block_i);
+  spec.block(out, {Blocked{512}}, block_i);
+  spec.block(steps, {full}, [](const ProgramIds&) { return at(0); });
+  spec.body([](Ref x, Ref out, Ref steps, Ref tmp) {
+    std::vector<Value> r = while_loop(
+        [](std::vector<Value> c) {
+          return select(max(abs(c[0])) < 1.0, c[1] < 64, constant(0, DType::i1));
+        },
+        [](std::vector<Value> c) {
+          return std::vector<Value>{c[0] * 2.0, c[1] + 1};
+        },
+        {x.load(), constant(0, i32)});
+    tmp.store(r[0]);
+    out.store(tmp.load({256}, {256}), {0});
+    out.store(tmp.load({0}, {256}), {256});
+    steps.store_at(r[1], {program_id(0)});
+  });
+}

@@ -3,12 +3,17 @@
 
 #include "test_support.h"
 
+#include <pallas/kernels/block_prefix_chain.h>
+#include <pallas/kernels/block_prefix_tickets.h>
 #include <pallas/kernels/block_stats.h>
 #include <pallas/kernels/coordinates.h>
 #include <pallas/kernels/int_mix.h>
 #include <pallas/kernels/math_zoo.h>
 #include <pallas/kernels/power.h>
+#include <pallas/kernels/row_sums_sequential.h>
+#include <pallas/kernels/scratch_and_while.h>
 #include <pallas/kernels/swap_halves.h>
+#include <pallas/kernels/wait_for_next.h>
 
 namespace pallas::testing {
 namespace {
@@ -185,6 +190,157 @@ void check_block_stats(Backend backend) {
 TEST_P(FeaturesTest, ReductionsToScalars) {
   check_block_stats<float>(GetParam());
   check_block_stats<int32_t>(GetParam());
+}
+
+// Both prefix kernels hand a running total from program to program through
+// semaphores; integers / 8 keep every f32 sum exact.
+template <class Kernel>
+void check_block_prefix(Backend backend, Launch launch, Kernel kernel) {
+  for (int64_t n : {1, 1024, 1025, 9000}) {
+    for (uint64_t schedule : {0, 1, 2}) {
+      uint32_t seed = fresh_seed();
+      SCOPED_TRACE("n=" + std::to_string(n) + " schedule=" + std::to_string(schedule) +
+                   " seed=" + std::to_string(seed));
+      std::mt19937 rng(seed);
+      Array<float> x(backend, n), out(backend, n);
+      std::uniform_int_distribution<int> dist(-1000, 1000);
+      for (float& v : x.host()) v = static_cast<float>(dist(rng)) / 8;
+      out.poison();
+      x.upload();
+      out.upload();
+      launch.emulator.schedule_seed = schedule;
+      // Twice: the second launch finds the pool's semaphores back at zero.
+      for (int round = 0; round < 2; ++round) {
+        Status s = kernel(TensorView<const float, 1>(x.data(), {n}),
+                          TensorView<float, 1>(out.data(), {n}), launch);
+        ASSERT_TRUE(s.ok()) << s.message();
+      }
+      out.download();
+      double before = 0, block = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        if (i % 1024 == 0) {
+          before += block;
+          block = 0;
+        }
+        block += x.host()[i];
+        ASSERT_EQ(out.host()[i], static_cast<float>(x.host()[i] + before)) << "element " << i;
+      }
+      if (backend != Backend::kEmulator) break;  // schedules matter only there
+    }
+  }
+}
+
+TEST_P(FeaturesTest, SemaphoresHandOffInTicketOrder) {
+  check_block_prefix(GetParam(), launch(), [](auto x, auto out, const Launch& l) {
+    return kernels::block_prefix_tickets(x, out, l);
+  });
+}
+
+TEST_P(FeaturesTest, ProgramScopedSemaphoresInGridOrder) {
+  check_block_prefix(GetParam(), launch(), [](auto x, auto out, const Launch& l) {
+    return kernels::block_prefix_chain(x, out, l);
+  });
+}
+
+// Program p waits for program p + 1's signal.
+TEST_P(FeaturesTest, WaitForALaterProgram) {
+  const int64_t n = 5 * 128;
+  Array<float> x(GetParam(), n), out(GetParam(), n);
+  std::mt19937 rng(fresh_seed());
+  x.fill_random(rng, -1, 1);
+  out.poison();
+  x.upload();
+  out.upload();
+  Launch l = launch();
+  l.emulator.concurrent_programs = 5;  // every program resident, as on a GPU
+  Status s = kernels::wait_for_next(TensorView<const float, 1>(x.data(), {n}),
+                                    TensorView<float, 1>(out.data(), {n}), l);
+  if (GetParam() == Backend::kHost) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(),
+              "wait_for_next: a program waits for semaphore 'flags'[0] to reach 1 but it is 0; "
+              "the host backend runs programs one after another in grid order, so only earlier "
+              "programs can signal it");
+    return;
+  }
+  ASSERT_TRUE(s.ok()) << s.message();
+  out.download();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out.host()[i], x.host()[i] + 1.0f) << i;
+  if (GetParam() != Backend::kEmulator) return;
+  // With fewer resident programs than the chain needs, the emulator reports the deadlock.
+  l.emulator.concurrent_programs = 2;
+  Status stuck = kernels::wait_for_next(TensorView<const float, 1>(x.data(), {n}),
+                                        TensorView<float, 1>(out.data(), {n}), l);
+  EXPECT_EQ(stuck.code(), StatusCode::kEmulatorCheckFailed);
+  EXPECT_NE(stuck.message().find("deadlock"), std::string::npos) << stuck.message();
+}
+
+TEST_P(FeaturesTest, ArbitraryAxisAccumulatesInScratch) {
+  struct Shape {
+    int64_t rows, cols, stride;
+  };
+  for (Shape sh : {Shape{1, 1, 1}, Shape{3, 512, 512}, Shape{2, 513, 515}, Shape{4, 3000, 3000}}) {
+    uint32_t seed = fresh_seed();
+    SCOPED_TRACE(std::to_string(sh.rows) + "x" + std::to_string(sh.cols) +
+                 " seed=" + std::to_string(seed));
+    std::mt19937 rng(seed);
+    Array<float> x(GetParam(), sh.rows * sh.stride), out(GetParam(), sh.rows);
+    std::uniform_int_distribution<int> dist(-1000, 1000);
+    for (float& v : x.host()) v = static_cast<float>(dist(rng)) / 8;
+    out.poison();
+    x.upload();
+    out.upload();
+    Status s = kernels::row_sums_sequential(
+        TensorView<const float, 2>(x.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+        TensorView<float, 1>(out.data(), {sh.rows}), launch());
+    ASSERT_TRUE(s.ok()) << s.message();
+    out.download();
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      double want = 0;
+      for (int64_t c = 0; c < sh.cols; ++c) want += x.host()[r * sh.stride + c];
+      ASSERT_EQ(out.host()[r], static_cast<float>(want)) << "row " << r;
+    }
+  }
+}
+
+TEST_P(FeaturesTest, ScratchAcrossThreadsAndWhileLoop) {
+  for (int64_t n : {1, 512, 700, 2048}) {
+    uint32_t seed = fresh_seed();
+    SCOPED_TRACE("n=" + std::to_string(n) + " seed=" + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const int64_t blocks = (n + 511) / 512;
+    Array<float> x(GetParam(), n), out(GetParam(), n);
+    Array<int32_t> steps(GetParam(), blocks);
+    x.fill_random(rng, -0.01, 0.01);
+    if (n == 2048) std::fill(x.host().begin() + 512, x.host().begin() + 1024, 0.0f);  // 64 steps
+    out.poison();
+    for (int32_t& v : steps.host()) v = -1;
+    x.upload();
+    out.upload();
+    steps.upload();
+    Status s = kernels::scratch_and_while(TensorView<const float, 1>(x.data(), {n}),
+                                          TensorView<float, 1>(out.data(), {n}),
+                                          TensorView<int32_t, 1>(steps.data(), {blocks}), launch());
+    ASSERT_TRUE(s.ok()) << s.message();
+    out.download();
+    steps.download();
+    for (int64_t b = 0; b < blocks; ++b) {
+      float hi = 0;
+      for (int64_t i = b * 512; i < std::min(n, (b + 1) * 512); ++i)
+        hi = std::max(hi, std::abs(x.host()[i]));
+      int32_t k = 0;
+      while (hi < 1 && k < 64) {
+        hi *= 2;
+        ++k;
+      }
+      ASSERT_EQ(steps.host()[b], k) << "block " << b;
+      for (int64_t i = b * 512; i < std::min(n, (b + 1) * 512); ++i) {
+        const int64_t from = b * 512 + (i - b * 512 + 256) % 512;
+        const float want = from < n ? std::ldexp(x.host()[from], k) : 0.0f;
+        ASSERT_EQ(out.host()[i], want) << "element " << i;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FeaturesTest,

@@ -179,7 +179,7 @@ TEST_F(CudaLaunch, BadImageIsCudaError) {
   static const unsigned char kGarbage[] = "this is not a cubin";
   const detail::Cubin cubins[] = {{10 * major + minor, true, kGarbage, sizeof(kGarbage)}};
   static const KernelMetadata kBadMetadata{"bad_image", "bad", "[1]", 32, {}, {}};
-  const KernelImage image{&kBadMetadata, "pallas_test_add", cubins, nullptr, 32, 0, 0};
+  const KernelImage image{&kBadMetadata, "pallas_test_add", cubins, nullptr, 32, 0};
   void* args[] = {nullptr};
   Status s = launch_kernel(image, args, {1, 1, 1}, Launch{});
   EXPECT_EQ(s.code(), StatusCode::kCudaError);
@@ -188,7 +188,7 @@ TEST_F(CudaLaunch, BadImageIsCudaError) {
 
 TEST_F(CudaLaunch, NoBinaryForArchNamesDevice) {
   const detail::Cubin cubins[] = {{10, false, kTestCubins[0].data, kTestCubins[0].size}};
-  const KernelImage image{&kAddMetadata, "pallas_test_add", cubins, nullptr, 256, 0, 0};
+  const KernelImage image{&kAddMetadata, "pallas_test_add", cubins, nullptr, 256, 0};
   void* args[] = {nullptr};
   Status s = launch_kernel(image, args, {1, 1, 1}, Launch{});
   EXPECT_EQ(s.code(), StatusCode::kNoBinaryForArch);

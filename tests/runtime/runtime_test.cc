@@ -494,7 +494,7 @@ void record_host_call(void** args, int64_t g0, int64_t g1, int64_t g2) {
 const KernelMetadata kAddMetadata{"add_f32", "add", "[cdiv(n, 256)]", 256, {}, {}};
 
 KernelImage make_image(HostEntry host = record_host_call, std::span<const Cubin> cubins = {}) {
-  return KernelImage{&kAddMetadata, "add_f32_kernel", cubins, host, 256, 0, 0};
+  return KernelImage{&kAddMetadata, "add_f32_kernel", cubins, host, 256, 0};
 }
 
 class LaunchKernel : public ::testing::Test {
@@ -552,17 +552,6 @@ TEST_F(LaunchKernel, NoHostForm) {
   Status s = launch_kernel(image, args_, {1, 1, 1}, {Backend::kHost});
   EXPECT_EQ(s.code(), StatusCode::kUnsupportedBackend);
   EXPECT_EQ(s.message(), "add_f32: no host form was built for this kernel");
-}
-
-TEST_F(LaunchKernel, SemaphoresNotSupportedYet) {
-  KernelImage image = make_image();
-  image.semaphores_per_program = 2;
-  for (Backend backend : {Backend::kHost, Backend::kCuda}) {
-    Status s = launch_kernel(image, args_, {1, 1, 1}, {backend});
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(s.message(), "add_f32: needs semaphores, not supported yet");
-  }
-  EXPECT_EQ(g_host_call.calls, 0);
 }
 
 TEST_F(LaunchKernel, CudaGridLimits) {

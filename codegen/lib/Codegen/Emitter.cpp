@@ -55,7 +55,8 @@ std::vector<int> entryParams(const edsl::KernelSpec& spec) {
   std::vector<int> params;
   for (size_t i = 0; i < spec.operands().size(); ++i) {
     const OperandDecl& d = spec.operands()[i];
-    if (d.aliased_from < 0 && d.role != Role::kSemaphores && d.role != Role::kWorkspace)
+    if (d.aliased_from < 0 && d.role != Role::kSemaphores && d.role != Role::kWorkspace &&
+        d.role != Role::kScratch)
       params.push_back(static_cast<int>(i));
   }
   return params;
@@ -94,11 +95,20 @@ std::string shapeText(const OperandDecl& d) {
   return s + "]";
 }
 
+/// "[rows, arbitrary cdiv(cols, 512)]": arbitrary axes run in order inside a program.
 std::string gridText(const edsl::KernelSpec& spec) {
   std::string s = "[";
   for (size_t i = 0; i < spec.grid_axes().size(); ++i)
-    s += (i ? ", " : "") + spec.grid_axes()[i].to_string();
+    s += (i ? ", " : "") +
+         std::string(spec.semantics(i) == edsl::Semantics::kArbitrary ? "arbitrary " : "") +
+         spec.grid_axes()[i].to_string();
   return s + "]";
+}
+
+/// The launched grid extent of axis `a` as C++: arbitrary axes loop inside the kernel.
+std::string launchedExtent(const edsl::KernelSpec& spec, size_t a) {
+  if (a >= spec.grid_axes().size() || spec.semantics(a) == edsl::Semantics::kArbitrary) return "1";
+  return spec.grid_axes()[a].to_cpp();
 }
 
 void emitBytes(std::ostringstream& os, const std::string& bytes) {
@@ -130,6 +140,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   }
   os << "constexpr pallas::OperandMetadata " << name << "_operands[] = {\n";
   for (const OperandDecl& d : ops) {
+    if (d.role == Role::kScratch) continue;  // in shared memory, not a kernel parameter
     const char* role = d.role == Role::kScalar       ? "kScalar"
                        : d.role == Role::kSemaphores ? "kSemaphores"
                        : d.role == Role::kWorkspace  ? "kWorkspace"
@@ -164,7 +175,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   os << "};\n\n";
   os << "const pallas::detail::KernelImage " << name << "_image = {&" << name
      << "_metadata_value, \"" << name << "\", " << name << "_cubins, &pallas_host_" << name << ", "
-     << spec.threads() << ", 0, 0, &pallas_emu_" << name << ", &pallas_emu_" << name
+     << spec.threads() << ", 0, &pallas_emu_" << name << ", &pallas_emu_" << name
      << "_shared_bytes};\n\n}  // namespace\n\n";
 
   // The typed entry point.
@@ -239,8 +250,14 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
       pooled.push_back(static_cast<int>(i));
   if (!pooled.empty()) {
     os << "  pallas::detail::LaunchResources resources;\n";
-    for (int i : pooled)
-      os << "  const int64_t count_" << ops[i].name << " = " << ops[i].shape[0].to_cpp() << ";\n";
+    for (int i : pooled) {
+      os << "  const int64_t count_" << ops[i].name << " = " << ops[i].shape[0].to_cpp();
+      if (ops[i].role == Role::kSemaphores &&
+          ops[i].semaphore_scope == edsl::SemaphoreScope::kProgram)  // a slice per program
+        for (size_t a = 0; a < spec.grid_axes().size(); ++a)
+          os << " * (" << launchedExtent(spec, a) << ")";
+      os << ";\n";
+    }
     os << "  const pallas::detail::ResourceRequest requests[] = {";
     for (int i : pooled)
       os << "{static_cast<uint64_t>(count_" << ops[i].name << ") * sizeof(" << cppType(ops[i].dtype)
@@ -253,6 +270,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   std::string args;
   for (size_t i = 0; i < ops.size(); ++i) {
     const OperandDecl& d = ops[i];
+    if (d.role == Role::kScratch) continue;
     std::string var = "p_" + d.name;
     if (d.role == Role::kScalar) {
       os << "  " << cppType(d.dtype) << " " << var << " = " << d.name << ";\n";
@@ -277,8 +295,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   args.resize(args.size() - 2);
   os << "  void* args[] = {" << args << "};\n";
   os << "  const std::array<int64_t, 3> grid = {";
-  for (size_t a = 0; a < 3; ++a)
-    os << (a ? ", " : "") << (a < spec.grid_axes().size() ? spec.grid_axes()[a].to_cpp() : "1");
+  for (size_t a = 0; a < 3; ++a) os << (a ? ", " : "") << launchedExtent(spec, a);
   os << "};\n";
   os << "  return pallas::detail::launch_kernel(" << name << "_image, args, grid, launch);\n}\n\n";
 
@@ -309,6 +326,7 @@ std::string emitHeader(const std::string& op, const std::string& spec_file,
     os << "/// " << name << ": grid " << gridText(spec) << ", " << spec.threads()
        << " threads per program.\n";
     for (const OperandDecl& d : spec.operands()) {
+      if (d.role == Role::kScratch) continue;
       os << "///   " << d.name << ": " << edsl::name(d.dtype) << " ";
       if (d.role == Role::kScalar)
         os << "scalar\n";

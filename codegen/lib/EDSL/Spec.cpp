@@ -172,9 +172,37 @@ void KernelSpec::values_in(Operand operand, DimExpr lo, DimExpr hi) {
   operands_[operand.index].value_range = std::make_pair(std::move(lo), std::move(hi));
 }
 
-Semaphores KernelSpec::semaphores(const std::string& name, DimExpr count) {
+Semaphores KernelSpec::semaphores(const std::string& name, DimExpr count, SemaphoreScope scope) {
   Operand op = add_operand(name, Role::kSemaphores, DType::i32, {std::move(count)});
-  return Semaphores(op.index);
+  operands_[op.index].semaphore_scope = scope;
+  return Semaphores(op.index, scope);
+}
+
+Operand KernelSpec::scratch(const std::string& name, DType dtype, std::vector<int64_t> shape) {
+  std::vector<DimExpr> dims;
+  std::vector<BlockDim> block;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] <= 0)
+      fail("scratch '" + name + "' dim " + std::to_string(d) + " is " + std::to_string(shape[d]) +
+           "; scratch dims are positive constants");
+    dims.emplace_back(shape[d]);
+    block.emplace_back(Blocked{shape[d]});
+  }
+  Operand op = add_operand(name, Role::kScratch, dtype, std::move(dims));
+  OperandDecl& d = operands_[op.index];
+  d.scratch_shape = std::move(shape);
+  d.block = std::move(block);
+  d.index_map = [rank = d.shape.size()](const ProgramIds&) { return Indices(rank, Idx(0)); };
+  d.has_block = true;
+  return op;
+}
+
+void KernelSpec::dimension_semantics(std::vector<Semantics> semantics) {
+  if (semantics.size() != grid_.size())
+    fail("dimension_semantics has " + std::to_string(semantics.size()) +
+         " entries but the grid has " + std::to_string(grid_.size()) +
+         " axes (declare the grid first)");
+  semantics_ = std::move(semantics);
 }
 
 Operand KernelSpec::workspace(const std::string& name, DType dtype, DimExpr count) {
@@ -220,11 +248,13 @@ void KernelSpec::grid(std::vector<DimExpr> axes) {
   if (axes.empty() || axes.size() > 3)
     fail("grid has " + std::to_string(axes.size()) + " axes; 1 to 3 are supported");
   grid_ = std::move(axes);
+  semantics_.clear();
 }
 
 void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map) {
   const OperandDecl& d = decl(operand, "block");
-  if (d.role == Role::kScalar || d.role == Role::kSemaphores || d.role == Role::kWorkspace)
+  if (d.role == Role::kScalar || d.role == Role::kSemaphores || d.role == Role::kWorkspace ||
+      d.role == Role::kScratch)
     fail("operand '" + d.name + "' cannot have a block spec");
   if (d.has_block) fail("operand '" + d.name + "' has two block specs");
   if (block_shape.size() != d.shape.size())

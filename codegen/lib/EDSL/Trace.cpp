@@ -42,9 +42,12 @@ struct Trace {
   mlir::MLIRContext* context;
   OpBuilder builder;
   mlir::Location loc;
-  std::vector<mlir::Value> args;  // func arguments, one per operand
+  std::vector<mlir::Value> args;  // per operand: its func argument, or its pallas.scratch
   std::vector<RefState> refs;     // per operand (unused for scalars)
   int grid_rank = 0;
+  // Per grid axis, for arbitrary (sequential) axes: the loop's induction
+  // variable and trip count; null for parallel axes.
+  std::vector<mlir::Value> sequential_ids, sequential_extents;
 };
 
 thread_local Trace* current_trace = nullptr;
@@ -420,6 +423,7 @@ Value program_id(int axis) {
   if (axis < 0 || axis >= t.grid_rank)
     fail("program_id(" + std::to_string(axis) + ") but the grid has " +
          std::to_string(t.grid_rank) + " axes");
+  if (mlir::Value iv = t.sequential_ids[axis]) return wrap(iv);
   return wrap(mlir::pallas::ProgramIdOp::create(b(), loc(), b().getIndexType(),
                                                 b().getI32IntegerAttr(axis)));
 }
@@ -429,9 +433,61 @@ Value num_programs(int axis) {
   if (axis < 0 || axis >= t.grid_rank)
     fail("num_programs(" + std::to_string(axis) + ") but the grid has " +
          std::to_string(t.grid_rank) + " axes");
+  if (mlir::Value extent = t.sequential_extents[axis]) return wrap(extent);
   return wrap(mlir::pallas::NumProgramsOp::create(b(), loc(), b().getIndexType(),
                                                   b().getI32IntegerAttr(axis)));
 }
+
+namespace {
+/// The value of a dim expression inside the kernel: dims are read from the
+/// shape of the first array operand that has them.
+mlir::Value materialize(const DimExpr& e) {
+  Trace& t = trace();
+  auto& bd = b();
+  switch (e.kind()) {
+    case DimExpr::Kind::kConst:
+      return mlir::arith::ConstantIndexOp::create(bd, loc(), e.value());
+    case DimExpr::Kind::kDim: {
+      const auto& ops = t.spec->operands();
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (ops[i].role != Role::kInput && ops[i].role != Role::kOutput) continue;
+        for (size_t k = 0; k < ops[i].shape.size(); ++k)
+          if (ops[i].shape[k].kind() == DimExpr::Kind::kDim &&
+              ops[i].shape[k].dim_index() == e.dim_index())
+            return mlir::memref::DimOp::create(bd, loc(), t.args[i], static_cast<int64_t>(k));
+      }
+      fail("dim '" + e.dim_name() + "' is not the dim of any operand");
+    }
+    default:
+      break;
+  }
+  mlir::Value l = materialize(e.lhs()), r = materialize(e.rhs());
+  switch (e.kind()) {
+    case DimExpr::Kind::kAdd:
+      return mlir::arith::AddIOp::create(bd, loc(), l, r);
+    case DimExpr::Kind::kSub:
+      return mlir::arith::SubIOp::create(bd, loc(), l, r);
+    case DimExpr::Kind::kMul:
+      return mlir::arith::MulIOp::create(bd, loc(), l, r);
+    case DimExpr::Kind::kCdiv:
+      return mlir::arith::CeilDivSIOp::create(bd, loc(), l, r);
+    default:
+      return mlir::arith::MaxSIOp::create(bd, loc(), l, r);
+  }
+}
+
+/// The program's linear index over the parallel grid axes, row-major.
+mlir::Value linear_program_id() {
+  Trace& t = trace();
+  mlir::Value linear = unwrap(index(0));
+  for (int axis = 0; axis < t.grid_rank; ++axis) {
+    if (t.sequential_ids[axis]) continue;
+    linear = mlir::arith::MulIOp::create(b(), loc(), linear, unwrap(num_programs(axis)));
+    linear = mlir::arith::AddIOp::create(b(), loc(), linear, unwrap(program_id(axis)));
+  }
+  return linear;
+}
+}  // namespace
 
 std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> carry,
                         const std::function<std::vector<Value>(Value, std::vector<Value>)>& body) {
@@ -470,6 +526,47 @@ std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> car
   return results;
 }
 
+std::vector<Value> while_loop(const std::function<Value(std::vector<Value>)>& cond,
+                              const std::function<std::vector<Value>(std::vector<Value>)>& body,
+                              std::vector<Value> carry) {
+  llvm::SmallVector<mlir::Value> init;
+  llvm::SmallVector<mlir::Type> types;
+  llvm::SmallVector<mlir::Location> locs;
+  for (const Value& v : carry) {
+    init.push_back(unwrap(v));
+    types.push_back(init.back().getType());
+    locs.push_back(loc());
+  }
+  auto& bd = b();
+  auto loop = mlir::scf::WhileOp::create(bd, loc(), types, init);
+  OpBuilder::InsertionGuard guard(bd);
+  auto args_of = [](mlir::Block* block) {
+    std::vector<Value> args;
+    for (mlir::Value a : block->getArguments()) args.push_back(wrap(a));
+    return args;
+  };
+  mlir::Block* before = bd.createBlock(&loop.getBefore(), {}, types, locs);
+  mlir::Value c = unwrap(cond(args_of(before)));
+  if (!c.getType().isInteger(1))
+    fail("while_loop condition must be a scalar i1 (a comparison of scalars)");
+  mlir::scf::ConditionOp::create(bd, loc(), c, before->getArguments());
+  mlir::Block* after = bd.createBlock(&loop.getAfter(), {}, types, locs);
+  std::vector<Value> next = body(args_of(after));
+  if (next.size() != init.size())
+    fail("while_loop body returns " + std::to_string(next.size()) + " values but carries " +
+         std::to_string(init.size()));
+  llvm::SmallVector<mlir::Value> yielded;
+  for (size_t i = 0; i < next.size(); ++i) {
+    yielded.push_back(unwrap(next[i]));
+    if (yielded.back().getType() != types[i])
+      fail("while_loop carry " + std::to_string(i) + " changes type");
+  }
+  mlir::scf::YieldOp::create(bd, loc(), yielded);
+  std::vector<Value> results;
+  for (mlir::Value r : loop.getResults()) results.push_back(wrap(r));
+  return results;
+}
+
 void when(const Value& cond, const std::function<void()>& body) {
   mlir::Value c = unwrap(cond);
   if (!c.getType().isInteger(1))
@@ -481,19 +578,65 @@ void when(const Value& cond, const std::function<void()>& body) {
   body();
 }
 
-Value Semaphores::add(const Idx& index, const Value& value) const {
-  Trace& t = trace();
+namespace {
+/// The i32 scalar operand of a semaphore operation.
+mlir::Value semaphore_value(const Semaphores& s, const char* what, const Value& value) {
   mlir::Value v = unwrap(value);
   if (dtype_of(v.getType()) != DType::i32 || llvm::isa<VectorType>(v.getType()))
-    fail("semaphore add needs an i32 scalar value");
+    fail("semaphore " + std::string(what) + " on '" + trace().spec->operands()[s.operand()].name +
+         "' needs an i32 scalar value");
+  return v;
+}
+
+/// The position of counter `index` of program `program` in the semaphore
+/// buffer: programs own consecutive slices of `count` counters.
+mlir::Value semaphore_slot(const Semaphores& s, const Idx& index, mlir::Value program) {
+  mlir::Value i = unwrap(index.value());
+  if (s.scope() == SemaphoreScope::kGlobal) return i;
+  const OperandDecl& d = trace().spec->operands()[s.operand()];
+  mlir::Value base = mlir::arith::MulIOp::create(b(), loc(), program, materialize(d.shape[0]));
+  return mlir::arith::AddIOp::create(b(), loc(), base, i);
+}
+}  // namespace
+
+void Semaphores::signal(const Idx& index, const Value& inc) const {
+  mlir::Value v = semaphore_value(*this, "signal", inc);
+  mlir::Value slot = semaphore_slot(*this, index, linear_program_id());
+  mlir::pallas::SemaphoreAddOp::create(b(), loc(), b().getI32Type(), trace().args.at(operand_),
+                                       slot, v);
+}
+
+void Semaphores::signal(const Idx& index) const { signal(index, constant(1, DType::i32)); }
+
+void Semaphores::signal_program(const Value& program, const Idx& index, const Value& inc) const {
+  if (scope_ != SemaphoreScope::kProgram)
+    fail("signal_program on '" + trace().spec->operands()[operand_].name +
+         "', whose scope is global (use signal)");
+  mlir::Value v = semaphore_value(*this, "signal", inc);
+  mlir::Value slot = semaphore_slot(*this, index, unwrap(Idx(program).value()));
+  mlir::pallas::SemaphoreAddOp::create(b(), loc(), b().getI32Type(), trace().args.at(operand_),
+                                       slot, v);
+}
+
+void Semaphores::wait(const Idx& index, const Value& value) const {
+  mlir::Value v = semaphore_value(*this, "wait", value);
+  mlir::Value slot = semaphore_slot(*this, index, linear_program_id());
+  mlir::pallas::SemaphoreWaitOp::create(b(), loc(), trace().args.at(operand_), slot, v);
+}
+
+void Semaphores::wait(const Idx& index) const { wait(index, constant(1, DType::i32)); }
+
+Value Semaphores::add(const Idx& index, const Value& value) const {
+  mlir::Value v = semaphore_value(*this, "add", value);
+  mlir::Value slot = semaphore_slot(*this, index, linear_program_id());
   return wrap(mlir::pallas::SemaphoreAddOp::create(b(), loc(), b().getI32Type(),
-                                                   t.args.at(operand_), unwrap(index.value()), v));
+                                                   trace().args.at(operand_), slot, v));
 }
 
 Value Semaphores::read(const Idx& index) const {
-  Trace& t = trace();
+  mlir::Value slot = semaphore_slot(*this, index, linear_program_id());
   return wrap(mlir::pallas::SemaphoreReadOp::create(b(), loc(), b().getI32Type(),
-                                                    t.args.at(operand_), unwrap(index.value())));
+                                                    trace().args.at(operand_), slot));
 }
 
 //===----------------------------------------------------------------------===//
@@ -521,8 +664,8 @@ mlir::pallas::RefType ref_type(mlir::Value ref) {
 /// stored to (an output or a workspace) and the dtypes agree.
 mlir::Value stored_value(int operand, const Value& value) {
   const OperandDecl& decl = trace().spec->operands()[operand];
-  if (decl.role != Role::kOutput && decl.role != Role::kWorkspace)
-    fail("store to input '" + decl.name + "'; only outputs and workspaces are stored");
+  if (decl.role != Role::kOutput && decl.role != Role::kWorkspace && decl.role != Role::kScratch)
+    fail("store to input '" + decl.name + "'; only outputs, workspaces and scratch are stored");
   mlir::Value v = unwrap(value);
   DType d = dtype_of(v.getType());
   if (d != decl.dtype)
@@ -706,10 +849,11 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   }
 
   OpBuilder builder(&ctx);
-  llvm::SmallVector<mlir::Type> arg_types;
+  llvm::SmallVector<mlir::Type> arg_types;  // scratch is not a kernel parameter
   for (const auto& d : ops)
-    arg_types.push_back(d.role == Role::kScalar ? to_mlir_type(d.dtype, ctx)
-                                                : mlir::Type(array_type(d, ctx)));
+    if (d.role != Role::kScratch)
+      arg_types.push_back(d.role == Role::kScalar ? to_mlir_type(d.dtype, ctx)
+                                                  : mlir::Type(array_type(d, ctx)));
   builder.setInsertionPointToEnd(module.getBody());
   auto loc = mlir::FileLineColLoc::get(&ctx, spec.op(), 0, 0);
   auto func = mlir::func::FuncOp::create(builder, loc, spec.instance_name(),
@@ -727,9 +871,18 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   mlir::Block* entry = func.addEntryBlock();
   builder.setInsertionPointToStart(entry);
 
-  Trace t{&spec, &ctx, builder, loc, {}, {}, static_cast<int>(spec.grid_axes().size())};
-  for (mlir::Value a : entry->getArguments()) t.args.push_back(a);
+  Trace t{&spec, &ctx, builder, loc, {}, {}, static_cast<int>(spec.grid_axes().size()), {}, {}};
+  for (size_t i = 0, arg = 0; i < ops.size(); ++i) {
+    if (ops[i].role != Role::kScratch) {
+      t.args.push_back(entry->getArgument(arg++));
+      continue;
+    }
+    auto type = mlir::MemRefType::get(ops[i].scratch_shape, to_mlir_type(ops[i].dtype, ctx));
+    t.args.push_back(mlir::pallas::ScratchOp::create(t.builder, loc, type));
+  }
   t.refs.resize(ops.size());
+  t.sequential_ids.resize(t.grid_rank);
+  t.sequential_extents.resize(t.grid_rank);
   Trace* saved = current_trace;
   current_trace = &t;
   struct Restore {
@@ -737,6 +890,19 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     ~Restore() { current_trace = saved; }
   } restore{saved};
 
+  // Arbitrary grid axes become loops inside the program, outermost first;
+  // the body (index maps included) is traced inside the innermost one.
+  OpBuilder::InsertPoint function_end = t.builder.saveInsertionPoint();
+  for (int axis = 0; axis < t.grid_rank; ++axis) {
+    if (spec.semantics(static_cast<size_t>(axis)) != Semantics::kArbitrary) continue;
+    mlir::Value extent = materialize(spec.grid_axes()[static_cast<size_t>(axis)]);
+    mlir::Value zero = mlir::arith::ConstantIndexOp::create(t.builder, loc, 0);
+    mlir::Value one = mlir::arith::ConstantIndexOp::create(t.builder, loc, 1);
+    auto loop = mlir::scf::ForOp::create(t.builder, loc, zero, extent, one);
+    t.sequential_ids[axis] = loop.getInductionVar();
+    t.sequential_extents[axis] = extent;
+    t.builder.setInsertionPoint(loop.getBody()->getTerminator());
+  }
   ProgramIds pids;
   for (int axis = 0; axis < t.grid_rank; ++axis) pids.push_back(program_id(axis));
   std::vector<Ref> refs;
@@ -766,6 +932,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   for (size_t i = 0; i < ops.size(); ++i)
     if (ops[i].role == Role::kOutput && !t.refs[i].stored)
       spec.fail("output '" + ops[i].name + "' is never stored");
+  t.builder.restoreInsertionPoint(function_end);
   mlir::func::ReturnOp::create(t.builder, loc);
 }
 

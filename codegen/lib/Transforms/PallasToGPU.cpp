@@ -20,6 +20,7 @@
 #include "BlockIndexing.h"
 #include "pallas/Transforms/Passes.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/IRMapping.h"
 
 #include <numeric>
@@ -77,6 +78,9 @@ FailureOr<Layout> chooseLayout(func::FuncOp kernel, int64_t threads) {
   return Layout{threads, vec};
 }
 
+/// The static shared memory a CUDA kernel may use without opting in.
+constexpr int64_t kMaxStaticSharedBytes = 48 * 1024;
+
 class GpuLowering {
  public:
   GpuLowering(func::FuncOp kernel, gpu::GPUModuleOp gpuModule, Layout layout)
@@ -97,6 +101,16 @@ class GpuLowering {
     tid_ = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
     if (failed(lowerBlock(kernel_.getBody().front(), b))) return failure();
     gpu::ReturnOp::create(b, loc);
+    int64_t sharedBytes = 0;
+    for (BlockArgument buffer : func.getWorkgroupAttributions()) {
+      auto type = cast<MemRefType>(buffer.getType());
+      sharedBytes += type.getNumElements() * type.getElementTypeBitWidth() / 8;
+    }
+    if (sharedBytes > kMaxStaticSharedBytes)
+      return kernel_.emitError() << "a program needs " << sharedBytes
+                                 << " bytes of shared memory (scratch and reduction buffers); "
+                                    "static shared memory is at most "
+                                 << kMaxStaticSharedBytes << " bytes";
     kernel_.erase();
     return success();
   }
@@ -239,7 +253,24 @@ class GpuLowering {
     return success();
   }
 
+  static bool inSharedMemory(Value array) {
+    auto space =
+        dyn_cast_or_null<gpu::AddressSpaceAttr>(cast<MemRefType>(array.getType()).getMemorySpace());
+    return space && space.getValue() == gpu::AddressSpace::Workgroup;
+  }
+
+  /// A store to scratch is fenced by barriers: the one before lets every
+  /// thread finish reading the old contents, the one after makes the new
+  /// contents visible to every thread (any thread may load any element).
   LogicalResult lowerStore(StoreOp store, OpBuilder& b) {
+    if (!inSharedMemory(refs_.at(store.getRef()).array)) return lowerStoreElements(store, b);
+    gpu::BarrierOp::create(b, store.getLoc());
+    if (failed(lowerStoreElements(store, b))) return failure();
+    gpu::BarrierOp::create(b, store.getLoc());
+    return success();
+  }
+
+  LogicalResult lowerStoreElements(StoreOp store, OpBuilder& b) {
     Location loc = store.getLoc();
     const BlockRef& ref = refs_.at(store.getRef());
     auto type = dyn_cast<VectorType>(store.getValue().getType());
@@ -369,11 +400,16 @@ class GpuLowering {
   /// One atomic add per program: after a barrier (so every thread's earlier
   /// writes precede the release), thread 0 adds and publishes the old value
   /// in shared memory; after a second barrier every thread reads it.
-  Value semaphoreAdd(OpBuilder& b, Location loc, Value semaphores, Value index, Value value) {
-    auto slotType =
-        MemRefType::get({1}, b.getI32Type(), AffineMap(),
-                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
-    Value slot = func_.addWorkgroupAttribution(slotType, loc);
+  /// A signal (`wantOld` false) needs only the first barrier and the atomic.
+  Value semaphoreAdd(OpBuilder& b, Location loc, Value semaphores, Value index, Value value,
+                     bool wantOld = true) {
+    Value slot;
+    if (wantOld) {
+      auto slotType =
+          MemRefType::get({1}, b.getI32Type(), AffineMap(),
+                          gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+      slot = func_.addWorkgroupAttribution(slotType, loc);
+    }
     Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
     gpu::BarrierOp::create(b, loc);
     Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid_, c0);
@@ -381,11 +417,108 @@ class GpuLowering {
       Value old =
           memref::AtomicRMWOp::create(tb, l, arith::AtomicRMWKind::addi, value,
                                       map_.lookup(semaphores), ValueRange{map_.lookup(index)});
-      memref::StoreOp::create(tb, l, old, slot, ValueRange{c0});
+      if (slot) memref::StoreOp::create(tb, l, old, slot, ValueRange{c0});
+      scf::YieldOp::create(tb, l);
+    });
+    if (!slot) return {};
+    gpu::BarrierOp::create(b, loc);
+    return memref::LoadOp::create(b, loc, slot, ValueRange{c0});
+  }
+
+  /// Pointer to element `index` of a 1-D memref, for LLVM atomics.
+  Value elementPointer(OpBuilder& b, Location loc, Value memref, Value index) {
+    auto meta = memref::ExtractStridedMetadataOp::create(b, loc, memref);
+    Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref);
+    auto type = cast<MemRefType>(memref.getType());
+    Value element = arith::ConstantIndexOp::create(b, loc, type.getElementTypeBitWidth() / 8);
+    Value linear = arith::AddIOp::create(b, loc, meta.getOffset(), index);
+    Value addr =
+        arith::AddIOp::create(b, loc, base, arith::MulIOp::create(b, loc, linear, element));
+    Value bits = arith::IndexCastUIOp::create(b, loc, b.getI64Type(), addr);
+    return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext()), bits);
+  }
+
+  /// Thread 0 spins until it takes `value` from the counter:
+  ///
+  ///   do { have = atomic load (relaxed);
+  ///        took = have >= value && cmpxchg(ptr, have, have - value, acq_rel) }
+  ///   while (!took);
+  ///
+  /// then a barrier holds the other threads until it has. The counter is read
+  /// with an atomic load on every iteration (memref.generic_atomic_rmw starts
+  /// from a plain load, a data race with the signalling programs).
+  void semaphoreWait(OpBuilder& b, Location loc, Value semaphores, Value index, Value value) {
+    Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid_,
+                                        arith::ConstantIndexOp::create(b, loc, 0));
+    scf::IfOp::create(b, loc, first, [&](OpBuilder& tb, Location l) {
+      Value ptr = elementPointer(tb, l, semaphores, index);
+      auto spin = scf::WhileOp::create(tb, l, TypeRange{}, ValueRange{});
+      OpBuilder wb = OpBuilder::atBlockEnd(tb.createBlock(&spin.getBefore()));
+      Type i32 = wb.getI32Type();
+      Value have =
+          LLVM::LoadOp::create(wb, l, i32, ptr, /*alignment=*/4, /*isVolatile=*/false,
+                               /*isNonTemporal=*/false, /*isInvariant=*/false,
+                               /*isInvariantGroup=*/false, LLVM::AtomicOrdering::monotonic);
+      Value enough = arith::CmpIOp::create(wb, l, arith::CmpIPredicate::sge, have, value);
+      auto take = scf::IfOp::create(
+          wb, l, enough,
+          [&](OpBuilder& ib, Location il) {
+            Value rest = arith::SubIOp::create(ib, il, have, value);
+            auto cas = LLVM::AtomicCmpXchgOp::create(ib, il, ptr, have, rest,
+                                                     LLVM::AtomicOrdering::acq_rel,
+                                                     LLVM::AtomicOrdering::monotonic);
+            scf::YieldOp::create(
+                ib, il,
+                LLVM::ExtractValueOp::create(ib, il, cas, ArrayRef<int64_t>{1}).getResult());
+          },
+          [&](OpBuilder& eb, Location el) {
+            scf::YieldOp::create(eb, el, arith::ConstantIntOp::create(eb, el, 0, 1).getResult());
+          });
+      Value notYet = arith::XOrIOp::create(wb, l, take.getResult(0),
+                                           arith::ConstantIntOp::create(wb, l, 1, 1));
+      scf::ConditionOp::create(wb, l, notYet, ValueRange{});
+      OpBuilder ab = OpBuilder::atBlockEnd(tb.createBlock(&spin.getAfter()));
+      scf::YieldOp::create(ab, l);
+      tb.setInsertionPointAfter(spin);
       scf::YieldOp::create(tb, l);
     });
     gpu::BarrierOp::create(b, loc);
-    return memref::LoadOp::create(b, loc, slot, ValueRange{c0});
+  }
+
+  /// Scalars keep their type; a block value becomes this thread's fragment.
+  Type loweredType(Type t) const {
+    if (auto vt = dyn_cast<VectorType>(t)) return layout_.fragment(vt);
+    return t;
+  }
+
+  /// scf.while with the same structure; block carries become fragments. The
+  /// condition is uniform across the program (while_loop's contract).
+  LogicalResult lowerWhile(scf::WhileOp loop, OpBuilder& b) {
+    Location loc = loop.getLoc();
+    SmallVector<Value> inits = mapped(loop.getInits());
+    SmallVector<Type> types;
+    SmallVector<Location> locs;
+    for (Value v : loop.getInits()) {
+      types.push_back(loweredType(v.getType()));
+      locs.push_back(loc);
+    }
+    auto lowered = scf::WhileOp::create(b, loc, types, inits);
+    OpBuilder bb = OpBuilder::atBlockEnd(b.createBlock(&lowered.getBefore(), {}, types, locs));
+    for (auto [from, to] :
+         llvm::zip(loop.getBeforeArguments(), lowered.getBefore().front().getArguments()))
+      map_.map(from, to);
+    if (failed(lowerBlock(loop.getBefore().front(), bb))) return failure();
+    scf::ConditionOp cond = loop.getConditionOp();
+    scf::ConditionOp::create(bb, loc, map_.lookup(cond.getCondition()), mapped(cond.getArgs()));
+    OpBuilder ab = OpBuilder::atBlockEnd(b.createBlock(&lowered.getAfter(), {}, types, locs));
+    for (auto [from, to] :
+         llvm::zip(loop.getAfterArguments(), lowered.getAfter().front().getArguments()))
+      map_.map(from, to);
+    if (failed(lowerBlock(loop.getAfter().front(), ab))) return failure();
+    scf::YieldOp::create(ab, loc, mapped(loop.getYieldOp().getOperands()));
+    b.setInsertionPointAfter(lowered);
+    for (auto [from, to] : llvm::zip(loop.getResults(), lowered.getResults())) map_.map(from, to);
+    return success();
   }
 
   LogicalResult lowerFor(scf::ForOp loop, OpBuilder& b) {
@@ -430,10 +563,25 @@ class GpuLowering {
     if (auto loop = dyn_cast<scf::ForOp>(op)) return lowerFor(loop, b);
     if (auto red = dyn_cast<vector::MultiDimReductionOp>(op)) return lowerReduction(red, b);
     if (auto add = dyn_cast<SemaphoreAddOp>(op)) {
-      map_.map(add.getOld(), semaphoreAdd(b, loc, add.getSemaphores(), add.getIndex(),
-                                          map_.lookup(add.getValue())));
+      Value old = semaphoreAdd(b, loc, add.getSemaphores(), add.getIndex(),
+                               map_.lookup(add.getValue()), !add.getOld().use_empty());
+      if (old) map_.map(add.getOld(), old);
       return success();
     }
+    if (auto wait = dyn_cast<SemaphoreWaitOp>(op)) {
+      semaphoreWait(b, loc, map_.lookup(wait.getSemaphores()), map_.lookup(wait.getIndex()),
+                    map_.lookup(wait.getValue()));
+      return success();
+    }
+    if (auto scratch = dyn_cast<ScratchOp>(op)) {
+      MemRefType type = scratch.getBuffer().getType();
+      auto shared =
+          MemRefType::get(type.getShape(), type.getElementType(), AffineMap(),
+                          gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+      map_.map(scratch.getBuffer(), func_.addWorkgroupAttribution(shared, loc));
+      return success();
+    }
+    if (auto loop = dyn_cast<scf::WhileOp>(op)) return lowerWhile(loop, b);
     if (auto read = dyn_cast<SemaphoreReadOp>(op)) {  // an atomic add of 0 reads with acquire
       Value zero = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 0);
       map_.map(read.getValue(), semaphoreAdd(b, loc, read.getSemaphores(), read.getIndex(), zero));

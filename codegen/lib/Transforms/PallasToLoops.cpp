@@ -173,6 +173,13 @@ class HostLowering {
       map_.map(add.getOld(), old);
       return success();
     }
+    if (auto wait = dyn_cast<SemaphoreWaitOp>(op)) return lowerWait(wait, b);
+    if (auto scratch = dyn_cast<ScratchOp>(op)) {  // one buffer, reused by every program
+      map_.map(scratch.getBuffer(),
+               memref::AllocaOp::create(allocas_, loc, scratch.getBuffer().getType()).getResult());
+      return success();
+    }
+    if (auto loop = dyn_cast<scf::WhileOp>(op)) return lowerWhile(loop, b);
     if (auto read = dyn_cast<SemaphoreReadOp>(op)) {
       map_.map(read.getValue(), memref::LoadOp::create(b, loc, map_.lookup(read.getSemaphores()),
                                                        map_.lookup(read.getIndex()))
@@ -340,6 +347,95 @@ class HostLowering {
         scf::YieldOp::create(tb, tl);
       });
     });
+    return success();
+  }
+
+  /// Programs run one after another, so a wait either succeeds at once or
+  /// would block forever (no later program runs while it waits): then the
+  /// runtime hook records the failure, the launch reports it, and the program
+  /// goes on without taking anything.
+  LogicalResult lowerWait(SemaphoreWaitOp wait, OpBuilder& b) {
+    Location loc = wait.getLoc();
+    auto operand = dyn_cast<BlockArgument>(wait.getSemaphores());
+    if (!operand) return wait.emitOpError("semaphores must be a kernel argument");
+    Value sems = map_.lookup(wait.getSemaphores()), at = map_.lookup(wait.getIndex());
+    Value want = map_.lookup(wait.getValue());
+    Value have = memref::LoadOp::create(b, loc, sems, at);
+    Value enough = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, have, want);
+    auto branch = scf::IfOp::create(b, loc, enough, /*withElseRegion=*/true);
+    OpBuilder tb = OpBuilder::atBlockBegin(branch.thenBlock());
+    memref::StoreOp::create(tb, loc, arith::SubIOp::create(tb, loc, have, want), sems, at);
+    OpBuilder eb = OpBuilder::atBlockBegin(branch.elseBlock());
+    func::FuncOp hook = stuckHook(loc);
+    Value arg = arith::ConstantIntOp::create(eb, loc, eb.getI32Type(), operand.getArgNumber());
+    Value index = arith::IndexCastOp::create(eb, loc, eb.getI64Type(), at);
+    func::CallOp::create(eb, loc, hook, ValueRange{arg, index, want, have});
+    return success();
+  }
+
+  /// `void pallas_host_semaphore_stuck(i32 operand, i64 index, i32 want, i32 have)`,
+  /// defined by the runtime (api/src/launch.cc).
+  func::FuncOp stuckHook(Location loc) {
+    auto module = kernel_->getParentOfType<ModuleOp>();
+    constexpr llvm::StringLiteral kName = "pallas_host_semaphore_stuck";
+    if (auto f = module.lookupSymbol<func::FuncOp>(kName)) return f;
+    OpBuilder mb = OpBuilder::atBlockBegin(module.getBody());
+    Type i32 = mb.getI32Type();
+    auto f = func::FuncOp::create(mb, loc, kName,
+                                  mb.getFunctionType({i32, mb.getI64Type(), i32, i32}, {}));
+    f.setPrivate();
+    return f;
+  }
+
+  /// Like lowerFor: scalars stay loop values, blocks live in carry buffers
+  /// (the condition forwards the before-block arguments unchanged).
+  LogicalResult lowerWhile(scf::WhileOp loop, OpBuilder& b) {
+    Location loc = loop.getLoc();
+    scf::ConditionOp cond = loop.getConditionOp();
+    if (cond.getArgs() != ValueRange(loop.getBeforeArguments()))
+      return loop.emitOpError("host lowering needs the condition to forward the carry unchanged");
+    SmallVector<Value> scalarInits, carries(loop.getInits().size());
+    SmallVector<Type> scalarTypes;
+    SmallVector<Location> locs;
+    for (auto [i, init] : llvm::enumerate(loop.getInits())) {
+      if (auto vt = dyn_cast<VectorType>(init.getType())) {
+        carries[i] = buffer(vt);
+        memref::CopyOp::create(b, loc, map_.lookup(init), carries[i]);
+      } else {
+        scalarInits.push_back(map_.lookup(init));
+        scalarTypes.push_back(init.getType());
+        locs.push_back(loc);
+      }
+    }
+    auto lowered = scf::WhileOp::create(b, loc, scalarTypes, scalarInits);
+    auto mapArgs = [&](Block::BlockArgListType from, Block* to) {
+      unsigned s = 0;
+      for (auto [i, arg] : llvm::enumerate(from))
+        map_.map(arg, carries[i] ? carries[i] : to->getArgument(s++));
+    };
+    Block* before = b.createBlock(&lowered.getBefore(), {}, scalarTypes, locs);
+    mapArgs(loop.getBeforeArguments(), before);
+    OpBuilder bb = OpBuilder::atBlockEnd(before);
+    if (failed(lowerBlock(loop.getBefore().front(), bb))) return failure();
+    scf::ConditionOp::create(bb, loc, map_.lookup(cond.getCondition()), before->getArguments());
+    Block* after = b.createBlock(&lowered.getAfter(), {}, scalarTypes, locs);
+    mapArgs(loop.getAfterArguments(), after);
+    OpBuilder ab = OpBuilder::atBlockEnd(after);
+    if (failed(lowerBlock(loop.getAfter().front(), ab))) return failure();
+    SmallVector<Value> scalarYields;
+    for (auto [i, v] : llvm::enumerate(loop.getYieldOp().getOperands())) {
+      if (!carries[i]) {
+        scalarYields.push_back(map_.lookup(v));
+        continue;
+      }
+      Value src = map_.lookup(v);
+      if (src != carries[i]) memref::CopyOp::create(ab, loc, src, carries[i]);
+    }
+    scf::YieldOp::create(ab, loc, scalarYields);
+    b.setInsertionPointAfter(lowered);
+    unsigned s = 0;
+    for (auto [i, r] : llvm::enumerate(loop.getResults()))
+      map_.map(r, carries[i] ? carries[i] : lowered.getResult(s++));
     return success();
   }
 

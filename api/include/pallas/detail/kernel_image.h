@@ -39,9 +39,6 @@ struct KernelImage {
   HostEntry host_entry;      // null when the kernel has no host form
   int threads;               // threads per program (CUDA block size, x)
   int dynamic_shared_bytes;  // raised once per device when above the 48 KiB default
-  // Placeholder for the semaphore pool of DESIGN.md section 5: launch_kernel refuses kernels
-  // that need semaphores until the pool exists.
-  int semaphores_per_program = 0;
   // Backend::kEmulator: one GPU thread of the kernel's NVVM-level code, compiled for the host
   // and run by the SIMT runtime (emulator/), and its static shared memory; null when not built.
   ThreadEntry emulator_entry = nullptr;

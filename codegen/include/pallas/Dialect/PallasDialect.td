@@ -152,6 +152,39 @@ def Pallas_SemaphoreReadOp : Pallas_Op<"semaphore_read"> {
   let assemblyFormat = "$semaphores `[` $index `]` attr-dict `:` type($semaphores)";
 }
 
+def Pallas_SemaphoreWaitOp : Pallas_Op<"semaphore_wait"> {
+  let summary = "wait until a semaphore is at least `value`, then subtract `value`";
+  let description = [{
+    Once per program: one thread spins until the counter at `index` is at
+    least `value` and atomically subtracts `value` (acquire: writes released
+    by the signals it consumed are visible to every thread of the program
+    afterwards). Pallas' `semaphore_wait`. A wait that no program can satisfy
+    never returns on the GPU; the emulator reports it as a deadlock and the
+    host backend (programs run one after another) as an error of the launch.
+  }];
+  let arguments = (ins MemRefRankOf<[I32], [1]>:$semaphores, Index:$index, I32:$value);
+  let assemblyFormat = "$semaphores `[` $index `]` `,` $value attr-dict `:` type($semaphores)";
+}
+
+def Pallas_ScratchOp : Pallas_Op<"scratch"> {
+  let summary = "the program's scratch buffer (shared memory on the GPU)";
+  let description = [{
+    A static buffer private to one program, uninitialised when the program
+    starts (Pallas' scratch_shapes). The GPU lowering places it in shared
+    memory and fences every store to it with barriers; the host lowering
+    places it on the stack.
+
+    ```mlir
+    %acc = pallas.scratch : memref<8x128xf32>
+    %r = pallas.block %acc[%c0, %c0] {block_shape = array<i64: 8, 128>,
+                                      squeezed = array<i1: false, false>}
+        : memref<8x128xf32> -> !pallas.ref<8x128xf32>
+    ```
+  }];
+  let results = (outs AnyStaticShapeMemRef:$buffer);
+  let assemblyFormat = "attr-dict `:` type($buffer)";
+}
+
 def Pallas_LoadScalarOp : Pallas_Op<"load_scalar",
     [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
   let summary = "load one element of a block, the same in every thread (0 past the array edge)";

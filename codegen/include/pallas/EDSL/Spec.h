@@ -71,6 +71,11 @@ class DimExpr {
   Kind kind() const { return node_->kind; }
   int dim_index() const { return node_->dim_index; }
   const std::string& dim_name() const { return node_->name; }
+  /// For kConst: the constant.
+  int64_t value() const { return node_->value; }
+  /// For the binary kinds: the operands.
+  DimExpr lhs() const { return DimExpr(node_->lhs); }
+  DimExpr rhs() const { return DimExpr(node_->rhs); }
   /// C++ source for the expression, e.g. "pallas_cdiv(n, 1024)".
   std::string to_cpp() const;
   /// Human form, e.g. "cdiv(n, 1024)".
@@ -264,6 +269,13 @@ Value min(const Value& x, int64_t axis, bool keepdims = false);
 /// `lo` and `hi` are index values (program ids, constants, ...).
 std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> carry,
                         const std::function<std::vector<Value>(Value i, std::vector<Value>)>& body);
+/// `while (cond(carry)) carry = body(carry)`, carrying any number of values
+/// (scalars or blocks); returns the final carry. `cond` returns a scalar i1
+/// that must be the same in every thread of the program (computed from
+/// scalars, program ids, semaphores or full reductions), like when().
+std::vector<Value> while_loop(const std::function<Value(std::vector<Value>)>& cond,
+                              const std::function<std::vector<Value>(std::vector<Value>)>& body,
+                              std::vector<Value> carry);
 /// `if (cond) body()`, for a scalar condition that is the same in every
 /// thread of the program (computed from program ids, semaphores, scalars).
 void when(const Value& cond, const std::function<void()>& body);
@@ -286,22 +298,44 @@ class Idx {
   int64_t constant_ = 0;
   bool is_constant_ = false;
 };
+/// Who shares a semaphore array (Pallas' block-local and global scopes).
+enum class SemaphoreScope {
+  kGlobal,   // one array for the whole launch
+  kProgram,  // one array per program (per CUDA block: sequential grid axes share it)
+};
+
 /// Int32 counters in global memory, from the runtime's per-device pool: zero
-/// when the kernel starts, and every kernel must leave them at zero.
+/// when the kernel starts, and every kernel must leave them at zero (the
+/// emulator backend checks). Each operation is done once per program, by one
+/// thread after a barrier of the program's threads, so it orders the whole
+/// program's memory accesses:
+///   signal: atomic add, release (the program's earlier writes are visible to
+///           whoever sees the new value);
+///   wait:   blocks until the counter is at least `value`, then subtracts
+///           `value`, acquire (the signallers' writes are visible after it);
+///   add:    atomic add, acquire and release; every thread gets the old value;
+///   read:   acquire load.
+/// With kProgram scope `index` addresses the current program's counters;
+/// signal_program reaches another program's.
 class Semaphores {
  public:
   Semaphores() = default;
-  explicit Semaphores(int operand) : operand_(operand) {}
-  /// Atomically adds `value` to counter `index`, once per program (release for
-  /// the program's earlier writes, acquire for its later reads); every thread
-  /// gets the old value.
+  Semaphores(int operand, SemaphoreScope scope) : operand_(operand), scope_(scope) {}
+  void signal(const Idx& index, const Value& inc) const;
+  void signal(const Idx& index) const;
+  /// kProgram scope: signals counter `index` of program `program` (its linear
+  /// index over the parallel grid axes, row-major: ((p0 * n1) + p1) * n2 + p2).
+  void signal_program(const Value& program, const Idx& index, const Value& inc) const;
+  void wait(const Idx& index, const Value& value) const;
+  void wait(const Idx& index) const;
   Value add(const Idx& index, const Value& value) const;
-  /// The value of counter `index` (an acquire read).
   Value read(const Idx& index) const;
   int operand() const { return operand_; }
+  SemaphoreScope scope() const { return scope_; }
 
  private:
   int operand_ = -1;
+  SemaphoreScope scope_ = SemaphoreScope::kGlobal;
 };
 
 /// A handle to a declared operand.
@@ -354,7 +388,15 @@ using IndexMap = std::function<Indices(const ProgramIds&)>;
 // The spec
 //===----------------------------------------------------------------------===//
 
-enum class Role { kInput, kOutput, kScalar, kSemaphores, kWorkspace };
+enum class Role { kInput, kOutput, kScalar, kSemaphores, kWorkspace, kScratch };
+
+/// How the programs along a grid axis run (Pallas' dimension_semantics).
+/// Parallel programs may run in any order, concurrently; the programs along
+/// an arbitrary axis run one after another, in order, as a loop inside one
+/// GPU program (CUDA block), so scratch and registers carry across them.
+enum class Semantics { kParallel, kArbitrary };
+inline constexpr Semantics parallel = Semantics::kParallel;
+inline constexpr Semantics arbitrary = Semantics::kArbitrary;
 
 /// Everything a spec declared, for the tracer and the emitter.
 struct OperandDecl {
@@ -370,6 +412,8 @@ struct OperandDecl {
   std::optional<double> min_value;  // for a scalar: the entry point rejects smaller values
   /// For a 1-D i32 input: its values must lie in [first, second).
   std::optional<std::pair<DimExpr, DimExpr>> value_range;
+  SemaphoreScope semaphore_scope = SemaphoreScope::kGlobal;  // for semaphores
+  std::vector<int64_t> scratch_shape;                        // for scratch
 };
 
 class KernelSpec {
@@ -393,8 +437,18 @@ class KernelSpec {
   /// host memory (host and emulator backends); on the CUDA backend it cannot
   /// read them without synchronizing, so the kernel must handle them.
   void values_in(Operand operand, DimExpr lo, DimExpr hi);
-  /// `count` int32 semaphores (an expression of dims, e.g. 1 or the grid size).
-  Semaphores semaphores(const std::string& name, DimExpr count);
+  /// `count` int32 semaphores (an expression of dims, e.g. 1 or the grid
+  /// size), shared by the whole launch or, with kProgram scope, `count` for
+  /// each program.
+  Semaphores semaphores(const std::string& name, DimExpr count,
+                        SemaphoreScope scope = SemaphoreScope::kGlobal);
+  /// Scratch of a static `shape` in the program's shared memory (a Pallas
+  /// scratch_shape), uninitialised at the start of each program and kept
+  /// across the iterations of its arbitrary grid axes. The body gets a Ref
+  /// over it in declaration order. On the GPU every store to it is fenced by
+  /// barriers of the program's threads, so any thread may load what another
+  /// stored; at most 48 KiB per program.
+  Operand scratch(const std::string& name, DType dtype, std::vector<int64_t> shape);
   /// Global-memory scratch of `count` elements for this launch (not zeroed).
   /// The body gets a Ref over it (a full 1-D block) in declaration order.
   Operand workspace(const std::string& name, DType dtype, DimExpr count);
@@ -403,6 +457,8 @@ class KernelSpec {
   void alias(Operand input, Operand output);
   /// Programs along up to 3 axes.
   void grid(std::vector<DimExpr> axes);
+  /// One entry per grid axis; without it every axis is parallel.
+  void dimension_semantics(std::vector<Semantics> semantics);
   void block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map);
   /// The body receives one Ref per array operand (inputs, outputs, workspaces)
   /// in declaration order.
@@ -419,6 +475,10 @@ class KernelSpec {
   const std::vector<OperandDecl>& operands() const { return operands_; }
   const std::vector<std::string>& dim_names() const { return dim_names_; }
   const std::vector<DimExpr>& grid_axes() const { return grid_; }
+  /// kParallel for every axis unless dimension_semantics() said otherwise.
+  Semantics semantics(size_t axis) const {
+    return axis < semantics_.size() ? semantics_[axis] : Semantics::kParallel;
+  }
   int threads() const { return threads_; }
   const std::function<void(std::span<const Ref>)>& body_fn() const { return body_; }
   size_t body_arity() const { return body_arity_; }
@@ -453,6 +513,7 @@ class KernelSpec {
   std::vector<OperandDecl> operands_;
   std::vector<std::string> dim_names_;
   std::vector<DimExpr> grid_;
+  std::vector<Semantics> semantics_;
   int threads_ = 128;
   std::function<void(std::span<const Ref>)> body_;
   size_t body_arity_ = 0;

@@ -52,7 +52,7 @@ def ConvertPallasToGPU : Pass<"convert-pallas-to-gpu", "ModuleOp"> {
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::vector::VectorDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
-                           "::mlir::arith::ArithDialect"];
+                           "::mlir::arith::ArithDialect", "::mlir::LLVM::LLVMDialect"];
 }
 
 def ConvertPallasToLoops : Pass<"convert-pallas-to-loops", "ModuleOp"> {
