@@ -1,5 +1,7 @@
 // cross_entropy: loss[r] = logsumexp(logits[r, :]) - logits[r, labels[r]], in
-// f32, for any vocabulary size (one program per row, walking it in chunks).
+// f32, for any vocabulary size. A (rows, P) grid (see rows.h): each program
+// folds its segment of a row into (max, sum of exp) in one pass; the row's last
+// program combines the P pairs and picks the label's logit.
 // Labels outside [0, vocab) are a status on backends whose memory the entry
 // point can read (host, emulator); on the CUDA backend their loss is NaN.
 
@@ -15,18 +17,31 @@ PALLAS_KERNEL(cross_entropy) {
   Operand labels = spec.input("labels", i32, {rows});
   spec.values_in(labels, 0, vocab);
   Operand loss = spec.output("loss", f32, {rows});
-  spec.grid({rows});
+  DimExpr split = programs_per_row(rows, vocab);
+  spec.workspace("partial_max", f32, rows * split);
+  spec.workspace("partial_sum", f32, rows * split);
+  Semaphores arrived = spec.semaphores("arrived", rows);
+  spec.grid({rows, split});
   spec.block(logits, {squeezed, full}, row_i);
   spec.block(labels, {full}, whole);
   spec.block(loss, {full}, whole);
-  spec.body([](Ref logits, Ref labels, Ref loss) {
+  spec.body([=](Ref logits, Ref labels, Ref loss, Ref partial_max, Ref partial_sum) {
     Value cols = logits.extent(0);
-    Value m = row_maximum(logits, cols);
-    Value logsumexp = m + log(row_exp_sum(logits, cols, m));
-    Value label = labels.load_scalar({program_id(0)});
-    Value picked = logits.load_scalar({label.cast(DType::index)}).cast(f32);
-    const double nan = std::numeric_limits<double>::quiet_NaN();
-    Value in_vocab = select(label >= 0, label < cols.cast(i32), constant(0, DType::i1));
-    loss.store_at(select(in_vocab, logsumexp - picked, nan), {program_id(0)});
+    std::vector<Value> ml = segment_logsumexp(logits, cols, segment_of_row(cols));
+    when(publish_partials(arrived, {{partial_max, ml[0]}, {partial_sum, ml[1]}}), [&] {
+      Value m = fold_partials({kNegInf}, [&](Value s, std::vector<Value> acc) {
+        return std::vector<Value>{maximum(acc[0], partial_of_row(partial_max, s))};
+      })[0];
+      Value l = fold_partials({0.0}, [&](Value s, std::vector<Value> acc) {
+        Value scale = exp_minus(partial_of_row(partial_max, s), m);
+        return std::vector<Value>{acc[0] + partial_of_row(partial_sum, s) * scale};
+      })[0];
+      Value label = labels.load_scalar({program_id(0)});
+      Value picked = logits.load_scalar({label.cast(DType::index)}).cast(f32);
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      Value in_vocab = select(label >= 0, label < cols.cast(i32), constant(0, DType::i1));
+      loss.store_at(select(in_vocab, m + log(l) - picked, nan), {program_id(0)});
+      finish_row(arrived);
+    });
   });
 }

@@ -8,6 +8,8 @@
 #include <pallas/EDSL/Spec.h>
 
 #include <limits>
+#include <utility>
+#include <vector>
 
 namespace pallas::edsl::rows {
 
@@ -63,6 +65,96 @@ inline Value row_exp_sum(const Ref& x, const Value& cols, const Value& m) {
   return fold_chunks(cols, 0.0, [&](Value c, Value acc) {
     return acc + sum(select(in_row(c, cols), exp(chunk_f32(x, c) - m), 0.0));
   });
+}
+
+//===----------------------------------------------------------------------===//
+// Row reductions split across programs
+//
+// A row reduction (row_sum, row_max, cross_entropy) runs on a grid of
+// (rows, P) programs: program (r, s) reduces segment s of row r (a contiguous
+// run of its chunks) to partials in a workspace, then bumps the row's
+// semaphore; the program that bumps it last combines the row's P partials,
+// writes the result and returns the semaphore to zero. P is chosen at run time
+// from the shape (programs_per_row): 1 when there are enough rows to fill the
+// GPU, up to one program per chunk when there are few long rows, so a single
+// 256K-element row is reduced by 128 programs rather than one.
+//===----------------------------------------------------------------------===//
+
+/// About this many programs in all when rows are few (a few per SM).
+inline constexpr int64_t kTargetPrograms = 512;
+
+/// P for a [rows, cols] row reduction: max(1, min(chunks per row, cdiv(512, rows))).
+inline DimExpr programs_per_row(const DimExpr& rows, const DimExpr& cols) {
+  return max(min(cdiv(cols, kChunk), cdiv(kTargetPrograms, max(rows, 1))), 1);
+}
+
+/// Chunks [first, end) of the current program's segment: the row's chunks
+/// dealt into num_programs(1) contiguous segments of equal length (the last
+/// ones may be shorter or empty).
+struct Segment {
+  Value first, end;
+};
+inline Segment segment_of_row(const Value& cols) {
+  Value chunks = num_chunks(cols);
+  Value per = (chunks + num_programs(1) - 1) / num_programs(1);
+  Value first = minimum(program_id(1) * per, chunks);
+  return {first, minimum(first + per, chunks)};
+}
+
+/// `for c in segment: acc = f(c, acc)` over f32 accumulators.
+template <class F>
+std::vector<Value> fold_segment(const Segment& seg, std::vector<double> inits, F f) {
+  std::vector<Value> carry;
+  for (double v : inits) carry.push_back(constant(v, f32));
+  return fori(seg.first, seg.end, carry,
+              [&](Value c, std::vector<Value> acc) { return f(c, acc); });
+}
+
+/// exp(x - m) where an m of -inf (nothing seen yet) counts as 0, so that
+/// exp(-inf - -inf) gives 0 rather than NaN.
+inline Value exp_minus(const Value& x, const Value& m) {
+  return exp(x - select(m == constant(kNegInf, m.dtype()), 0.0, m));
+}
+
+/// One pass over a segment: {m, l} with m its maximum and l = sum(exp(x - m))
+/// (online: l is rescaled whenever m grows).
+inline std::vector<Value> segment_logsumexp(const Ref& x, const Value& cols, const Segment& seg) {
+  return fold_segment(seg, {kNegInf, 0.0}, [&](Value c, std::vector<Value> acc) {
+    Value v = select(in_row(c, cols), chunk_f32(x, c), kNegInf);
+    Value m = maximum(acc[0], max(v));
+    Value l = acc[1] * exp_minus(acc[0], m) + sum(exp_minus(v, m));
+    return std::vector<Value>{m, l};
+  });
+}
+
+/// Writes this program's partials (one value per workspace, at r * P + s) and
+/// arrives at row r's semaphore; true (i1) in the row's last program to arrive.
+inline Value publish_partials(const Semaphores& arrived,
+                              std::vector<std::pair<Ref, Value>> partials) {
+  Value slot = program_id(0) * num_programs(1) + program_id(1);
+  for (auto& [workspace, value] : partials) workspace.store_at(value, {slot});
+  Value before = arrived.add(program_id(0), constant(1, i32));
+  return before == num_programs(1).cast(i32) - 1;
+}
+
+/// Partial s of the current row, written by program (r, s).
+inline Value partial_of_row(const Ref& workspace, const Value& s) {
+  return workspace.load_scalar({program_id(0) * num_programs(1) + s});
+}
+
+/// `for s in [0, P): acc = f(s, acc)` over the row's partials, in order (so
+/// the result does not depend on which program finished last).
+template <class F>
+std::vector<Value> fold_partials(std::vector<double> inits, F f) {
+  std::vector<Value> carry;
+  for (double v : inits) carry.push_back(constant(v, f32));
+  return fori(index(0), num_programs(1), carry,
+              [&](Value s, std::vector<Value> acc) { return f(s, acc); });
+}
+
+/// In the row's last program, after combining: the semaphore back to zero.
+inline void finish_row(const Semaphores& arrived) {
+  arrived.add(program_id(0), -num_programs(1).cast(i32));
 }
 
 }  // namespace pallas::edsl::rows

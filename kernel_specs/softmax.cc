@@ -46,32 +46,58 @@ PALLAS_KERNEL(log_softmax) {
 }
 
 namespace {
-void declare_row_reduction(KernelSpec& spec, DType T) {
+/// [rows, cols] x -> [rows] out on a (rows, P) grid (see rows.h), with one f32
+/// partial per program; returns the semaphores the body arrives at.
+Semaphores declare_row_reduction(KernelSpec& spec, DType T) {
   DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
   Operand x = spec.input("x", T, {rows, cols});
   Operand out = spec.output("out", T, {rows});
-  spec.grid({rows});
+  DimExpr split = programs_per_row(rows, cols);
+  spec.workspace("partials", f32, rows * split);
+  Semaphores arrived = spec.semaphores("arrived", rows);
+  spec.grid({rows, split});
   spec.block(x, {squeezed, full}, row_i);
   spec.block(out, {full}, whole);
+  return arrived;
 }
 }  // namespace
 
-// out[r] = sum(x[r, :]), accumulated in f32.
+// out[r] = sum(x[r, :]), accumulated in f32 (segments in order, then their sums in order).
 PALLAS_KERNEL(row_sum) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  declare_row_reduction(spec, T);
-  spec.body([T](Ref x, Ref out) {
-    Value cols = x.extent(0);
-    Value s =
-        fold_chunks(cols, 0.0, [&](Value c, Value acc) { return acc + sum(chunk_f32(x, c)); });
-    out.store_at(s.cast(T), {program_id(0)});
+  Semaphores arrived = declare_row_reduction(spec, T);
+  spec.body([=](Ref x, Ref out, Ref partials) {
+    Value part =
+        fold_segment(segment_of_row(x.extent(0)), {0.0}, [&](Value c, std::vector<Value> acc) {
+          return std::vector<Value>{acc[0] + sum(chunk_f32(x, c))};
+        })[0];
+    when(publish_partials(arrived, {{partials, part}}), [&] {
+      Value total = fold_partials({0.0}, [&](Value s, std::vector<Value> acc) {
+        return std::vector<Value>{acc[0] + partial_of_row(partials, s)};
+      })[0];
+      out.store_at(total.cast(T), {program_id(0)});
+      finish_row(arrived);
+    });
   });
 }
 
 // out[r] = max(x[r, :]); NaN propagates; an empty row gives -inf.
 PALLAS_KERNEL(row_max) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  declare_row_reduction(spec, T);
-  spec.body(
-      [T](Ref x, Ref out) { out.store_at(row_maximum(x, x.extent(0)).cast(T), {program_id(0)}); });
+  Semaphores arrived = declare_row_reduction(spec, T);
+  spec.body([=](Ref x, Ref out, Ref partials) {
+    Value cols = x.extent(0);
+    Value part =
+        fold_segment(segment_of_row(cols), {kNegInf}, [&](Value c, std::vector<Value> acc) {
+          return std::vector<Value>{
+              maximum(acc[0], max(select(in_row(c, cols), chunk_f32(x, c), kNegInf)))};
+        })[0];
+    when(publish_partials(arrived, {{partials, part}}), [&] {
+      Value m = fold_partials({kNegInf}, [&](Value s, std::vector<Value> acc) {
+        return std::vector<Value>{maximum(acc[0], partial_of_row(partials, s))};
+      })[0];
+      out.store_at(m.cast(T), {program_id(0)});
+      finish_row(arrived);
+    });
+  });
 }

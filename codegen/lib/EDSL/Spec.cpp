@@ -60,6 +60,9 @@ DimExpr cdiv(const DimExpr& a, const DimExpr& b) {
 DimExpr max(const DimExpr& a, const DimExpr& b) {
   return DimExpr::binary(DimExpr::Kind::kMax, a, b);
 }
+DimExpr min(const DimExpr& a, const DimExpr& b) {
+  return DimExpr::binary(DimExpr::Kind::kMin, a, b);
+}
 
 std::string DimExpr::print(bool cpp) const {
   const Node& n = *node_;
@@ -80,6 +83,9 @@ std::string DimExpr::print(bool cpp) const {
              sub(n.rhs, cpp) + ")";
     case Kind::kMax:
       return std::string(cpp ? "std::max<int64_t>(" : "max(") + sub(n.lhs, cpp) + ", " +
+             sub(n.rhs, cpp) + ")";
+    case Kind::kMin:
+      return std::string(cpp ? "std::min<int64_t>(" : "min(") + sub(n.lhs, cpp) + ", " +
              sub(n.rhs, cpp) + ")";
   }
   return "?";

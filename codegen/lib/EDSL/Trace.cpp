@@ -471,6 +471,8 @@ mlir::Value materialize(const DimExpr& e) {
       return mlir::arith::MulIOp::create(bd, loc(), l, r);
     case DimExpr::Kind::kCdiv:
       return mlir::arith::CeilDivSIOp::create(bd, loc(), l, r);
+    case DimExpr::Kind::kMin:
+      return mlir::arith::MinSIOp::create(bd, loc(), l, r);
     default:
       return mlir::arith::MaxSIOp::create(bd, loc(), l, r);
   }

@@ -61,10 +61,10 @@ class SpecError : public std::runtime_error {
 //===----------------------------------------------------------------------===//
 
 /// An integer expression of run-time array dims: a dim, a constant, or
-/// +, -, *, cdiv of expressions. Grids are written with these.
+/// +, -, *, cdiv, max, min of expressions. Grids are written with these.
 class DimExpr {
  public:
-  enum class Kind { kDim, kConst, kAdd, kSub, kMul, kCdiv, kMax };
+  enum class Kind { kDim, kConst, kAdd, kSub, kMul, kCdiv, kMax, kMin };
   DimExpr(int64_t value);  // NOLINT: constants convert implicitly
   static DimExpr dim(int index, std::string name);
 
@@ -86,6 +86,7 @@ class DimExpr {
   friend DimExpr operator*(const DimExpr& a, const DimExpr& b);
   friend DimExpr cdiv(const DimExpr& a, const DimExpr& b);
   friend DimExpr max(const DimExpr& a, const DimExpr& b);
+  friend DimExpr min(const DimExpr& a, const DimExpr& b);
 
  private:
   struct Node {
