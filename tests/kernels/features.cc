@@ -5,6 +5,8 @@
 
 #include <pallas/EDSL/Spec.h>
 
+#include <limits>
+
 using namespace pallas::edsl;
 
 namespace {
@@ -236,3 +238,34 @@ PALLAS_KERNEL(scratch_and_while) {
     steps.store_at(r[1], {program_id(0)});
   });
 }
+
+namespace {
+// Softmax over rows of a [rows, cols <= C] array, R rows per program: the
+// reductions keep the row axis (one value per row, replicated in every
+// thread) and broadcast back over the columns. Also writes each row's max.
+// The three block shapes take the GPU's three paths for a row reduction.
+template <int64_t R, int64_t C>
+void tile_softmax(KernelSpec& spec) {
+  DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
+  Operand x = spec.input("x", f32, {rows, cols});
+  Operand y = spec.output("y", f32, {rows, cols});
+  Operand row_max = spec.output("row_max", f32, {rows});
+  spec.grid({cdiv(rows, R)});
+  auto tile = [](const ProgramIds& p) { return at(p[0], 0); };
+  spec.block(x, {Blocked{R}, Blocked{C}}, tile);
+  spec.block(y, {Blocked{R}, Blocked{C}}, tile);
+  spec.block(row_max, {Blocked{R}}, block_i);
+  spec.body([](Ref x, Ref y, Ref row_max) {
+    Value in_row = iota({R, C}, 1) < x.extent(1).cast(i32);
+    Value v = select(in_row, x.load(), -std::numeric_limits<double>::infinity());
+    Value m = max(v, 1, /*keepdims=*/true);
+    Value e = select(in_row, exp(v - m), 0.0);
+    y.store(e / sum(e, 1, true));
+    row_max.store(max(v, 1));
+  });
+}
+}  // namespace
+
+PALLAS_KERNEL(tile_softmax_16x128) { tile_softmax<16, 128>(spec); }  // 32 runs per row
+PALLAS_KERNEL(tile_softmax_64x32) { tile_softmax<64, 32>(spec); }    // 8 runs per row
+PALLAS_KERNEL(tile_softmax_2x4096) { tile_softmax<2, 4096>(spec); }  // 1024 runs per row

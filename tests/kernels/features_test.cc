@@ -13,6 +13,9 @@
 #include <pallas/kernels/row_sums_sequential.h>
 #include <pallas/kernels/scratch_and_while.h>
 #include <pallas/kernels/swap_halves.h>
+#include <pallas/kernels/tile_softmax_16x128.h>
+#include <pallas/kernels/tile_softmax_2x4096.h>
+#include <pallas/kernels/tile_softmax_64x32.h>
 #include <pallas/kernels/wait_for_next.h>
 
 namespace pallas::testing {
@@ -341,6 +344,49 @@ TEST_P(FeaturesTest, ScratchAcrossThreadsAndWhileLoop) {
       }
     }
   }
+}
+
+// Reductions that keep the row axis (several rows per program).
+template <class Kernel>
+void check_tile_softmax(Backend backend, int64_t max_cols, Kernel kernel) {
+  for (int64_t rows : {1, 5, 70, 131}) {
+    for (int64_t cols : {int64_t{1}, max_cols / 2 + 1, max_cols}) {
+      uint32_t seed = fresh_seed();
+      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) +
+                   " seed=" + std::to_string(seed));
+      std::mt19937 rng(seed);
+      Array<float> x(backend, rows * cols), y(backend, rows * cols), m(backend, rows);
+      x.fill_random(rng, -8, 8);
+      y.poison();
+      m.poison();
+      x.upload();
+      y.upload();
+      m.upload();
+      Status s = kernel(TensorView<const float, 2>(x.data(), {rows, cols}),
+                        TensorView<float, 2>(y.data(), {rows, cols}),
+                        TensorView<float, 1>(m.data(), {rows}), Launch{backend, nullptr});
+      ASSERT_TRUE(s.ok()) << s.message();
+      y.download();
+      m.download();
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x.host().data() + r * cols;
+        double hi = *std::max_element(row, row + cols), total = 0;
+        for (int64_t c = 0; c < cols; ++c) total += std::exp(double(row[c]) - hi);
+        ASSERT_EQ(m.host()[r], static_cast<float>(hi)) << "row " << r;
+        for (int64_t c = 0; c < cols; ++c)
+          if (!expect_close(y.host()[r * cols + c], std::exp(double(row[c]) - hi) / total,
+                            "element " + std::to_string(r) + ", " + std::to_string(c)))
+            return;
+      }
+    }
+  }
+}
+
+TEST_P(FeaturesTest, RowReductionsKeepingDims) {
+  check_tile_softmax(GetParam(), 128, [](auto... a) { return kernels::tile_softmax_16x128(a...); });
+  check_tile_softmax(GetParam(), 32, [](auto... a) { return kernels::tile_softmax_64x32(a...); });
+  check_tile_softmax(GetParam(), 4096,
+                     [](auto... a) { return kernels::tile_softmax_2x4096(a...); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FeaturesTest,

@@ -838,7 +838,9 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
       elements *= bd.size();
       full |= bd.is_full();
     }
-    if (!full && elements % spec.threads() != 0)
+    // Loaded blocks are distributed over the threads. An output block may be
+    // smaller: a value with one element per row (replicated) is stored too.
+    if (!full && d.role != Role::kOutput && elements % spec.threads() != 0)
       spec.fail("block of operand '" + d.name + "' has " + std::to_string(elements) +
                 " elements, not a multiple of the " + std::to_string(spec.threads()) +
                 " threads of a program");

@@ -42,23 +42,70 @@ struct Layout {
   int64_t runs(VectorType block) const { return block.getNumElements() / (threads * vec); }
 };
 
-/// Picks `vec` for a kernel, or fails naming the block that does not fit.
-FailureOr<Layout> chooseLayout(func::FuncOp kernel, int64_t threads) {
-  // Their results would need a layout replicated across threads: say so
-  // before the layout check below complains about their small shapes.
-  WalkResult partial = kernel.walk([](vector::MultiDimReductionOp red) {
-    if (!isa<VectorType>(red.getDestType())) return WalkResult::advance();
-    red.emitOpError(
-        "no GPU lowering rule for a reduction that keeps some dims yet; reduce the "
-        "whole block to a scalar (1-D blocks per row)");
-    return WalkResult::interrupt();
+/// The block values held *replicated*: every thread holds all N elements
+/// (flattened row-major in a vector<N>), rather than a fragment. They are the
+/// results of reductions that keep some dims (one value per row, say) and
+/// what is computed from them alone; scalar broadcasts and splat constants
+/// are replicated when their element count is not a multiple of `threads`
+/// (too small to distribute). Loop-carried values follow their init.
+DenseSet<Value> inferReplicated(func::FuncOp kernel, int64_t threads) {
+  DenseSet<Value> replicated;
+  auto small = [&](Type t) {
+    auto vt = dyn_cast<VectorType>(t);
+    return vt && vt.getNumElements() % threads != 0;
+  };
+  kernel.walk<WalkOrder::PreOrder>([&](Operation* op) {
+    if (auto red = dyn_cast<vector::MultiDimReductionOp>(op)) {
+      if (isa<VectorType>(red.getDestType())) replicated.insert(red.getResult());
+    } else if (auto cast = dyn_cast<vector::ShapeCastOp>(op)) {
+      if (replicated.contains(cast.getSource())) replicated.insert(cast.getResult());
+    } else if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
+      bool fromReplicated = replicated.contains(bc.getSource());
+      if ((fromReplicated || !isa<VectorType>(bc.getSourceType())) && small(bc.getType()))
+        replicated.insert(bc.getResult());
+    } else if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
+      if (small(cst.getType())) replicated.insert(cst.getResult());
+    } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
+      for (auto [i, init] : llvm::enumerate(loop.getInitArgs()))
+        if (replicated.contains(init)) {
+          replicated.insert(loop.getRegionIterArgs()[i]);
+          replicated.insert(loop.getResult(i));
+        }
+    } else if (auto loop = dyn_cast<scf::WhileOp>(op)) {
+      for (auto [i, init] : llvm::enumerate(loop.getInits()))
+        if (replicated.contains(init)) {
+          replicated.insert(loop.getBeforeArguments()[i]);
+          replicated.insert(loop.getAfterArguments()[i]);
+          replicated.insert(loop.getResult(i));
+        }
+    } else if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
+               isa<VectorType>(op->getResult(0).getType())) {
+      // Replicated when every block operand is (splats adapt to either form).
+      bool any = false, all = true;
+      for (Value v : op->getOperands()) {
+        if (!isa<VectorType>(v.getType())) continue;
+        if (replicated.contains(v)) {
+          any = true;
+        } else if (!(v.getDefiningOp<vector::BroadcastOp>() &&
+                     !isa<VectorType>(v.getDefiningOp<vector::BroadcastOp>().getSourceType())) &&
+                   !v.getDefiningOp<arith::ConstantOp>()) {
+          all = false;
+        }
+      }
+      if (any && all) replicated.insert(op->getResult(0));
+    }
   });
-  if (partial.wasInterrupted()) return failure();
+  return replicated;
+}
+
+/// Picks `vec` for a kernel, or fails naming the block that does not fit.
+FailureOr<Layout> chooseLayout(func::FuncOp kernel, int64_t threads,
+                               const DenseSet<Value>& replicated) {
   int64_t minBytes = 4;
   SmallVector<VectorType> blocks;
   kernel.walk([&](Operation* op) {
-    for (Type t : op->getResultTypes())
-      if (auto vt = dyn_cast<VectorType>(t)) {
+    for (Value result : op->getResults())
+      if (auto vt = dyn_cast<VectorType>(result.getType()); vt && !replicated.contains(result)) {
         blocks.push_back(vt);
         if (vt.getElementType().isIntOrFloat() && vt.getElementTypeBitWidth() >= 8)
           minBytes = std::min<int64_t>(minBytes, vt.getElementTypeBitWidth() / 8);
@@ -83,8 +130,12 @@ constexpr int64_t kMaxStaticSharedBytes = 48 * 1024;
 
 class GpuLowering {
  public:
-  GpuLowering(func::FuncOp kernel, gpu::GPUModuleOp gpuModule, Layout layout)
-      : kernel_(kernel), gpuModule_(gpuModule), layout_(layout) {}
+  GpuLowering(func::FuncOp kernel, gpu::GPUModuleOp gpuModule, Layout layout,
+              DenseSet<Value> replicated)
+      : kernel_(kernel),
+        gpuModule_(gpuModule),
+        layout_(layout),
+        replicated_(std::move(replicated)) {}
 
   LogicalResult run() {
     Location loc = kernel_.getLoc();
@@ -263,6 +314,13 @@ class GpuLowering {
   /// thread finish reading the old contents, the one after makes the new
   /// contents visible to every thread (any thread may load any element).
   LogicalResult lowerStore(StoreOp store, OpBuilder& b) {
+    if (isReplicated(store.getValue())) {
+      bool shared = inSharedMemory(refs_.at(store.getRef()).array);
+      if (shared) gpu::BarrierOp::create(b, store.getLoc());
+      if (failed(storeReplicated(store, b))) return failure();
+      if (shared) gpu::BarrierOp::create(b, store.getLoc());
+      return success();
+    }
     if (!inSharedMemory(refs_.at(store.getRef()).array)) return lowerStoreElements(store, b);
     gpu::BarrierOp::create(b, store.getLoc());
     if (failed(lowerStoreElements(store, b))) return failure();
@@ -346,6 +404,251 @@ class GpuLowering {
     return success();
   }
 
+  //===--------------------------------------------------------------------===//
+  // Replicated values (see inferReplicated): vector<N>, the same in every thread.
+  //===--------------------------------------------------------------------===//
+
+  bool isReplicated(Value v) const { return replicated_.contains(v); }
+  static VectorType flat(VectorType t) {
+    return VectorType::get({t.getNumElements()}, t.getElementType());
+  }
+
+  Value sharedBuffer(OpBuilder& b, Location loc, int64_t elements, Type et) {
+    auto type =
+        MemRefType::get({elements}, et, AffineMap(),
+                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+    return func_.addWorkgroupAttribution(type, loc);
+  }
+  Value index(OpBuilder& b, Location loc, int64_t v) {
+    return arith::ConstantIndexOp::create(b, loc, v);
+  }
+
+  /// The replicated (flat) form of original block value `v`: its mapping when
+  /// it is replicated, or a splat made again in that form.
+  FailureOr<Value> replicatedOperand(OpBuilder& b, Location loc, Value v) {
+    if (isReplicated(v)) return map_.lookup(v);
+    auto type = flat(cast<VectorType>(v.getType()));
+    if (auto bc = v.getDefiningOp<vector::BroadcastOp>();
+        bc && !isa<VectorType>(bc.getSourceType()))
+      return vector::BroadcastOp::create(b, loc, type, map_.lookup(bc.getSource())).getResult();
+    if (auto cst = v.getDefiningOp<arith::ConstantOp>())
+      if (auto splat = dyn_cast<SplatElementsAttr>(cst.getValue()))
+        return arith::ConstantOp::create(b, loc, splat.resizeSplat(type)).getResult();
+    return failure();
+  }
+
+  /// The fragment of distributed type `target` whose element at coordinates c
+  /// is the element of replicated `src` (of shape `srcType`) that numpy
+  /// broadcasting maps c to. Thread k % threads writes element k to shared
+  /// memory; after a barrier each thread reads its runs' elements back.
+  Value distribute(OpBuilder& b, Location loc, Value src, VectorType srcType, VectorType target) {
+    const int64_t n = srcType.getNumElements();
+    Type et = srcType.getElementType();
+    Value buffer = sharedBuffer(b, loc, n, et);
+    for (int64_t k = 0; k < n; ++k) {
+      Value mine = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid_,
+                                         index(b, loc, k % layout_.threads));
+      scf::IfOp::create(b, loc, mine, [&](OpBuilder& tb, Location l) {
+        Value v = vector::ExtractOp::create(tb, l, src, ArrayRef<int64_t>{k});
+        memref::StoreOp::create(tb, l, v, buffer, ValueRange{index(tb, l, k)});
+        scf::YieldOp::create(tb, l);
+      });
+    }
+    gpu::BarrierOp::create(b, loc);
+    const int64_t lead = target.getRank() - srcType.getRank();
+    VectorType runType = VectorType::get({layout_.vec}, et);
+    Value frag = assemble(b, loc, target, [&](int64_t, SmallVector<Value>& coords) -> Value {
+      // Row-major flat index of the source element for the run's first element.
+      Value at = index(b, loc, 0);
+      for (int64_t d = 0; d < srcType.getRank(); ++d) {
+        Value c = srcType.getShape()[d] == 1 ? index(b, loc, 0) : coords[lead + d];
+        at = arith::AddIOp::create(
+            b, loc, arith::MulIOp::create(b, loc, at, index(b, loc, srcType.getShape()[d])), c);
+      }
+      bool stretched = srcType.getRank() == 0 || srcType.getShape().back() == 1;
+      if (stretched)
+        return vector::BroadcastOp::create(b, loc, runType,
+                                           memref::LoadOp::create(b, loc, buffer, ValueRange{at}));
+      Value run = arith::ConstantOp::create(b, loc, b.getZeroAttr(runType));
+      for (int64_t j = 0; j < layout_.vec; ++j) {
+        Value aj = arith::AddIOp::create(b, loc, at, index(b, loc, j));
+        Value v = memref::LoadOp::create(b, loc, buffer, ValueRange{aj});
+        run = vector::InsertOp::create(b, loc, v, run, ArrayRef<int64_t>{j});
+      }
+      return run;
+    });
+    gpu::BarrierOp::create(b, loc);
+    return frag;
+  }
+
+  /// Original block value `v` in the distributed form of `target`.
+  FailureOr<Value> distributedOperand(OpBuilder& b, Location loc, Value v, VectorType target) {
+    if (!isReplicated(v)) return map_.lookup(v);
+    return distribute(b, loc, map_.lookup(v), cast<VectorType>(v.getType()), target);
+  }
+
+  /// A replicated value written element by element: element k by thread
+  /// k % threads, skipping elements past the array edge.
+  LogicalResult storeReplicated(StoreOp store, OpBuilder& b) {
+    Location loc = store.getLoc();
+    const BlockRef& ref = refs_.at(store.getRef());
+    auto type = cast<VectorType>(store.getValue().getType());
+    Value value = map_.lookup(store.getValue());
+    for (int64_t k = 0; k < type.getNumElements(); ++k) {
+      SmallVector<Value> rc = unflatten(b, loc, index(b, loc, k), type.getShape());
+      SmallVector<Value> coords =
+          arrayCoords(b, loc, ref, store.getOffsets(), mapped(store.getDynamicOffsets()),
+                      type.getShape(), type.getShape(), rc);
+      Value mine = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid_,
+                                         index(b, loc, k % layout_.threads));
+      Value write = arith::AndIOp::create(b, loc, mine, inBounds(b, loc, ref, coords));
+      scf::IfOp::create(b, loc, write, [&](OpBuilder& tb, Location l) {
+        Value v = vector::ExtractOp::create(tb, l, value, ArrayRef<int64_t>{k});
+        memref::StoreOp::create(tb, l, v, ref.array, coords);
+        scf::YieldOp::create(tb, l);
+      });
+    }
+    return success();
+  }
+
+  /// shfl.xor butterfly over lanes within aligned groups of `width` lanes:
+  /// afterwards every lane holds its group's combination.
+  Value butterfly(OpBuilder& b, Location loc, vector::CombiningKind kind, Value v, int64_t width) {
+    Value warpWidth = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 32);
+    for (int64_t offset = width / 2; offset >= 1; offset /= 2) {
+      Value o = arith::ConstantIntOp::create(b, loc, b.getI32Type(), offset);
+      auto shfl = gpu::ShuffleOp::create(b, loc, v, o, warpWidth, gpu::ShuffleMode::XOR);
+      v = vector::makeArithReduction(b, loc, kind, v, shfl.getShuffleResult());
+    }
+    return v;
+  }
+
+  /// A reduction of the last axis of a distributed block, to a replicated
+  /// vector of one value per row (N rows of C elements; a row is G = C / vec
+  /// runs). Each row's values are combined in registers, then across lanes
+  /// with shfl.xor, then across warps through shared-memory slots that every
+  /// thread reads back in the same order (so all threads hold the same bits):
+  ///
+  ///  - long rows, G a multiple of `threads` (say 1 x 4096 f32, G = 1024): run
+  ///    r of every thread lies in row r * threads / G, so a thread first
+  ///    folds its runs of each row; a full-warp butterfly; slot [row][warp].
+  ///  - short rows, G dividing `threads` (say 16 x 128 f32, G = 32; or
+  ///    64 x 32, G = 8): run r of thread t lies in row r * threads / G + t / G,
+  ///    and lanes of a row are g = min(G, 32) aligned neighbours; a butterfly
+  ///    over g lanes; slot [row][(t % G) / g], written by the group's first lane.
+  LogicalResult lowerRowReduction(vector::MultiDimReductionOp red, OpBuilder& b) {
+    Location loc = red.getLoc();
+    VectorType srcType = red.getSourceVectorType();
+    auto destType = cast<VectorType>(red.getDestType());
+    ArrayRef<bool> mask = red.getReductionMask();
+    for (int64_t d = 0; d + 1 < srcType.getRank(); ++d)
+      if (mask[d])
+        return red.emitOpError(
+                   "the GPU lowers reductions that keep dims only along the last "
+                   "axis; reduce dim ")
+               << d << " after moving it last, or reduce every dim";
+    Type et = srcType.getElementType();
+    if (et.getIntOrFloatBitWidth() != 32)
+      return red.emitOpError("GPU reductions combine 32-bit values; cast the block to f32 first");
+    FailureOr<Value> acc = replicatedOperand(b, loc, red.getAcc());
+    if (failed(acc)) return red.emitOpError("no GPU rule for this reduction's accumulator");
+    const int64_t threads = layout_.threads, vec = layout_.vec;
+    const int64_t cols = srcType.getShape().back(), runsPerRow = cols / vec;
+    const int64_t rows = destType.getNumElements(), runs = layout_.runs(srcType);
+    vector::CombiningKind kind = red.getKind();
+    Value frag = map_.lookup(red.getSource());
+    auto runValue = [&](int64_t r) {
+      Value run = vector::ExtractStridedSliceOp::create(
+          b, loc, frag, ArrayRef<int64_t>{r * vec}, ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
+      return vector::ReductionOp::create(b, loc, kind, run).getResult();
+    };
+    Value c32 = index(b, loc, 32);
+    Value lane = arith::RemUIOp::create(b, loc, tid_, c32);
+    int64_t slotsPerRow;
+    Value slots;
+    if (runsPerRow % threads == 0) {
+      slotsPerRow = threads / 32;
+      slots = sharedBuffer(b, loc, rows * slotsPerRow, et);
+      SmallVector<Value> perRow(rows);
+      for (int64_t r = 0; r < runs; ++r) {
+        int64_t row = r * threads / runsPerRow;
+        Value v = runValue(r);
+        perRow[row] = perRow[row] ? vector::makeArithReduction(b, loc, kind, perRow[row], v) : v;
+      }
+      for (Value& v : perRow) v = butterfly(b, loc, kind, v, 32);
+      Value warp = arith::DivUIOp::create(b, loc, tid_, c32);
+      Value leader =
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, index(b, loc, 0));
+      scf::IfOp::create(b, loc, leader, [&](OpBuilder& tb, Location l) {
+        for (int64_t row = 0; row < rows; ++row) {
+          Value at = arith::AddIOp::create(tb, l, index(tb, l, row * slotsPerRow), warp);
+          memref::StoreOp::create(tb, l, perRow[row], slots, ValueRange{at});
+        }
+        scf::YieldOp::create(tb, l);
+      });
+    } else if (threads % runsPerRow == 0 && (runsPerRow % 32 == 0 || 32 % runsPerRow == 0)) {
+      const int64_t group = std::min<int64_t>(runsPerRow, 32);
+      slotsPerRow = runsPerRow / group;
+      slots = sharedBuffer(b, loc, rows * slotsPerRow, et);
+      Value g = index(b, loc, runsPerRow);
+      Value rowInSet = arith::DivUIOp::create(b, loc, tid_, g);
+      Value slotInRow = arith::DivUIOp::create(b, loc, arith::RemUIOp::create(b, loc, tid_, g),
+                                               index(b, loc, group));
+      Value first = arith::CmpIOp::create(
+          b, loc, arith::CmpIPredicate::eq,
+          arith::RemUIOp::create(b, loc, lane, index(b, loc, group)), index(b, loc, 0));
+      for (int64_t r = 0; r < runs; ++r) {
+        Value v = butterfly(b, loc, kind, runValue(r), group);
+        Value row =
+            arith::AddIOp::create(b, loc, index(b, loc, r * threads / runsPerRow), rowInSet);
+        Value at = arith::AddIOp::create(
+            b, loc, arith::MulIOp::create(b, loc, row, index(b, loc, slotsPerRow)), slotInRow);
+        scf::IfOp::create(b, loc, first, [&](OpBuilder& tb, Location l) {
+          memref::StoreOp::create(tb, l, v, slots, ValueRange{at});
+          scf::YieldOp::create(tb, l);
+        });
+      }
+    } else {
+      return red.emitOpError("no GPU rule for reducing rows of ")
+             << cols << " elements: a row is " << runsPerRow << " runs of " << vec
+             << ", which must be a multiple of the " << threads
+             << " threads, or divide them (a power of two below 32, or a multiple of 32)";
+    }
+    gpu::BarrierOp::create(b, loc);
+    Value result = *acc;
+    for (int64_t row = 0; row < rows; ++row) {
+      Value total = vector::ExtractOp::create(b, loc, *acc, ArrayRef<int64_t>{row});
+      for (int64_t k = 0; k < slotsPerRow; ++k) {
+        Value v =
+            memref::LoadOp::create(b, loc, slots, ValueRange{index(b, loc, row * slotsPerRow + k)});
+        total = vector::makeArithReduction(b, loc, kind, v, total);
+      }
+      result = vector::InsertOp::create(b, loc, total, result, ArrayRef<int64_t>{row});
+    }
+    gpu::BarrierOp::create(b, loc);
+    map_.map(red.getResult(), result);
+    return success();
+  }
+
+  /// A reduction of a replicated value: done by every thread on its copy.
+  LogicalResult lowerReplicatedReduction(vector::MultiDimReductionOp red, OpBuilder& b) {
+    Location loc = red.getLoc();
+    VectorType srcType = red.getSourceVectorType();
+    Value src = vector::ShapeCastOp::create(b, loc, srcType, map_.lookup(red.getSource()));
+    Value acc = map_.lookup(red.getAcc());
+    if (auto destType = dyn_cast<VectorType>(red.getDestType())) {
+      FailureOr<Value> flatAcc = replicatedOperand(b, loc, red.getAcc());
+      if (failed(flatAcc)) return red.emitOpError("no GPU rule for this reduction's accumulator");
+      acc = vector::ShapeCastOp::create(b, loc, destType, *flatAcc);
+    }
+    Value r = vector::MultiDimReductionOp::create(b, loc, src, acc, red.getReductionMask(),
+                                                  red.getKind());
+    if (auto destType = dyn_cast<VectorType>(red.getDestType()))
+      r = vector::ShapeCastOp::create(b, loc, flat(destType), r);
+    map_.map(red.getResult(), r);
+    return success();
+  }
+
   /// A reduction of every element of a block to a scalar, replicated in all
   /// threads: each thread reduces its fragment, a warp combines its 32
   /// partials with a butterfly of shfl.xor (every lane ends with the warp's
@@ -355,10 +658,8 @@ class GpuLowering {
   /// scratch (a reduction in a loop) from overwriting values still being read.
   LogicalResult lowerReduction(vector::MultiDimReductionOp red, OpBuilder& b) {
     Location loc = red.getLoc();
-    if (isa<VectorType>(red.getDestType()))
-      return red.emitOpError(
-          "no GPU lowering rule for a reduction that keeps some dims yet; "
-          "reduce the whole block to a scalar (1-D blocks per row)");
+    if (isReplicated(red.getSource())) return lowerReplicatedReduction(red, b);
+    if (isa<VectorType>(red.getDestType())) return lowerRowReduction(red, b);
     Type et = red.getSourceVectorType().getElementType();
     if (et.getIntOrFloatBitWidth() != 32)
       return red.emitOpError("GPU reductions combine 32-bit values; cast the block to f32 first");
@@ -485,12 +786,6 @@ class GpuLowering {
     gpu::BarrierOp::create(b, loc);
   }
 
-  /// Scalars keep their type; a block value becomes this thread's fragment.
-  Type loweredType(Type t) const {
-    if (auto vt = dyn_cast<VectorType>(t)) return layout_.fragment(vt);
-    return t;
-  }
-
   /// scf.while with the same structure; block carries become fragments. The
   /// condition is uniform across the program (while_loop's contract).
   LogicalResult lowerWhile(scf::WhileOp loop, OpBuilder& b) {
@@ -499,7 +794,7 @@ class GpuLowering {
     SmallVector<Type> types;
     SmallVector<Location> locs;
     for (Value v : loop.getInits()) {
-      types.push_back(loweredType(v.getType()));
+      types.push_back(map_.lookup(v).getType());
       locs.push_back(loc);
     }
     auto lowered = scf::WhileOp::create(b, loc, types, inits);
@@ -608,6 +903,25 @@ class GpuLowering {
       return success();
     }
     if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
+      VectorType to = bc.getResultVectorType();
+      if (auto from = dyn_cast<VectorType>(bc.getSourceType());
+          from && isReplicated(bc.getSource())) {
+        Value src = map_.lookup(bc.getSource());
+        if (isReplicated(bc.getResult())) {  // numpy broadcast within each thread's copy
+          Value shaped = vector::ShapeCastOp::create(b, loc, from, src);
+          Value wide = vector::BroadcastOp::create(b, loc, to, shaped);
+          map_.map(bc.getResult(), vector::ShapeCastOp::create(b, loc, flat(to), wide).getResult());
+        } else {
+          map_.map(bc.getResult(), distribute(b, loc, src, from, to));
+        }
+        return success();
+      }
+      if (isReplicated(bc.getResult())) {
+        map_.map(
+            bc.getResult(),
+            vector::BroadcastOp::create(b, loc, flat(to), map_.lookup(bc.getSource())).getResult());
+        return success();
+      }
       if (isa<VectorType>(bc.getSource().getType()))
         return op->emitOpError(
             "no GPU lowering rule for broadcasting a block value; "
@@ -622,16 +936,29 @@ class GpuLowering {
     if (auto cst = dyn_cast<arith::ConstantOp>(op); cst && isa<VectorType>(cst.getType())) {
       auto splat = dyn_cast<SplatElementsAttr>(cst.getValue());
       if (!splat) return op->emitOpError("no GPU lowering rule for non-splat block constants");
-      VectorType frag = layout_.fragment(cast<VectorType>(cst.getType()));
+      auto full = cast<VectorType>(cst.getType());
+      VectorType frag = isReplicated(cst.getResult()) ? flat(full) : layout_.fragment(full);
       map_.map(cst.getResult(),
                arith::ConstantOp::create(b, loc, splat.resizeSplat(frag)).getResult());
       return success();
     }
     if (op->hasTrait<OpTrait::Elementwise>() && op->getNumRegions() == 0) {
       OperationState state(loc, op->getName());
-      for (Value v : op->getOperands()) state.addOperands(map_.lookup(v));
-      for (Type t : op->getResultTypes())
-        state.addTypes(isa<VectorType>(t) ? Type(layout_.fragment(cast<VectorType>(t))) : t);
+      bool replicatedResult = op->getNumResults() == 1 && isReplicated(op->getResult(0));
+      for (Value v : op->getOperands()) {
+        auto vt = dyn_cast<VectorType>(v.getType());
+        FailureOr<Value> operand = map_.lookup(v);
+        if (vt && replicatedResult)
+          operand = replicatedOperand(b, loc, v);
+        else if (vt)
+          operand = distributedOperand(b, loc, v, vt);
+        if (failed(operand)) return op->emitOpError("no GPU rule for this operand's layout");
+        state.addOperands(*operand);
+      }
+      for (Type t : op->getResultTypes()) {
+        auto vt = dyn_cast<VectorType>(t);
+        state.addTypes(!vt ? t : replicatedResult ? Type(flat(vt)) : Type(layout_.fragment(vt)));
+      }
       state.addAttributes(op->getAttrs());
       Operation* lowered = b.create(state);
       for (auto [from, to] : llvm::zip(op->getResults(), lowered->getResults())) map_.map(from, to);
@@ -655,6 +982,7 @@ class GpuLowering {
   DenseMap<Value, BlockRef> refs_;
   Value tid_;
   gpu::GPUFuncOp func_;
+  DenseSet<Value> replicated_;
 };
 
 struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUPass> {
@@ -675,8 +1003,9 @@ struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUP
     for (func::FuncOp k : kernels) {
       int64_t threads = this->threads;
       if (auto attr = k->getAttrOfType<IntegerAttr>("pallas.threads")) threads = attr.getInt();
-      FailureOr<Layout> layout = chooseLayout(k, threads);
-      if (failed(layout) || failed(GpuLowering(k, gpuModule, *layout).run()))
+      DenseSet<Value> replicated = inferReplicated(k, threads);
+      FailureOr<Layout> layout = chooseLayout(k, threads, replicated);
+      if (failed(layout) || failed(GpuLowering(k, gpuModule, *layout, std::move(replicated)).run()))
         return signalPassFailure();
     }
   }
