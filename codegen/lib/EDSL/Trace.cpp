@@ -590,11 +590,13 @@ mlir::Value semaphore_value(const Semaphores& s, const char* what, const Value& 
   return v;
 }
 
-/// The position of counter `index` of program `program` in the semaphore
-/// buffer: programs own consecutive slices of `count` counters.
-mlir::Value semaphore_slot(const Semaphores& s, const Idx& index, mlir::Value program) {
+/// The position of counter `index` of program `program` (the current one when
+/// null) in the semaphore buffer: programs own consecutive slices of `count`
+/// counters; with global scope the index itself.
+mlir::Value semaphore_slot(const Semaphores& s, const Idx& index, mlir::Value program = {}) {
   mlir::Value i = unwrap(index.value());
   if (s.scope() == SemaphoreScope::kGlobal) return i;
+  if (!program) program = linear_program_id();
   const OperandDecl& d = trace().spec->operands()[s.operand()];
   mlir::Value base = mlir::arith::MulIOp::create(b(), loc(), program, materialize(d.shape[0]));
   return mlir::arith::AddIOp::create(b(), loc(), base, i);
@@ -603,7 +605,7 @@ mlir::Value semaphore_slot(const Semaphores& s, const Idx& index, mlir::Value pr
 
 void Semaphores::signal(const Idx& index, const Value& inc) const {
   mlir::Value v = semaphore_value(*this, "signal", inc);
-  mlir::Value slot = semaphore_slot(*this, index, linear_program_id());
+  mlir::Value slot = semaphore_slot(*this, index);
   mlir::pallas::SemaphoreAddOp::create(b(), loc(), b().getI32Type(), trace().args.at(operand_),
                                        slot, v);
 }
@@ -622,7 +624,7 @@ void Semaphores::signal_program(const Value& program, const Idx& index, const Va
 
 void Semaphores::wait(const Idx& index, const Value& value) const {
   mlir::Value v = semaphore_value(*this, "wait", value);
-  mlir::Value slot = semaphore_slot(*this, index, linear_program_id());
+  mlir::Value slot = semaphore_slot(*this, index);
   mlir::pallas::SemaphoreWaitOp::create(b(), loc(), trace().args.at(operand_), slot, v);
 }
 
@@ -630,13 +632,13 @@ void Semaphores::wait(const Idx& index) const { wait(index, constant(1, DType::i
 
 Value Semaphores::add(const Idx& index, const Value& value) const {
   mlir::Value v = semaphore_value(*this, "add", value);
-  mlir::Value slot = semaphore_slot(*this, index, linear_program_id());
+  mlir::Value slot = semaphore_slot(*this, index);
   return wrap(mlir::pallas::SemaphoreAddOp::create(b(), loc(), b().getI32Type(),
                                                    trace().args.at(operand_), slot, v));
 }
 
 Value Semaphores::read(const Idx& index) const {
-  mlir::Value slot = semaphore_slot(*this, index, linear_program_id());
+  mlir::Value slot = semaphore_slot(*this, index);
   return wrap(mlir::pallas::SemaphoreReadOp::create(b(), loc(), b().getI32Type(),
                                                     trace().args.at(operand_), slot));
 }
