@@ -47,22 +47,48 @@ Value input_chunk(const Ref& x, const Ref* r, const Ref* h, const Value& c, DTyp
 /// y = x * rsqrt(mean(x^2) + eps) * w
 void rms_body(Ref x, const Ref* r, Ref w, Ref y, const Ref* h, Scalar eps, DType T) {
   Value cols = x.extent(0);
-  Value squares = fold_chunks(cols, 0.0, [&](Value c, Value acc) {
-    Value v = input_chunk(x, r, h, c, T, /*first=*/true);
-    return acc + sum(v * v);
-  });
-  Value scale = rsqrt(squares / cols.cast(f32) + Value(eps));
-  for_chunks(cols, [&](Value c) {
-    Value v = input_chunk(x, r, h, c, T, /*first=*/false);
-    y.store_at((v * scale * chunk_f32(w, c)).cast(T), {c * kChunk});
-  });
+  auto scale_of = [&](const Value& squares) {
+    return rsqrt(squares / cols.cast(f32) + Value(eps));
+  };
+  by_row_length(
+      cols,
+      [&] {
+        Value v = input_chunk(x, r, h, index(0), T, /*first=*/true);
+        y.store_at((v * scale_of(sum(v * v)) * chunk_f32(w, index(0))).cast(T), {0});
+      },
+      [&] {
+        Value squares = fold_chunks(cols, 0.0, [&](Value c, Value acc) {
+          Value v = input_chunk(x, r, h, c, T, /*first=*/true);
+          return acc + sum(v * v);
+        });
+        Value scale = scale_of(squares);
+        for_chunks(cols, [&](Value c) {
+          Value v = input_chunk(x, r, h, c, T, /*first=*/false);
+          y.store_at((v * scale * chunk_f32(w, c)).cast(T), {c * kChunk});
+        });
+      });
 }
 
 /// y = (x - mean) * rsqrt(var + eps) * w + b, with the variance computed
 /// around the mean (a second pass) for accuracy.
+void layer_body_chunks(Ref x, const Ref* r, Ref w, Ref b, Ref y, const Ref* h, Scalar eps, DType T,
+                       const Value& cols, const Value& n);
+
 void layer_body(Ref x, const Ref* r, Ref w, Ref b, Ref y, const Ref* h, Scalar eps, DType T) {
   Value cols = x.extent(0);
   Value n = cols.cast(f32);
+  when(cols <= index(kChunk), [&] {  // one read, kept in registers
+    Value v = input_chunk(x, r, h, index(0), T, /*first=*/true);
+    Value mean = sum(v) / n;
+    Value d = select(in_row(index(0), cols), v - mean, 0.0);
+    Value scale = rsqrt(sum(d * d) / n + Value(eps));
+    y.store_at((d * scale * chunk_f32(w, index(0)) + chunk_f32(b, index(0))).cast(T), {0});
+  });
+  when(cols > index(kChunk), [&] { layer_body_chunks(x, r, w, b, y, h, eps, T, cols, n); });
+}
+
+void layer_body_chunks(Ref x, const Ref* r, Ref w, Ref b, Ref y, const Ref* h, Scalar eps, DType T,
+                       const Value& cols, const Value& n) {
   Value mean = fold_chunks(cols, 0.0,
                            [&](Value c, Value acc) {
                              return acc + sum(input_chunk(x, r, h, c, T, /*first=*/true));

@@ -53,6 +53,15 @@ void for_chunks(const Value& cols, F f) {
 
 inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
+/// `one()` when the row fits in one chunk, else `many()`. A one-chunk row is
+/// read once and kept in registers between its statistics and its output; a
+/// longer row is read again for the output.
+template <class One, class Many>
+void by_row_length(const Value& cols, One one, Many many) {
+  when(cols <= index(kChunk), [&] { one(); });
+  when(cols > index(kChunk), [&] { many(); });
+}
+
 /// The row's maximum, with the elements past its end left out.
 inline Value row_maximum(const Ref& x, const Value& cols) {
   return fold_chunks(cols, kNegInf, [&](Value c, Value acc) {

@@ -20,16 +20,33 @@ void declare_rows(KernelSpec& spec, DType T) {
 
 }  // namespace
 
+/// The statistics m = max(row), l = sum(exp(row - m)) and then every chunk of
+/// y = out(x chunk, m, l): from one read of a row that fits in one chunk,
+/// else an online pass over the row (rows.h) and a second pass for y.
+template <class Out>
+void row_softmax(const Ref& x, const Ref& y, DType T, Out out) {
+  Value cols = x.extent(0);
+  by_row_length(
+      cols,
+      [&] {
+        Value v = select(in_row(index(0), cols), chunk_f32(x, index(0)), kNegInf);
+        Value m = max(v);
+        y.store_at(out(v, m, sum(exp_minus(v, m))).cast(T), {0});
+      },
+      [&] {
+        std::vector<Value> ml = segment_logsumexp(x, cols, Segment{index(0), num_chunks(cols)});
+        for_chunks(cols, [&](Value c) {
+          y.store_at(out(chunk_f32(x, c), ml[0], ml[1]).cast(T), {c * kChunk});
+        });
+      });
+}
+
 // y = exp(x - max) / sum(exp(x - max))
 PALLAS_KERNEL(softmax) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
   declare_rows(spec, T);
   spec.body([T](Ref x, Ref y) {
-    Value cols = x.extent(0);
-    Value m = row_maximum(x, cols);
-    Value inv = 1.0 / row_exp_sum(x, cols, m);
-    for_chunks(
-        cols, [&](Value c) { y.store_at((exp(chunk_f32(x, c) - m) * inv).cast(T), {c * kChunk}); });
+    row_softmax(x, y, T, [](Value v, Value m, Value l) { return exp_minus(v, m) * (1.0 / l); });
   });
 }
 
@@ -38,10 +55,7 @@ PALLAS_KERNEL(log_softmax) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
   declare_rows(spec, T);
   spec.body([T](Ref x, Ref y) {
-    Value cols = x.extent(0);
-    Value m = row_maximum(x, cols);
-    Value shift = m + log(row_exp_sum(x, cols, m));
-    for_chunks(cols, [&](Value c) { y.store_at((chunk_f32(x, c) - shift).cast(T), {c * kChunk}); });
+    row_softmax(x, y, T, [](Value v, Value m, Value l) { return v - (m + log(l)); });
   });
 }
 
