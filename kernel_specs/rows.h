@@ -62,20 +62,6 @@ void by_row_length(const Value& cols, One one, Many many) {
   when(cols > index(kChunk), [&] { many(); });
 }
 
-/// The row's maximum, with the elements past its end left out.
-inline Value row_maximum(const Ref& x, const Value& cols) {
-  return fold_chunks(cols, kNegInf, [&](Value c, Value acc) {
-    return maximum(acc, max(select(in_row(c, cols), chunk_f32(x, c), kNegInf)));
-  });
-}
-
-/// sum(exp(x - m)) over the row.
-inline Value row_exp_sum(const Ref& x, const Value& cols, const Value& m) {
-  return fold_chunks(cols, 0.0, [&](Value c, Value acc) {
-    return acc + sum(select(in_row(c, cols), exp(chunk_f32(x, c) - m), 0.0));
-  });
-}
-
 //===----------------------------------------------------------------------===//
 // Row reductions split across programs
 //
