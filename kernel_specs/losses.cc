@@ -2,8 +2,9 @@
 // f32, for any vocabulary size. A (rows, P) grid (see rows.h): each program
 // folds its segment of a row into (max, sum of exp) in one pass; the row's last
 // program combines the P pairs and picks the label's logit.
-// Labels outside [0, vocab) are a status on backends whose memory the entry
-// point can read (host, emulator); on the CUDA backend their loss is NaN.
+// A label outside [0, vocab) fails a run-time check (the row's loss is NaN):
+// the launch's status on the host and emulator backends, and on the CUDA
+// backend what take_device_errors (or Launch::check_device_errors) reports.
 
 #include "rows.h"
 
@@ -15,7 +16,7 @@ PALLAS_KERNEL(cross_entropy) {
   DimExpr rows = spec.dim("rows"), vocab = spec.dim("vocab");
   Operand logits = spec.input("logits", T, {rows, vocab});
   Operand labels = spec.input("labels", i32, {rows});
-  spec.values_in(labels, 0, vocab);
+  Check label_in_vocab = spec.check("operand 'labels' element {0} is {1}, outside [0, {2})");
   Operand loss = spec.output("loss", f32, {rows});
   DimExpr split = programs_per_row(rows, vocab);
   spec.workspace("partial_max", f32, rows * split);
@@ -39,8 +40,9 @@ PALLAS_KERNEL(cross_entropy) {
       Value label = labels.load_scalar({program_id(0)});
       Value picked = logits.load_scalar({label.cast(DType::index)}).cast(f32);
       const double nan = std::numeric_limits<double>::quiet_NaN();
-      Value in_vocab = select(label >= 0, label < cols.cast(i32), constant(0, DType::i1));
-      loss.store_at(select(in_vocab, m + log(l) - picked, nan), {program_id(0)});
+      Value outside = select(label < 0, constant(1, DType::i1), label >= cols.cast(i32));
+      loss.store_at(select(outside, nan, m + log(l) - picked), {program_id(0)});
+      label_in_vocab.fail_if(outside, {program_id(0), label, cols});
       finish_row(arrived);
     });
   });

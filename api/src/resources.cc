@@ -98,8 +98,14 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
       return Status::Error(StatusCode::kNoDevice,
                            std::string(name) + ": no usable CUDA device: " + cuda_text(e));
     }
+    if (req.kind == ResourceKind::kErrors) {  // one record per kernel and device, kept
+      if (Status s = device_error_record(image, device, item.data); !s.ok()) return s;
+      out.items_.push_back(std::move(item));
+      continue;
+    }
+    const bool semaphores = req.kind == ResourceKind::kSemaphores;
     Region* region = nullptr;
-    if (Status s = take_region(device, req.bytes, req.semaphores, name, region); !s.ok()) return s;
+    if (Status s = take_region(device, req.bytes, semaphores, name, region); !s.ok()) return s;
     item.data = region->ptr;
     item.pool_region = region;
     out.items_.push_back(std::move(item));

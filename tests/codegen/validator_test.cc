@@ -309,5 +309,42 @@ TEST(Validator, WhileLoopConditionIsAScalarPredicate) {
             "scalars)");
 }
 
+TEST(Validator, CheckMessagePlaceholdersNameThreeValues) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    spec.check("x is {3}");
+  };
+  EXPECT_EQ(trace_error("check_placeholder", fn),
+            "spec 'check_placeholder': check(\"x is {3}\"): '{' at 5 does not start {0}, {1} or "
+            "{2}");
+}
+
+TEST(Validator, CheckRecordsEveryValueItsMessageNames) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    Check positive = spec.check("x[{0}] is {1}");
+    spec.body([=](Ref x, Ref out) {
+      positive.fail_if(program_id(0) < index(0), {program_id(0)});
+      out.store(x.load());
+    });
+  };
+  EXPECT_EQ(trace_error("check_values", fn),
+            "spec 'check_values': check \"x[{0}] is {1}\" names {1} but fail_if records 1 "
+            "values");
+}
+
+TEST(Validator, CheckConditionIsAScalarPredicate) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    Check finite = spec.check("not finite");
+    spec.body([=](Ref x, Ref out) {
+      finite.fail_if(x.load() < constant(0.0, f32));
+      out.store(x.load());
+    });
+  };
+  EXPECT_EQ(trace_error("check_block", fn),
+            "spec 'check_block': check \"not finite\": fail_if needs a scalar i1 condition");
+}
+
 }  // namespace
 }  // namespace pallas::edsl

@@ -52,3 +52,28 @@ func.func @store_dtype(%x: memref<?xf32>, %i: index, %v: vector<256xf16>) {
   pallas.store %v, %r[[0]] : vector<256xf16>, !pallas.ref<256xf32>
   return
 }
+
+// -----
+
+// CHECK-LABEL: func.func @check_roundtrip
+// CHECK: pallas.check %{{.*}}[1] if %{{.*}}, %{{.*}}, %{{.*}} : memref<?xi32>
+func.func @check_roundtrip(%errors: memref<?xi32>, %bad: i1, %v: i32) {
+  pallas.check %errors[1] if %bad, %v, %v : memref<?xi32>
+  return
+}
+
+// -----
+
+func.func @check_too_many_values(%errors: memref<?xi32>, %bad: i1, %v: i32) {
+  // expected-error @+1 {{has 8 value halves; a check records at most 3 values (6 halves)}}
+  pallas.check %errors[0] if %bad, %v, %v, %v, %v, %v, %v, %v, %v : memref<?xi32>
+  return
+}
+
+// -----
+
+func.func @check_short_record(%errors: memref<4xi32>, %bad: i1) {
+  // expected-error @+1 {{error record has 4 int32; it needs 8}}
+  pallas.check %errors[0] if %bad : memref<4xi32>
+  return
+}

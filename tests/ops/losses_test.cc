@@ -73,9 +73,48 @@ TEST(Status, LabelOutOfRange) {
   }
 }
 
-// On the CUDA backend the labels are device memory: an out-of-range one gives a NaN loss.
-TEST(LossesCuda, LabelOutOfRangeIsNaN) {
+// Several bad rows of a vocabulary split across programs: the count of failing programs, the
+// first one's values, NaN losses for the bad rows and correct ones for the rest.
+TEST(Status, SeveralLabelsOutOfRange) {
+  constexpr int64_t kRows = 5, kVocab = 5000;
+  std::mt19937 rng(fresh_seed());
+  std::uniform_real_distribution<float> logit(-3, 3);
+  std::vector<float> logits(kRows * kVocab);
+  for (float& v : logits) v = logit(rng);
+  std::vector<int32_t> labels = {4, 5000, -1, 4999, 123456};
+  for (Backend b : {Backend::kHost, Backend::kEmulator}) {
+    SCOPED_TRACE(to_string(b));
+    std::vector<float> loss(kRows, 1234.5f);
+    Status s = kernels::cross_entropy(TensorView<const float, 2>(logits.data(), {kRows, kVocab}),
+                                      TensorView<const int32_t, 1>(labels.data(), {kRows}),
+                                      TensorView<float, 1>(loss.data(), {kRows}), Launch{b});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    const std::string counted = " (3 programs failed a check; the first is reported)";
+    if (b == Backend::kHost) {  // programs run in grid order
+      EXPECT_EQ(
+          s.message(),
+          "cross_entropy_f32: operand 'labels' element 1 is 5000, outside [0, 5000)" + counted);
+    } else {
+      EXPECT_TRUE(s.message().starts_with("cross_entropy_f32: operand 'labels' element ") &&
+                  s.message().ends_with(counted))
+          << s.message();
+    }
+    for (int64_t r : {1, 2, 4}) EXPECT_TRUE(std::isnan(loss[r])) << "row " << r;
+    for (int64_t r : {0, 3}) {
+      double m = -INFINITY, sum = 0;
+      for (int64_t c = 0; c < kVocab; ++c) m = std::max<double>(m, logits[r * kVocab + c]);
+      for (int64_t c = 0; c < kVocab; ++c) sum += std::exp(logits[r * kVocab + c] - m);
+      EXPECT_NEAR(loss[r], m + std::log(sum) - logits[r * kVocab + labels[r]], 1e-4) << "row " << r;
+    }
+  }
+}
+
+// On the CUDA backend the labels are device memory: the launch does not wait for the kernel,
+// so a bad label is reported by take_device_errors, or by the launch itself with
+// Launch::check_device_errors. Its row's loss is NaN.
+TEST(LossesCuda, LabelOutOfRangeIsADeviceError) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(take_device_errors().ok());  // nothing left over from earlier tests
   Array<float> logits(Backend::kCuda, 2 * 8), loss(Backend::kCuda, 2);
   Array<int32_t> labels(Backend::kCuda, 2);
   std::mt19937 rng(fresh_seed());
@@ -83,13 +122,29 @@ TEST(LossesCuda, LabelOutOfRangeIsNaN) {
   labels.host() = {3, -1};
   logits.upload();
   labels.upload();
-  ASSERT_TRUE(kernels::cross_entropy(TensorView<const float, 2>(logits.data(), {2, 8}),
-                                     TensorView<const int32_t, 1>(labels.data(), {2}),
-                                     TensorView<float, 1>(loss.data(), {2}), Launch{Backend::kCuda})
-                  .ok());
+  auto run = [&](const Launch& launch) {
+    return kernels::cross_entropy(TensorView<const float, 2>(logits.data(), {2, 8}),
+                                  TensorView<const int32_t, 1>(labels.data(), {2}),
+                                  TensorView<float, 1>(loss.data(), {2}), launch);
+  };
+  const std::string message = "cross_entropy_f32: operand 'labels' element 1 is -1, outside [0, 8)";
+  ASSERT_TRUE(run(Launch{Backend::kCuda}).ok());
+  Status later = take_device_errors();
+  EXPECT_EQ(later.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(later.message(), message);
+  EXPECT_TRUE(take_device_errors().ok()) << "the record is cleared once reported";
   loss.download();
   EXPECT_FALSE(std::isnan(loss.host()[0]));
   EXPECT_TRUE(std::isnan(loss.host()[1]));
+
+  Launch checked{Backend::kCuda};
+  checked.check_device_errors = true;
+  Status now = run(checked);
+  EXPECT_EQ(now.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(now.message(), message);
+  labels.host() = {3, 7};
+  labels.upload();
+  EXPECT_TRUE(run(checked).ok());
 }
 
 }  // namespace

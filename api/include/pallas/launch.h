@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "pallas/status.h"
+
 struct CUstream_st;  // cudaStream_t is CUstream_st*; users need no CUDA headers.
 
 namespace pallas {
@@ -33,7 +35,21 @@ struct Launch {
   Backend backend = Backend::kCuda;
   Stream stream = nullptr;  // the legacy default stream when null
   EmulatorOptions emulator = {};
+  // kCuda, kernels with run-time checks of device data (e.g. cross_entropy's labels): after
+  // launching, synchronize `stream` and return a failed check as the status, as
+  // take_device_errors would. A debugging aid that costs a host round trip; without it the
+  // launch never synchronizes and failures wait for take_device_errors. The host and emulator
+  // backends always report failed checks as the launch's status.
+  bool check_device_errors = false;
 };
+
+// Synchronizes `stream`, then reports the checks that failed on the current device (values a
+// kernel found invalid, e.g. a label outside the vocabulary) in any launch since the last
+// report, clearing them: kInvalidArgument naming the kernel, the check and the values of the
+// first program that failed, with how many programs failed; Ok when none did. Launches still
+// running on other streams may record failures after this reads: synchronize them first.
+// Errors of the synchronization itself are kCudaError.
+[[nodiscard]] Status take_device_errors(Stream stream = nullptr);
 
 // True when a usable CUDA device exists (cudaGetDeviceCount succeeds and reports at least one).
 bool cuda_device_available();

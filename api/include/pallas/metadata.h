@@ -18,6 +18,7 @@ enum class OperandRole : uint8_t {
   kScalar,
   kSemaphores,  // int32 counters from the runtime's pool (not a parameter of the entry point)
   kWorkspace,   // global-memory scratch from the runtime's pool (not a parameter either)
+  kErrors,      // the kernel's record of failed checks, 8 int32 from the runtime (see checks)
 };
 
 struct OperandMetadata {
@@ -46,6 +47,9 @@ struct KernelMetadata {
   int threads_per_program;
   std::span<const OperandMetadata> operands;
   std::span<const TargetMetadata> targets;
+  // What each run-time check of the kernel (spec.check) reports, "{0}".."{2}" standing for
+  // the values the failing program recorded: "operand 'labels' element {0} is {1}, ...".
+  std::span<const char* const> checks = {};
 };
 
 }  // namespace pallas

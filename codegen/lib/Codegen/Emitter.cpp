@@ -56,7 +56,7 @@ std::vector<int> entryParams(const edsl::KernelSpec& spec) {
   for (size_t i = 0; i < spec.operands().size(); ++i) {
     const OperandDecl& d = spec.operands()[i];
     if (d.aliased_from < 0 && d.role != Role::kSemaphores && d.role != Role::kWorkspace &&
-        d.role != Role::kScratch)
+        d.role != Role::kScratch && d.role != Role::kErrors)
       params.push_back(static_cast<int>(i));
   }
   return params;
@@ -111,6 +111,20 @@ std::string launchedExtent(const edsl::KernelSpec& spec, size_t a) {
   return spec.grid_axes()[a].to_cpp();
 }
 
+/// `text` as a C++ string literal.
+std::string cppString(const std::string& text) {
+  std::string s = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') s += '\\';
+    if (c == '\n') {
+      s += "\\n";
+      continue;
+    }
+    s += c;
+  }
+  return s + "\"";
+}
+
 void emitBytes(std::ostringstream& os, const std::string& bytes) {
   static const char* hex = "0123456789abcdef";
   for (size_t i = 0; i < bytes.size(); ++i) {
@@ -144,6 +158,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     const char* role = d.role == Role::kScalar       ? "kScalar"
                        : d.role == Role::kSemaphores ? "kSemaphores"
                        : d.role == Role::kWorkspace  ? "kWorkspace"
+                       : d.role == Role::kErrors     ? "kErrors"
                        : d.aliased_to >= 0           ? "kInOut"
                        : d.role == Role::kInput      ? "kInput"
                                                      : "kOutput";
@@ -165,9 +180,14 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
        << bin.spill_stores << ", " << bin.spill_loads << ", " << bin.shared_bytes << ", sizeof("
        << name << "_" << bin.arch << ")},\n";
   os << "};\n\n";
+  // The messages of spec.check(), by check number (see pallas.check).
+  os << "constexpr const char* " << name << "_checks[] = {";
+  for (const std::string& message : spec.check_messages()) os << cppString(message) << ", ";
+  os << "nullptr};\n\n";
   os << "constexpr pallas::KernelMetadata " << name << "_metadata_value = {\"" << name << "\", \""
      << spec.op() << "\", \"" << gridText(spec) << "\", " << spec.threads() << ", " << name
-     << "_operands, " << name << "_targets};\n\n";
+     << "_operands, " << name << "_targets, std::span<const char* const>(" << name << "_checks, "
+     << spec.check_messages().size() << ")};\n\n";
   os << "constexpr pallas::detail::Cubin " << name << "_cubins[] = {\n";
   for (const GpuBinary& bin : inst.gpu)
     os << "    {" << bin.sm << ", " << (bin.arch_specific ? "true" : "false") << ", " << name << "_"
@@ -227,27 +247,15 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   }
   for (size_t dim = 0; dim < bound.size(); ++dim)
     if (bound[dim].first < 0) os << "  // dim '" << spec.dim_names()[dim] << "' is unused\n";
-  // Value ranges of integer inputs, checked where the data is host memory.
-  for (int i : entryParams(spec)) {
-    const OperandDecl& d = ops[i];
-    if (!d.value_range) continue;
-    const std::string lo = d.value_range->first.to_cpp(), hi = d.value_range->second.to_cpp();
-    os << "  if (launch.backend != pallas::Backend::kCuda)\n"
-       << "    for (int64_t i = 0; i < " << d.name << ".shape(0); ++i) {\n"
-       << "      const int64_t v = " << d.name << ".data()[i * " << d.name << ".stride(0)];\n"
-       << "      if (v < " << lo << " || v >= " << hi << ")\n"
-       << "        return pallas::Status::Error(pallas::StatusCode::kInvalidArgument,\n"
-       << "            std::string(kKernel) + \": operand '" << d.name
-       << "' element \" + std::to_string(i) + \" is \" + std::to_string(v) + \", outside [\" +\n"
-       << "            std::to_string(" << lo << ") + \", \" + std::to_string(" << hi
-       << ") + \")\");\n"
-       << "    }\n";
-  }
-  // Semaphores and workspaces: memory from the runtime for this launch.
+  // Semaphores, workspaces and the error record: memory from the runtime for this launch.
   std::vector<int> pooled;
-  for (size_t i = 0; i < ops.size(); ++i)
-    if (ops[i].role == Role::kSemaphores || ops[i].role == Role::kWorkspace)
+  int errors_slot = -1;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].role == Role::kErrors) errors_slot = static_cast<int>(pooled.size());
+    if (ops[i].role == Role::kSemaphores || ops[i].role == Role::kWorkspace ||
+        ops[i].role == Role::kErrors)
       pooled.push_back(static_cast<int>(i));
+  }
   if (!pooled.empty()) {
     os << "  pallas::detail::LaunchResources resources;\n";
     for (int i : pooled) {
@@ -261,7 +269,11 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     os << "  const pallas::detail::ResourceRequest requests[] = {";
     for (int i : pooled)
       os << "{static_cast<uint64_t>(count_" << ops[i].name << ") * sizeof(" << cppType(ops[i].dtype)
-         << "), " << (ops[i].role == Role::kSemaphores ? "true" : "false") << "}, ";
+         << "), pallas::detail::ResourceKind::"
+         << (ops[i].role == Role::kSemaphores ? "kSemaphores"
+             : ops[i].role == Role::kErrors   ? "kErrors"
+                                              : "kWorkspace")
+         << "}, ";
     os << "};\n";
     os << "  if (pallas::Status s = pallas::detail::acquire_resources(" << name
        << "_image, launch, requests, resources); !s.ok())\n    return s;\n";
@@ -277,7 +289,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
       args += "&" + var + ", ";
       continue;
     }
-    if (d.role == Role::kSemaphores || d.role == Role::kWorkspace) {
+    if (d.role == Role::kSemaphores || d.role == Role::kWorkspace || d.role == Role::kErrors) {
       size_t slot = std::find(pooled.begin(), pooled.end(), static_cast<int>(i)) - pooled.begin();
       os << "  auto " << var << " = descriptor(pallas::TensorView<" << cppType(d.dtype)
          << ", 1>(static_cast<" << cppType(d.dtype) << "*>(resources.data(" << slot << ")), {count_"
@@ -297,7 +309,15 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   os << "  const std::array<int64_t, 3> grid = {";
   for (size_t a = 0; a < 3; ++a) os << (a ? ", " : "") << launchedExtent(spec, a);
   os << "};\n";
-  os << "  return pallas::detail::launch_kernel(" << name << "_image, args, grid, launch);\n}\n\n";
+  if (errors_slot < 0) {
+    os << "  return pallas::detail::launch_kernel(" << name
+       << "_image, args, grid, launch);\n}\n\n";
+  } else {  // failed checks become the status (see pallas::detail::report_checks)
+    os << "  if (pallas::Status s = pallas::detail::launch_kernel(" << name
+       << "_image, args, grid, launch); !s.ok())\n    return s;\n"
+       << "  return pallas::detail::report_checks(" << name << "_image, launch, resources.data("
+       << errors_slot << "));\n}\n\n";
+  }
 
   // argv form and metadata.
   os << "pallas::Status " << name << "_argv(void* const* args, const pallas::Launch& launch) {\n"

@@ -158,6 +158,19 @@ LogicalResult IotaOp::verify() {
   return success();
 }
 
+// The error record holds the failure count, the check number and 3 values of
+// two halves each: 8 int32.
+LogicalResult CheckOp::verify() {
+  if (getCheck() < 0) return emitOpError() << "check number " << getCheck() << " is negative";
+  if (getValues().size() > 6)
+    return emitOpError() << "has " << getValues().size()
+                         << " value halves; a check records at most 3 values (6 halves)";
+  auto type = cast<MemRefType>(getErrors().getType());
+  if (!type.isDynamicDim(0) && type.getDimSize(0) < 8)
+    return emitOpError() << "error record has " << type.getDimSize(0) << " int32; it needs 8";
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "pallas/Dialect/PallasOps.cpp.inc"
 

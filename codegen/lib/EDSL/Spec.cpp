@@ -146,7 +146,7 @@ Operand KernelSpec::add_operand(const std::string& name, Role role, DType dtype,
     fail("operand '" + name + "' has dtype " + std::string(edsl::name(dtype)) +
          "; operands are f32, f16, bf16 or i32");
   for (size_t d = 0; d < shape.size(); ++d)
-    if (role != Role::kSemaphores && role != Role::kWorkspace &&
+    if (role != Role::kSemaphores && role != Role::kWorkspace && role != Role::kErrors &&
         shape[d].kind() != DimExpr::Kind::kDim && shape[d].kind() != DimExpr::Kind::kConst)
       fail("operand '" + name + "' dim " + std::to_string(d) +
            " must be a dim declared with spec.dim() or a constant, not '" + shape[d].to_string() +
@@ -171,11 +171,18 @@ Scalar KernelSpec::scalar(const std::string& name, DType dtype) {
   return Scalar(add_operand(name, Role::kScalar, dtype, {}).index);
 }
 
-void KernelSpec::values_in(Operand operand, DimExpr lo, DimExpr hi) {
-  const OperandDecl& d = decl(operand, "values_in");
-  if (d.role != Role::kInput || d.dtype != DType::i32 || d.shape.size() != 1)
-    fail("values_in('" + d.name + "') needs a 1-D i32 input");
-  operands_[operand.index].value_range = std::make_pair(std::move(lo), std::move(hi));
+Check KernelSpec::check(const std::string& message) {
+  // "{k}" must name one of the 3 values a check records.
+  for (size_t at = message.find('{'); at != std::string::npos; at = message.find('{', at + 1)) {
+    const bool placeholder = at + 2 < message.size() && message[at + 2] == '}';
+    if (!placeholder || message[at + 1] < '0' || message[at + 1] > '2')
+      fail("check(\"" + message + "\"): '{' at " + std::to_string(at) +
+           " does not start {0}, {1} or {2}");
+  }
+  if (errors_operand_ < 0)
+    errors_operand_ = add_operand("errors", Role::kErrors, DType::i32, {DimExpr(int64_t{8})}).index;
+  checks_.push_back(message);
+  return Check(errors_operand_, static_cast<int>(checks_.size()) - 1);
 }
 
 Semaphores KernelSpec::semaphores(const std::string& name, DimExpr count, SemaphoreScope scope) {
@@ -260,7 +267,7 @@ void KernelSpec::grid(std::vector<DimExpr> axes) {
 void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map) {
   const OperandDecl& d = decl(operand, "block");
   if (d.role == Role::kScalar || d.role == Role::kSemaphores || d.role == Role::kWorkspace ||
-      d.role == Role::kScratch)
+      d.role == Role::kScratch || d.role == Role::kErrors)
     fail("operand '" + d.name + "' cannot have a block spec");
   if (d.has_block) fail("operand '" + d.name + "' has two block specs");
   if (block_shape.size() != d.shape.size())

@@ -643,6 +643,41 @@ Value Semaphores::read(const Idx& index) const {
                                                     trace().args.at(operand_), slot));
 }
 
+void Check::fail_if(const Value& failed, const std::vector<Value>& values) const {
+  const std::string& message = trace().spec->check_messages().at(static_cast<size_t>(check_));
+  mlir::Value f = unwrap(failed);
+  if (!f.getType().isInteger(1))
+    fail("check \"" + message + "\": fail_if needs a scalar i1 condition");
+  if (values.size() > 3)
+    fail("check \"" + message + "\": fail_if records at most 3 values, not " +
+         std::to_string(values.size()));
+  for (size_t k = values.size(); k < 3; ++k)
+    if (message.find("{" + std::to_string(k) + "}") != std::string::npos)
+      fail("check \"" + message + "\" names {" + std::to_string(k) + "} but fail_if records " +
+           std::to_string(values.size()) + " values");
+  // Each value as an i64 split into two i32 halves (low, high): the record is int32.
+  auto& bd = b();
+  mlir::Type i32 = bd.getI32Type(), i64 = bd.getI64Type();
+  llvm::SmallVector<mlir::Value> halves;
+  for (size_t k = 0; k < values.size(); ++k) {
+    mlir::Value v = unwrap(values[k]);
+    mlir::Value wide;
+    if (v.getType().isIndex())
+      wide = mlir::arith::IndexCastOp::create(bd, loc(), i64, v);
+    else if (v.getType().isInteger(32))
+      wide = mlir::arith::ExtSIOp::create(bd, loc(), i64, v);
+    else
+      fail("check \"" + message + "\": value " + std::to_string(k) +
+           " must be a scalar i32 or index");
+    mlir::Value shift = mlir::arith::ConstantIntOp::create(bd, loc(), i64, 32);
+    halves.push_back(mlir::arith::TruncIOp::create(bd, loc(), i32, wide));
+    halves.push_back(mlir::arith::TruncIOp::create(
+        bd, loc(), i32, mlir::arith::ShRUIOp::create(bd, loc(), wide, shift)));
+  }
+  mlir::pallas::CheckOp::create(bd, loc(), trace().args.at(static_cast<size_t>(operand_)),
+                                static_cast<int32_t>(check_), f, halves);
+}
+
 //===----------------------------------------------------------------------===//
 // Refs and index maps
 //===----------------------------------------------------------------------===//
@@ -831,7 +866,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
                 "' is not the dim of any operand, so no run-time value binds it");
   std::vector<std::string> ref_names;
   for (const auto& d : ops) {
-    if (d.role == Role::kScalar || d.role == Role::kSemaphores) continue;
+    if (d.role == Role::kScalar || d.role == Role::kSemaphores || d.role == Role::kErrors) continue;
     if (!d.has_block) spec.fail("operand '" + d.name + "' has no block spec (spec.block)");
     ref_names.push_back(d.name);
     int64_t elements = 1;
@@ -914,7 +949,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   std::vector<Ref> refs;
   for (size_t i = 0; i < ops.size(); ++i) {
     const OperandDecl& d = ops[i];
-    if (d.role == Role::kScalar || d.role == Role::kSemaphores) continue;
+    if (d.role == Role::kScalar || d.role == Role::kSemaphores || d.role == Role::kErrors) continue;
     Indices idx = d.index_map(pids);
     if (idx.size() != d.shape.size())
       spec.fail("index map of operand '" + d.name + "' returns " + std::to_string(idx.size()) +

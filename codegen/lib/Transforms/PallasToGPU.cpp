@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "BlockIndexing.h"
+#include "ErrorRecord.h"
 #include "pallas/Transforms/Passes.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -880,6 +881,22 @@ class GpuLowering {
     if (auto read = dyn_cast<SemaphoreReadOp>(op)) {  // an atomic add of 0 reads with acquire
       Value zero = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 0);
       map_.map(read.getValue(), semaphoreAdd(b, loc, read.getSemaphores(), read.getIndex(), zero));
+      return success();
+    }
+    if (auto check = dyn_cast<CheckOp>(op)) {  // once per failing program, by thread 0
+      Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid_,
+                                          arith::ConstantIndexOp::create(b, loc, 0));
+      Value record = arith::AndIOp::create(b, loc, first, map_.lookup(check.getFailed()));
+      scf::IfOp::create(b, loc, record, [&](OpBuilder& tb, Location l) {
+        Value errors = map_.lookup(check.getErrors());
+        Value one = arith::ConstantIntOp::create(tb, l, tb.getI32Type(), 1);
+        Value old =
+            memref::AtomicRMWOp::create(tb, l, arith::AtomicRMWKind::addi, one, errors,
+                                        ValueRange{arith::ConstantIndexOp::create(tb, l, 0)});
+        writeFirstFailure(tb, l, errors, old, static_cast<int32_t>(check.getCheck()),
+                          mapped(check.getValues()));
+        scf::YieldOp::create(tb, l);
+      });
       return success();
     }
     if (auto scalar = dyn_cast<LoadScalarOp>(op)) {  // every thread loads the same element

@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "BlockIndexing.h"
+#include "ErrorRecord.h"
 #include "pallas/Transforms/Passes.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -184,6 +185,19 @@ class HostLowering {
       map_.map(read.getValue(), memref::LoadOp::create(b, loc, map_.lookup(read.getSemaphores()),
                                                        map_.lookup(read.getIndex()))
                                     .getResult());
+      return success();
+    }
+    if (auto check = dyn_cast<CheckOp>(op)) {  // programs run one after another
+      auto failed = scf::IfOp::create(b, loc, map_.lookup(check.getFailed()), false);
+      OpBuilder fb(failed.thenBlock()->getTerminator());
+      Value errors = map_.lookup(check.getErrors());
+      Value c0 = arith::ConstantIndexOp::create(fb, loc, 0);
+      Value old = memref::LoadOp::create(fb, loc, errors, ValueRange{c0});
+      Value one = arith::ConstantIntOp::create(fb, loc, fb.getI32Type(), 1);
+      memref::StoreOp::create(fb, loc, arith::AddIOp::create(fb, loc, old, one), errors,
+                              ValueRange{c0});
+      writeFirstFailure(fb, loc, errors, old, static_cast<int32_t>(check.getCheck()),
+                        mapped(check.getValues()));
       return success();
     }
     if (auto scalar = dyn_cast<LoadScalarOp>(op)) {

@@ -86,9 +86,16 @@ class LaunchResources {
   Stream stream_ = nullptr;
 };
 
+enum class ResourceKind {
+  kWorkspace,   // uninitialised
+  kSemaphores,  // zero, and must be left at zero by the kernel
+  kErrors,      // the error record of spec.check (8 int32), zero when no check has failed;
+                // CUDA: one per kernel and device, read by take_device_errors
+};
+
 struct ResourceRequest {
   uint64_t bytes;
-  bool semaphores;  // zero, and must be left at zero by the kernel
+  ResourceKind kind;
 };
 
 // Fills `out` with one region per request for a launch of `image` on `launch.backend`.
@@ -97,6 +104,16 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
 
 Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
                      const Launch& launch);
+
+// After a launch of a kernel with run-time checks: the status its error record `errors` says.
+// Host and emulator: the launch has run, so the record is read (and left as is: it is this
+// launch's memory). CUDA: Ok unless launch.check_device_errors, which synchronizes the stream
+// and reports (and clears) what take_device_errors would.
+Status report_checks(const KernelImage& image, const Launch& launch, const void* errors);
+
+// CUDA: the error record of `image` on `device` (device memory, zeroed when first made; kept
+// for the process), where its launches record failed checks.
+Status device_error_record(const KernelImage& image, int device, void*& record);
 
 // Checks one tensor operand of an entry point. In order:
 //   a negative extent                    -> kInvalidArgument

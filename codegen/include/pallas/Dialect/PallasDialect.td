@@ -166,6 +166,28 @@ def Pallas_SemaphoreWaitOp : Pallas_Op<"semaphore_wait"> {
   let assemblyFormat = "$semaphores `[` $index `]` `,` $value attr-dict `:` type($semaphores)";
 }
 
+def Pallas_CheckOp : Pallas_Op<"check"> {
+  let summary = "record a failed run-time check of the kernel (Pallas' checkify.check)";
+  let description = [{
+    Where `failed` (a scalar, the same in every thread of the program) is
+    true, the program records check number `check` and up to three 64-bit
+    `values`, each as two i32 halves (low, high), in the kernel's error
+    record: int32 `errors[0]` counts the programs that failed a check; the
+    first one to fail writes `errors[1] = check + 1` and `values` from
+    `errors[2]`. The runtime turns the record into the launch's status
+    (host, emulator) or reports it later (CUDA: take_device_errors).
+
+    ```mlir
+    pallas.check %errors[0] if %bad, %lo, %hi : memref<8xi32>
+    ```
+  }];
+  let arguments = (ins MemRefRankOf<[I32], [1]>:$errors, I32Attr:$check, I1:$failed,
+                   Variadic<I32>:$values);
+  let assemblyFormat =
+      "$errors `[` $check `]` `if` $failed (`,` $values^)? attr-dict `:` type($errors)";
+  let hasVerifier = 1;
+}
+
 def Pallas_ScratchOp : Pallas_Op<"scratch"> {
   let summary = "the program's scratch buffer (shared memory on the GPU)";
   let description = [{

@@ -339,6 +339,28 @@ class Semaphores {
   SemaphoreScope scope_ = SemaphoreScope::kGlobal;
 };
 
+/// A run-time check of values only the kernel can read (device memory), like
+/// Pallas' checkify.check. Declared with spec.check(message); in the body,
+/// fail_if(failed, values) records a failure of the program where the scalar
+/// `failed` is true. The launch then reports kInvalidArgument with the
+/// message, "{0}", "{1}" and "{2}" replaced by `values` (scalar integers):
+/// as its status on the host and emulator backends; on the CUDA backend
+/// through pallas::take_device_errors, or at once with
+/// Launch::check_device_errors. The first failing program's values are
+/// reported; the count of failing programs is kept.
+class Check {
+ public:
+  Check() = default;
+  Check(int errors_operand, int check) : operand_(errors_operand), check_(check) {}
+  /// `failed` must be the same in every thread of the program (computed from
+  /// scalars, program ids, load_scalar, semaphores), like when().
+  void fail_if(const Value& failed, const std::vector<Value>& values = {}) const;
+
+ private:
+  int operand_ = -1;
+  int check_ = -1;
+};
+
 /// A handle to a declared operand.
 struct Operand {
   int index = -1;
@@ -389,7 +411,7 @@ using IndexMap = std::function<Indices(const ProgramIds&)>;
 // The spec
 //===----------------------------------------------------------------------===//
 
-enum class Role { kInput, kOutput, kScalar, kSemaphores, kWorkspace, kScratch };
+enum class Role { kInput, kOutput, kScalar, kSemaphores, kWorkspace, kScratch, kErrors };
 
 /// How the programs along a grid axis run (Pallas' dimension_semantics).
 /// Parallel programs may run in any order, concurrently; the programs along
@@ -411,8 +433,6 @@ struct OperandDecl {
   int aliased_to = -1;              // for an input: the output operand it aliases
   int aliased_from = -1;            // for an output: the input operand aliased to it
   std::optional<double> min_value;  // for a scalar: the entry point rejects smaller values
-  /// For a 1-D i32 input: its values must lie in [first, second).
-  std::optional<std::pair<DimExpr, DimExpr>> value_range;
   SemaphoreScope semaphore_scope = SemaphoreScope::kGlobal;  // for semaphores
   std::vector<int64_t> scratch_shape;                        // for scratch
 };
@@ -433,11 +453,12 @@ class KernelSpec {
   Scalar scalar(const std::string& name, DType dtype);
   /// A scalar the entry point checks to be at least `min` (and not NaN).
   Scalar scalar(const std::string& name, DType dtype, double min);
-  /// The values of the 1-D i32 input `operand` must lie in [lo, hi) (e.g.
-  /// labels into a vocabulary). The entry point checks them when they are in
-  /// host memory (host and emulator backends); on the CUDA backend it cannot
-  /// read them without synchronizing, so the kernel must handle them.
-  void values_in(Operand operand, DimExpr lo, DimExpr hi);
+  /// A run-time check the body tests with Check::fail_if. `message` names
+  /// what is wrong, with "{0}".."{2}" standing for the values fail_if
+  /// records: "operand 'labels' element {0} is {1}, outside [0, {2})". The
+  /// first check adds the kernel's error record (an operand with role
+  /// kErrors, from the runtime; not a body Ref).
+  Check check(const std::string& message);
   /// `count` int32 semaphores (an expression of dims, e.g. 1 or the grid
   /// size), shared by the whole launch or, with kProgram scope, `count` for
   /// each program.
@@ -481,6 +502,8 @@ class KernelSpec {
     return axis < semantics_.size() ? semantics_[axis] : Semantics::kParallel;
   }
   int threads() const { return threads_; }
+  /// The messages of spec.check(), in declaration order.
+  const std::vector<std::string>& check_messages() const { return checks_; }
   const std::function<void(std::span<const Ref>)>& body_fn() const { return body_; }
   size_t body_arity() const { return body_arity_; }
   bool has_body() const { return static_cast<bool>(body_); }
@@ -516,6 +539,8 @@ class KernelSpec {
   std::vector<DimExpr> grid_;
   std::vector<Semantics> semantics_;
   int threads_ = 128;
+  std::vector<std::string> checks_;
+  int errors_operand_ = -1;
   std::function<void(std::span<const Ref>)> body_;
   size_t body_arity_ = 0;
   std::function<void(KernelSpec&)> on_body_;

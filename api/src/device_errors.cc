@@ -1,0 +1,155 @@
+// Run-time checks of device data (spec.check / pallas.check): turning a kernel's error record
+// into a Status, and the per-device records of the CUDA backend.
+//
+// The record is 8 int32 (codegen/lib/Transforms/ErrorRecord.h):
+//   [0] programs that failed a check, [1] check + 1 of the first, [2..7] its 3 values as
+//   (low, high) halves. {2, 1, 5, 0, -3, -1, 1000, 0} with check 0 "operand 'labels' element
+//   {0} is {1}, outside [0, {2})" reads "operand 'labels' element 5 is -3, outside [0, 1000)
+//   (2 programs failed a check; the first is reported)".
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pallas/detail/kernel_image.h"
+
+namespace pallas::detail {
+namespace {
+
+constexpr int kRecordInts = 8;
+
+const char* kernel_name(const KernelImage& image) {
+  return image.metadata && image.metadata->name ? image.metadata->name : image.symbol;
+}
+
+// Ok when no check failed, else the message of the first failure.
+Status status_of(const KernelImage& image, const int32_t (&record)[kRecordInts]) {
+  if (record[0] == 0) return Status::Ok();
+  const std::string kernel = kernel_name(image);
+  const int check = record[1] - 1;
+  const auto& checks = image.metadata ? image.metadata->checks : std::span<const char* const>{};
+  if (check < 0 || static_cast<size_t>(check) >= checks.size() || checks[check] == nullptr)
+    return Status::Error(StatusCode::kInvalidArgument,
+                         kernel + ": its error record names check " + std::to_string(check) +
+                             ", which the kernel does not declare (a corrupted record)");
+  int64_t values[3];
+  for (int k = 0; k < 3; ++k)
+    values[k] = static_cast<int64_t>(static_cast<uint32_t>(record[2 + 2 * k])) |
+                (static_cast<int64_t>(record[3 + 2 * k]) << 32);
+  std::string message = kernel + ": ";
+  for (const char* c = checks[check]; *c != '\0'; ++c) {
+    if (c[0] == '{' && c[1] >= '0' && c[1] <= '2' && c[2] == '}') {
+      message += std::to_string(values[c[1] - '0']);
+      c += 2;
+      continue;
+    }
+    message += *c;
+  }
+  if (record[0] > 1)
+    message +=
+        " (" + std::to_string(record[0]) + " programs failed a check; the first is reported)";
+  return Status::Error(StatusCode::kInvalidArgument, std::move(message));
+}
+
+std::string cuda_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+struct DeviceRecord {
+  const KernelImage* image;
+  int device;
+  void* data;  // 8 int32 of device memory
+};
+
+std::mutex records_mutex;
+std::vector<DeviceRecord>& records() {
+  static auto* all = new std::vector<DeviceRecord>();  // kept for the process
+  return *all;
+}
+
+// Reads and clears the records of `device` (the stream is synchronized); the first failure.
+Status take_records(int device) {
+  std::lock_guard<std::mutex> lock(records_mutex);
+  Status first = Status::Ok();
+  for (const DeviceRecord& r : records()) {
+    if (r.device != device) continue;
+    int32_t record[kRecordInts];
+    if (cudaError_t e = cudaMemcpy(record, r.data, sizeof record, cudaMemcpyDeviceToHost);
+        e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return Status::Error(StatusCode::kCudaError,
+                           std::string(kernel_name(*r.image)) +
+                               ": reading its error record failed: " + cuda_text(e));
+    }
+    if (record[0] == 0) continue;
+    if (cudaError_t e = cudaMemset(r.data, 0, sizeof record); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return Status::Error(StatusCode::kCudaError,
+                           std::string(kernel_name(*r.image)) +
+                               ": clearing its error record failed: " + cuda_text(e));
+    }
+    if (first.ok()) first = status_of(*r.image, record);
+  }
+  return first;
+}
+
+}  // namespace
+
+Status device_error_record(const KernelImage& image, int device, void*& record) {
+  std::lock_guard<std::mutex> lock(records_mutex);
+  for (const DeviceRecord& r : records())
+    if (r.image == &image && r.device == device) {
+      record = r.data;
+      return Status::Ok();
+    }
+  void* data = nullptr;
+  cudaError_t e = cudaMalloc(&data, kRecordInts * sizeof(int32_t));
+  if (e == cudaSuccess) e = cudaMemset(data, 0, kRecordInts * sizeof(int32_t));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::Error(
+        StatusCode::kCudaError,
+        std::string(kernel_name(image)) + ": allocating its error record failed: " + cuda_text(e));
+  }
+  records().push_back({&image, device, data});
+  record = data;
+  return Status::Ok();
+}
+
+Status report_checks(const KernelImage& image, const Launch& launch, const void* errors) {
+  if (launch.backend != Backend::kCuda) {
+    if (errors == nullptr) return Status::Ok();  // nothing ran (an empty grid)
+    int32_t record[kRecordInts];
+    std::memcpy(record, errors, sizeof record);
+    return status_of(image, record);
+  }
+  if (!launch.check_device_errors) return Status::Ok();
+  return take_device_errors(launch.stream);
+}
+
+}  // namespace pallas::detail
+
+namespace pallas {
+
+Status take_device_errors(Stream stream) {
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::Error(StatusCode::kNoDevice,
+                         "take_device_errors: no usable CUDA device: " + detail::cuda_text(e));
+  }
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::Error(
+        StatusCode::kCudaError,
+        "take_device_errors: cudaStreamSynchronize failed: " + detail::cuda_text(e));
+  }
+  return detail::take_records(device);
+}
+
+}  // namespace pallas
