@@ -1,6 +1,8 @@
 // rms_norm and layer_norm over the last axis of a [rows, cols] array, each
 // optionally fused with a residual add: y = norm(x + r), also writing h = x + r.
-// Statistics accumulate in f32; half-precision inputs are read as f32.
+// Statistics accumulate in f32; half-precision inputs are read as f32. Rows
+// are done whole by one program, or split across programs when they are few
+// and long (rows.h: split_rows).
 
 #include "rows.h"
 
@@ -9,14 +11,17 @@ using namespace pallas::edsl::rows;
 
 namespace {
 
-/// Declares the operands shared by the four norm kernels and returns them:
-/// x (and r), the weight (and bias), eps, y (and h).
+/// The operands shared by the four norm kernels: x (and r), the weight (and
+/// bias), eps, y (and h), and the semaphores of split rows.
 struct NormOperands {
   Operand x, r, w, b, y, h;
   Scalar eps;
+  SplitRows sem;
 };
 
-NormOperands declare(KernelSpec& spec, DType T, bool residual, bool bias) {
+/// `partials` f32 workspaces hold each segment's statistics when rows are split.
+NormOperands declare(KernelSpec& spec, DType T, bool residual, bool bias,
+                     std::vector<std::string> partials) {
   DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
   NormOperands o;
   o.x = spec.input("x", T, {rows, cols});
@@ -26,113 +31,213 @@ NormOperands declare(KernelSpec& spec, DType T, bool residual, bool bias) {
   o.eps = spec.scalar("eps", f32, /*min=*/0.0);
   o.y = spec.output("y", T, {rows, cols});
   if (residual) o.h = spec.output("h", T, {rows, cols});
-  spec.grid({rows});
+  DimExpr split = programs_per_row(rows, cols), items = items_per_row(rows, cols);
+  for (const std::string& name : partials)  // empty unless rows are split
+    spec.workspace(name, f32, rows * (items - split));
+  o.sem = declare_split_rows(spec, rows * min(items - split, 1));
+  spec.grid({rows, items});
   for (Operand op : {o.x, o.r, o.y, o.h})
-    if (op.index >= 0) spec.block(op, {squeezed, full}, row_i);
+    if (op.index >= 0) spec.block(op, {full, full}, all_rows);
   for (Operand op : {o.w, o.b})
     if (op.index >= 0) spec.block(op, {full}, whole);
   return o;
 }
 
-/// Chunk c of the normalized input: x, or h = x + r rounded to T and stored
-/// (the first pass stores h; later passes read it back).
-Value input_chunk(const Ref& x, const Ref* r, const Ref* h, const Value& c, DType T, bool first) {
-  if (!r) return chunk_f32(x, c);
-  if (!first) return chunk_f32(*h, c);
-  Value sum = (x.load_at({c * kChunk}, {kChunk}).cast(f32) + chunk_f32(*r, c)).cast(T);
-  h->store_at(sum, {c * kChunk});
-  return sum.cast(f32);
+/// Row r of the normalized input and where it goes: x (or x and the residual
+/// r with h = x + r), y, and the weight (and bias).
+struct NormRow {
+  Row x;
+  std::optional<Row> res, h;
+  Row y;
+  Ref w;
+  std::optional<Ref> b;
+  DType T;
+
+  /// Chunk c of the normalized input: x, or h = x + r rounded to T; the first
+  /// read of a chunk stores h, later reads load it back.
+  Value input(const Value& c, bool first) const {
+    if (!res) return x.chunk_f32(c);
+    if (!first) return h->chunk_f32(c);
+    Value sum = (x.chunk_f32(c) + res->chunk_f32(c)).cast(T);
+    h->store_chunk(sum, c);
+    return sum.cast(f32);
+  }
+  /// y chunk c = (v - shift) * scale * w (+ b).
+  void store(const Value& c, const Value& v, const Value& shift, const Value& scale) const {
+    Value out = (v - shift) * scale * chunk_f32(w, c);
+    if (b) out = out + chunk_f32(*b, c);
+    y.store_chunk(out.cast(T), c);
+  }
+};
+
+/// Elements of chunks [seg.first, seg.end) inside a row of `cols`, as f32.
+Value elements_in(const Segment& seg, const Value& cols) {
+  Value end = minimum(seg.end * kChunk, cols), first = minimum(seg.first * kChunk, cols);
+  return (end - first).cast(f32);
 }
 
-/// y = x * rsqrt(mean(x^2) + eps) * w
-void rms_body(Ref x, const Ref* r, Ref w, Ref y, const Ref* h, Scalar eps, DType T) {
-  Value cols = x.extent(0);
+// ---- rms_norm: y = x * rsqrt(mean(x^2) + eps) * w ----
+
+void rms_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
   auto scale_of = [&](const Value& squares) {
     return rsqrt(squares / cols.cast(f32) + Value(eps));
   };
+  Value zero = constant(0.0, f32);
   by_row_length(
       cols,
       [&] {
-        Value v = input_chunk(x, r, h, index(0), T, /*first=*/true);
-        y.store_at((v * scale_of(sum(v * v)) * chunk_f32(w, index(0))).cast(T), {0});
+        Value v = n.input(index(0), /*first=*/true);
+        n.store(index(0), v, zero, scale_of(sum(v * v)));
       },
       [&] {
         Value squares = fold_chunks(cols, 0.0, [&](Value c, Value acc) {
-          Value v = input_chunk(x, r, h, c, T, /*first=*/true);
+          Value v = n.input(c, /*first=*/true);
           return acc + sum(v * v);
         });
         Value scale = scale_of(squares);
-        for_chunks(cols, [&](Value c) {
-          Value v = input_chunk(x, r, h, c, T, /*first=*/false);
-          y.store_at((v * scale * chunk_f32(w, c)).cast(T), {c * kChunk});
+        for_chunks(cols, [&](Value c) { n.store(c, n.input(c, /*first=*/false), zero, scale); });
+      });
+}
+
+void rms_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref y, const Ref* h, Ref squares,
+              DType T) {
+  Value cols = x.extent(1);
+  auto row = [&](Value i) {
+    NormRow n{Row{x, i}, {}, {}, Row{y, i}, w, {}, T};
+    if (r) n.res = Row{*r, i}, n.h = Row{*h, i};
+    return n;
+  };
+  split_rows(
+      o.sem, cols, [&](Value i) { rms_whole_row(row(i), cols, o.eps); },
+      [&](Value i, Segment seg, Value slot) {
+        NormRow n = row(i);
+        Value part = fold_segment(seg, {0.0}, [&](Value c, std::vector<Value> acc) {
+          Value v = n.input(c, /*first=*/true);
+          return std::vector<Value>{acc[0] + sum(v * v)};
+        })[0];
+        squares.store_at(part, {slot});
+      },
+      [&](Value i, Segment seg, Value base, Value parts) {
+        Value total = fold_slots(base, parts, {0.0}, [&](Value slot, std::vector<Value> acc) {
+          return std::vector<Value>{acc[0] + squares.load_scalar({slot})};
+        })[0];
+        Value scale = rsqrt(total / cols.cast(f32) + Value(o.eps));
+        NormRow n = row(i);
+        for_segment(seg, [&](Value c) {
+          n.store(c, n.input(c, /*first=*/false), constant(0.0, f32), scale);
         });
       });
 }
 
-/// y = (x - mean) * rsqrt(var + eps) * w + b, with the variance computed
-/// around the mean (a second pass) for accuracy.
-void layer_body_chunks(Ref x, const Ref* r, Ref w, Ref b, Ref y, const Ref* h, Scalar eps, DType T,
-                       const Value& cols, const Value& n);
+// ---- layer_norm: y = (x - mean) * rsqrt(var + eps) * w + b ----
 
-void layer_body(Ref x, const Ref* r, Ref w, Ref b, Ref y, const Ref* h, Scalar eps, DType T) {
-  Value cols = x.extent(0);
-  Value n = cols.cast(f32);
+/// A whole row: the variance around the mean (a second pass) for accuracy.
+void layer_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
+  Value count = cols.cast(f32);
   when(cols <= index(kChunk), [&] {  // one read, kept in registers
-    Value v = input_chunk(x, r, h, index(0), T, /*first=*/true);
-    Value mean = sum(v) / n;
+    Value v = n.input(index(0), /*first=*/true);
+    Value mean = sum(v) / count;
     Value d = select(in_row(index(0), cols), v - mean, 0.0);
-    Value scale = rsqrt(sum(d * d) / n + Value(eps));
-    y.store_at((d * scale * chunk_f32(w, index(0)) + chunk_f32(b, index(0))).cast(T), {0});
+    n.store(index(0), v, mean, rsqrt(sum(d * d) / count + Value(eps)));
   });
-  when(cols > index(kChunk), [&] { layer_body_chunks(x, r, w, b, y, h, eps, T, cols, n); });
+  when(cols > index(kChunk), [&] {
+    Value mean =
+        fold_chunks(cols, 0.0,
+                    [&](Value c, Value acc) { return acc + sum(n.input(c, /*first=*/true)); }) /
+        count;
+    Value var = fold_chunks(cols, 0.0,
+                            [&](Value c, Value acc) {
+                              Value d = select(in_row(c, cols), n.input(c, false) - mean, 0.0);
+                              return acc + sum(d * d);
+                            }) /
+                count;
+    Value scale = rsqrt(var + Value(eps));
+    for_chunks(cols, [&](Value c) { n.store(c, n.input(c, /*first=*/false), mean, scale); });
+  });
 }
 
-void layer_body_chunks(Ref x, const Ref* r, Ref w, Ref b, Ref y, const Ref* h, Scalar eps, DType T,
-                       const Value& cols, const Value& n) {
-  Value mean = fold_chunks(cols, 0.0,
-                           [&](Value c, Value acc) {
-                             return acc + sum(input_chunk(x, r, h, c, T, /*first=*/true));
-                           }) /
-               n;
-  Value var = fold_chunks(cols, 0.0,
-                          [&](Value c, Value acc) {
-                            Value d = select(in_row(c, cols),
-                                             input_chunk(x, r, h, c, T, false) - mean, 0.0);
-                            return acc + sum(d * d);
-                          }) /
-              n;
-  Value scale = rsqrt(var + Value(eps));
-  for_chunks(cols, [&](Value c) {
-    Value v = input_chunk(x, r, h, c, T, /*first=*/false);
-    y.store_at(((v - mean) * scale * chunk_f32(w, c) + chunk_f32(b, c)).cast(T), {c * kChunk});
-  });
+/// Chan et al.'s pairwise update: the (count, mean, M2) of two disjoint parts
+/// combined, M2 being the sum of squared deviations from the mean. Exact in
+/// exact arithmetic, and stable: no large sums of squares are subtracted.
+/// Worked example: {1, 2} is (2, 1.5, 0.5) and {4} is (1, 4, 0); combined
+/// delta = 2.5, (3, 1.5 + 2.5/3, 0.5 + 2.5^2 * 2/3) = (3, 2.333, 4.667).
+std::vector<Value> chan_combine(const std::vector<Value>& a, const Value& nb, const Value& mb,
+                                const Value& m2b) {
+  Value n = a[0] + nb;
+  Value frac = select(n > constant(0.0, f32), nb / n, 0.0);  // 0 when both are empty
+  Value delta = mb - a[1];
+  return {n, a[1] + delta * frac, a[2] + m2b + delta * delta * a[0] * frac};
+}
+
+void layer_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref b, Ref y, const Ref* h,
+                Ref pcount, Ref pmean, Ref pm2, DType T) {
+  Value cols = x.extent(1);
+  auto row = [&](Value i) {
+    NormRow n{Row{x, i}, {}, {}, Row{y, i}, w, b, T};
+    if (r) n.res = Row{*r, i}, n.h = Row{*h, i};
+    return n;
+  };
+  split_rows(
+      o.sem, cols, [&](Value i) { layer_whole_row(row(i), cols, o.eps); },
+      [&](Value i, Segment seg, Value slot) {  // one read: each chunk's own two-pass stats
+        NormRow n = row(i);
+        std::vector<Value> stats =
+            fold_segment(seg, {0.0, 0.0, 0.0}, [&](Value c, std::vector<Value> acc) {
+              Value v = n.input(c, /*first=*/true);
+              Value count = elements_in(Segment{c, c + 1}, cols);
+              Value mean = sum(v) / count;
+              Value d = select(in_row(c, cols), v - mean, 0.0);
+              return chan_combine(acc, count, mean, sum(d * d));
+            });
+        pcount.store_at(stats[0], {slot});
+        pmean.store_at(stats[1], {slot});
+        pm2.store_at(stats[2], {slot});
+      },
+      [&](Value i, Segment seg, Value base, Value parts) {
+        std::vector<Value> stats =
+            fold_slots(base, parts, {0.0, 0.0, 0.0}, [&](Value slot, std::vector<Value> acc) {
+              return chan_combine(acc, pcount.load_scalar({slot}), pmean.load_scalar({slot}),
+                                  pm2.load_scalar({slot}));
+            });
+        Value scale = rsqrt(stats[2] / cols.cast(f32) + Value(o.eps));
+        NormRow n = row(i);
+        for_segment(seg,
+                    [&](Value c) { n.store(c, n.input(c, /*first=*/false), stats[1], scale); });
+      });
 }
 
 }  // namespace
 
 PALLAS_KERNEL(rms_norm) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  NormOperands o = declare(spec, T, /*residual=*/false, /*bias=*/false);
-  spec.body([o, T](Ref x, Ref w, Ref y) { rms_body(x, nullptr, w, y, nullptr, o.eps, T); });
+  NormOperands o = declare(spec, T, /*residual=*/false, /*bias=*/false, {"partial_squares"});
+  spec.body([o, T](Ref x, Ref w, Ref y, Ref squares) {
+    rms_body(o, x, nullptr, w, y, nullptr, squares, T);
+  });
 }
 
 PALLAS_KERNEL(rms_norm_residual) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  NormOperands o = declare(spec, T, /*residual=*/true, /*bias=*/false);
-  spec.body([o, T](Ref x, Ref r, Ref w, Ref y, Ref h) { rms_body(x, &r, w, y, &h, o.eps, T); });
+  NormOperands o = declare(spec, T, /*residual=*/true, /*bias=*/false, {"partial_squares"});
+  spec.body([o, T](Ref x, Ref r, Ref w, Ref y, Ref h, Ref squares) {
+    rms_body(o, x, &r, w, y, &h, squares, T);
+  });
 }
 
 PALLAS_KERNEL(layer_norm) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  NormOperands o = declare(spec, T, /*residual=*/false, /*bias=*/true);
-  spec.body(
-      [o, T](Ref x, Ref w, Ref b, Ref y) { layer_body(x, nullptr, w, b, y, nullptr, o.eps, T); });
+  NormOperands o = declare(spec, T, /*residual=*/false, /*bias=*/true,
+                           {"partial_count", "partial_mean", "partial_m2"});
+  spec.body([o, T](Ref x, Ref w, Ref b, Ref y, Ref pcount, Ref pmean, Ref pm2) {
+    layer_body(o, x, nullptr, w, b, y, nullptr, pcount, pmean, pm2, T);
+  });
 }
 
 PALLAS_KERNEL(layer_norm_residual) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  NormOperands o = declare(spec, T, /*residual=*/true, /*bias=*/true);
-  spec.body([o, T](Ref x, Ref r, Ref w, Ref b, Ref y, Ref h) {
-    layer_body(x, &r, w, b, y, &h, o.eps, T);
+  NormOperands o = declare(spec, T, /*residual=*/true, /*bias=*/true,
+                           {"partial_count", "partial_mean", "partial_m2"});
+  spec.body([o, T](Ref x, Ref r, Ref w, Ref b, Ref y, Ref h, Ref pcount, Ref pmean, Ref pm2) {
+    layer_body(o, x, &r, w, b, y, &h, pcount, pmean, pm2, T);
   });
 }

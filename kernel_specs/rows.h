@@ -30,6 +30,30 @@ inline Value chunk_f32(const Ref& row, const Value& c) {
   return row.load_at({c * kChunk}, {kChunk}).cast(f32);
 }
 
+/// Every program sees the whole [rows, cols] array and picks its row in the
+/// body (see Row).
+inline Indices all_rows(const ProgramIds&) { return at(0, 0); }
+
+/// Row `index` of a [rows, cols] operand whose block is {full, full} (all_rows).
+struct Row {
+  Ref array;
+  Value index;
+
+  Value length() const { return array.extent(1); }
+  /// Chunk c in the operand's dtype; elements past the row end read as 0.
+  Value chunk(const Value& c) const {
+    return reshape(array.load_at({index, c * kChunk}, {1, kChunk}), {kChunk});
+  }
+  Value chunk_f32(const Value& c) const { return chunk(c).cast(f32); }
+  /// Stores chunk c; elements past the row end are skipped.
+  void store_chunk(const Value& v, const Value& c) const {
+    array.store_at(reshape(v, {1, kChunk}), {index, c * kChunk});
+  }
+};
+
+/// Chunk `c` of a picked row, as f32.
+inline Value chunk_f32(const Row& row, const Value& c) { return row.chunk_f32(c); }
+
 /// i1 block: which elements of chunk `c` lie inside the row.
 inline Value in_row(const Value& c, const Value& cols) {
   return iota({kChunk}, 0) + (c * kChunk).cast(i32) < cols.cast(i32);
@@ -89,11 +113,15 @@ inline DimExpr programs_per_row(const DimExpr& rows, const DimExpr& cols) {
 struct Segment {
   Value first, end;
 };
-inline Segment segment_of_row(const Value& cols) {
+/// Segment `s` of `parts` of a row of `cols` elements.
+inline Segment segment(const Value& cols, const Value& s, const Value& parts) {
   Value chunks = num_chunks(cols);
-  Value per = (chunks + num_programs(1) - 1) / num_programs(1);
-  Value first = minimum(program_id(1) * per, chunks);
+  Value per = (chunks + parts - 1) / parts;
+  Value first = minimum(s * per, chunks);
   return {first, minimum(first + per, chunks)};
+}
+inline Segment segment_of_row(const Value& cols) {
+  return segment(cols, program_id(1), num_programs(1));
 }
 
 /// `for c in segment: acc = f(c, acc)` over f32 accumulators.
@@ -105,6 +133,15 @@ std::vector<Value> fold_segment(const Segment& seg, std::vector<double> inits, F
               [&](Value c, std::vector<Value> acc) { return f(c, acc); });
 }
 
+/// `for c in segment: f(c)`.
+template <class F>
+void for_segment(const Segment& seg, F f) {
+  fori(seg.first, seg.end, {}, [&](Value c, std::vector<Value>) {
+    f(c);
+    return std::vector<Value>{};
+  });
+}
+
 /// exp(x - m) where an m of -inf (nothing seen yet) counts as 0, so that
 /// exp(-inf - -inf) gives 0 rather than NaN.
 inline Value exp_minus(const Value& x, const Value& m) {
@@ -113,7 +150,9 @@ inline Value exp_minus(const Value& x, const Value& m) {
 
 /// One pass over a segment: {m, l} with m its maximum and l = sum(exp(x - m))
 /// (online: l is rescaled whenever m grows).
-inline std::vector<Value> segment_logsumexp(const Ref& x, const Value& cols, const Segment& seg) {
+/// `x` is a row Ref or a Row.
+template <class RowOf>
+std::vector<Value> segment_logsumexp(const RowOf& x, const Value& cols, const Segment& seg) {
   return fold_segment(seg, {kNegInf, 0.0}, [&](Value c, std::vector<Value> acc) {
     Value v = select(in_row(c, cols), chunk_f32(x, c), kNegInf);
     Value m = maximum(acc[0], max(v));
@@ -150,6 +189,93 @@ std::vector<Value> fold_partials(std::vector<double> inits, F f) {
 /// In the row's last program, after combining: the semaphore back to zero.
 inline void finish_row(const Semaphores& arrived) {
   arrived.add(program_id(0), -num_programs(1).cast(i32));
+}
+
+//===----------------------------------------------------------------------===//
+// Rows whose output needs whole-row statistics, split across programs
+//
+// softmax and the norms read a row for its statistics (max and sum of exp,
+// sum of squares, mean and variance), then write it from them. When there
+// are enough rows to fill the GPU, a program does a whole row (Q = 1 program
+// per row). When rows are few and long, a row is split into P segments
+// (programs_per_row) and done by Q = 2P work items: P statistics items, each
+// writing its segment's partials to workspaces and arriving at the row's
+// `ready` semaphore, then P apply items, each waiting until `ready` reaches
+// P, combining the P partials in order and writing its segment.
+//
+// Items are dealt by ticket (an atomic counter), not by program id: an apply
+// item waits only for items with smaller tickets, which have all started and
+// wait for nothing, so the launch completes whatever number of programs the
+// GPU keeps resident (no cooperative launch), and the host backend, which
+// runs programs one after another, runs it as it is.
+//
+// Worked example: 2 rows of 10000 elements (5 chunks): P = min(5, cdiv(512,
+// 2)) = 5, Q = 10, a (2, 10) grid. Tickets 0-4 are the statistics of row 0's
+// segments 0-4 (one chunk each), 5-9 its apply items, 10-19 the same for
+// row 1.
+//===----------------------------------------------------------------------===//
+
+/// Q: 1 when P is 1, else 2P.
+inline DimExpr items_per_row(const DimExpr& rows, const DimExpr& cols) {
+  DimExpr p = programs_per_row(rows, cols);
+  return p * 2 - 1 + min(p - 1, 1);
+}
+
+/// The semaphores of a split-rows kernel: the ticket counter, and per row
+/// the statistics items that arrived and the apply items that finished.
+struct SplitRows {
+  Semaphores ticket, ready, done;
+};
+inline SplitRows declare_split_rows(KernelSpec& spec, const DimExpr& rows) {
+  return {spec.semaphores("ticket", 1), spec.semaphores("ready", rows),
+          spec.semaphores("done", rows)};
+}
+
+/// The body of a split-rows kernel on a (rows, Q) grid, for rows of `cols`:
+///   whole(row):              Q = 1, program r does row r;
+///   stats(row, seg, slot):   a statistics item: segment `seg`'s partials to
+///                            the workspaces at `slot`;
+///   apply(row, seg, base, P): an apply item, once every statistics item of
+///                            the row has arrived; the row's partials are at
+///                            slots base .. base + P - 1.
+template <class Whole, class Stats, class Apply>
+void split_rows(const SplitRows& sem, const Value& cols, Whole whole, Stats stats, Apply apply) {
+  Value q = num_programs(1);
+  when(q == index(1), [&] { whole(program_id(0)); });
+  when(q > index(1), [&] {
+    Value total = (num_programs(0) * q).cast(i32);
+    Value ticket = sem.ticket.add(0, constant(1, i32));
+    when(ticket == total - constant(1, i32), [&] {  // every ticket is taken: back to 0
+      sem.ticket.add(0, constant(0, i32) - total);
+    });
+    Value t = ticket.cast(DType::index);
+    Value row = t / q, item = t - row * q, parts = q / 2;
+    Value parts_i32 = parts.cast(i32);
+    when(item < parts, [&] {
+      stats(row, segment(cols, item, parts), row * parts + item);
+      sem.ready.signal(row);
+    });
+    when(item >= parts, [&] {
+      while_loop([&](std::vector<Value>) { return sem.ready.read(row) < parts_i32; },
+                 [](std::vector<Value> none) { return none; }, {});
+      apply(row, segment(cols, item - parts, parts), row * parts, parts);
+      Value finished = sem.done.add(row, constant(1, i32));
+      when(finished == parts_i32 - constant(1, i32), [&] {  // the row's last: both back to 0
+        sem.ready.add(row, constant(0, i32) - parts_i32);
+        sem.done.add(row, constant(0, i32) - parts_i32);
+      });
+    });
+  });
+}
+
+/// `for s in [0, parts): acc = f(slot, acc)` over a row's partials, in order.
+template <class F>
+std::vector<Value> fold_slots(const Value& base, const Value& parts, std::vector<double> inits,
+                              F f) {
+  std::vector<Value> carry;
+  for (double v : inits) carry.push_back(constant(v, f32));
+  return fori(index(0), parts, carry,
+              [&](Value s, std::vector<Value> acc) { return f(base + s, acc); });
 }
 
 }  // namespace pallas::edsl::rows

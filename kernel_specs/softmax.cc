@@ -9,53 +9,84 @@ using namespace pallas::edsl::rows;
 
 namespace {
 
-void declare_rows(KernelSpec& spec, DType T) {
+/// [rows, cols] x -> y on a (rows, Q) grid (rows.h: split_rows), with the
+/// per-segment partials (max, sum of exp) of split rows in two workspaces.
+SplitRows declare_rows(KernelSpec& spec, DType T) {
   DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
   Operand x = spec.input("x", T, {rows, cols});
   Operand y = spec.output("y", T, {rows, cols});
-  spec.grid({rows});
-  spec.block(x, {squeezed, full}, row_i);
-  spec.block(y, {squeezed, full}, row_i);
+  DimExpr split = programs_per_row(rows, cols), items = items_per_row(rows, cols);
+  spec.workspace("partial_max", f32, rows * (items - split));  // empty unless rows are split
+  spec.workspace("partial_sum", f32, rows * (items - split));
+  SplitRows sem = declare_split_rows(spec, rows * min(items - split, 1));
+  spec.grid({rows, items});
+  spec.block(x, {full, full}, all_rows);
+  spec.block(y, {full, full}, all_rows);
+  return sem;
 }
 
 }  // namespace
 
-/// The statistics m = max(row), l = sum(exp(row - m)) and then every chunk of
-/// y = out(x chunk, m, l): from one read of a row that fits in one chunk,
-/// else an online pass over the row (rows.h) and a second pass for y.
+/// y = out(x, m, l) from the row statistics m = max(row), l = sum(exp(row - m)):
+///   a whole row in one program: one read of a row that fits in one chunk,
+///   else an online pass over the row (rows.h) and a second pass for y;
+///   a split row: each statistics item folds its segment online, each apply
+///   item combines the segments' (m, l) and writes its segment.
 template <class Out>
-void row_softmax(const Ref& x, const Ref& y, DType T, Out out) {
-  Value cols = x.extent(0);
-  by_row_length(
-      cols,
-      [&] {
-        Value v = select(in_row(index(0), cols), chunk_f32(x, index(0)), kNegInf);
-        Value m = max(v);
-        y.store_at(out(v, m, sum(exp_minus(v, m))).cast(T), {0});
-      },
-      [&] {
-        std::vector<Value> ml = segment_logsumexp(x, cols, Segment{index(0), num_chunks(cols)});
-        for_chunks(cols, [&](Value c) {
-          y.store_at(out(chunk_f32(x, c), ml[0], ml[1]).cast(T), {c * kChunk});
+void row_softmax(const SplitRows& sem, Ref x, Ref y, Ref pmax, Ref psum, DType T, Out out) {
+  Value cols = x.extent(1);
+  auto whole_row = [&](Value r) {
+    Row in{x, r}, to{y, r};
+    by_row_length(
+        cols,
+        [&] {
+          Value v = select(in_row(index(0), cols), in.chunk_f32(index(0)), kNegInf);
+          Value m = max(v);
+          to.store_chunk(out(v, m, sum(exp_minus(v, m))).cast(T), index(0));
+        },
+        [&] {
+          std::vector<Value> ml = segment_logsumexp(in, cols, Segment{index(0), num_chunks(cols)});
+          for_chunks(cols, [&](Value c) {
+            to.store_chunk(out(in.chunk_f32(c), ml[0], ml[1]).cast(T), c);
+          });
         });
-      });
+  };
+  auto stats = [&](Value r, Segment seg, Value slot) {
+    std::vector<Value> ml = segment_logsumexp(Row{x, r}, cols, seg);
+    pmax.store_at(ml[0], {slot});
+    psum.store_at(ml[1], {slot});
+  };
+  auto apply = [&](Value r, Segment seg, Value base, Value parts) {
+    Value m = fold_slots(base, parts, {kNegInf}, [&](Value slot, std::vector<Value> acc) {
+      return std::vector<Value>{maximum(acc[0], pmax.load_scalar({slot}))};
+    })[0];
+    Value l = fold_slots(base, parts, {0.0}, [&](Value slot, std::vector<Value> acc) {
+      Value scale = exp_minus(pmax.load_scalar({slot}), m);
+      return std::vector<Value>{acc[0] + psum.load_scalar({slot}) * scale};
+    })[0];
+    Row in{x, r}, to{y, r};
+    for_segment(seg, [&](Value c) { to.store_chunk(out(in.chunk_f32(c), m, l).cast(T), c); });
+  };
+  split_rows(sem, cols, whole_row, stats, apply);
 }
 
 // y = exp(x - max) / sum(exp(x - max))
 PALLAS_KERNEL(softmax) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  declare_rows(spec, T);
-  spec.body([T](Ref x, Ref y) {
-    row_softmax(x, y, T, [](Value v, Value m, Value l) { return exp_minus(v, m) * (1.0 / l); });
+  SplitRows sem = declare_rows(spec, T);
+  spec.body([=](Ref x, Ref y, Ref pmax, Ref psum) {
+    row_softmax(sem, x, y, pmax, psum, T,
+                [](Value v, Value m, Value l) { return exp_minus(v, m) * (1.0 / l); });
   });
 }
 
 // y = x - max - log(sum(exp(x - max)))
 PALLAS_KERNEL(log_softmax) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  declare_rows(spec, T);
-  spec.body([T](Ref x, Ref y) {
-    row_softmax(x, y, T, [](Value v, Value m, Value l) { return v - (m + log(l)); });
+  SplitRows sem = declare_rows(spec, T);
+  spec.body([=](Ref x, Ref y, Ref pmax, Ref psum) {
+    row_softmax(sem, x, y, pmax, psum, T,
+                [](Value v, Value m, Value l) { return v - (m + log(l)); });
   });
 }
 

@@ -408,6 +408,24 @@ Value broadcast_to(const Value& x, std::vector<int64_t> shape) {
   return wrap(broadcast_value(v, shape));
 }
 
+Value reshape(const Value& x, std::vector<int64_t> shape) {
+  mlir::Value v = unwrap(x);
+  auto type = llvm::dyn_cast<VectorType>(v.getType());
+  if (!type) fail("reshape of a scalar");
+  auto without_ones = [](llvm::ArrayRef<int64_t> dims) {
+    std::vector<int64_t> kept;
+    for (int64_t d : dims)
+      if (d != 1) kept.push_back(d);
+    return kept;
+  };
+  if (shape.empty() || without_ones(type.getShape()) != without_ones(shape))
+    fail("reshape " + shape_str(shape_of(v)) + " to " + shape_str(shape) +
+         ": only dims of extent 1 may be added or dropped");
+  if (type.getShape() == llvm::ArrayRef<int64_t>(shape)) return x;
+  auto to = VectorType::get(shape, type.getElementType());
+  return wrap(mlir::vector::ShapeCastOp::create(b(), loc(), to, v).getResult());
+}
+
 Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype) {
   if (shape.empty()) fail("iota needs a non-empty shape");
   if (dimension < 0 || dimension >= static_cast<int64_t>(shape.size()))

@@ -248,6 +248,9 @@ requires std::is_arithmetic_v<N> Value select(const Value& cond, N a, const Valu
 }
 /// Broadcasts numpy-style (trailing dims aligned, extent-1 dims stretched).
 Value broadcast_to(const Value& x, std::vector<int64_t> shape);
+/// The same elements in `shape`, which may only add or drop dims of extent 1
+/// (a [1, 2048] slice of a 2-D ref as a [2048] row, and back).
+Value reshape(const Value& x, std::vector<int64_t> shape);
 /// A block of `shape` whose elements are their coordinate along `dimension`.
 Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype = i32);
 /// The current program's index along a grid axis, and the grid extent.
