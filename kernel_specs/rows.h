@@ -1,6 +1,10 @@
-// Shared by the row-wise ops (norms, softmax, row reductions): one program per
-// row of a [rows, cols] array, which loops over its row in chunks of kChunk
-// elements at run-time offsets, so one kernel serves every row length.
+// Shared by the row-wise ops (norms, softmax, row reductions, cross_entropy)
+// over a [rows, cols] array: a program loops over its row, or its segment of
+// a row, in chunks of kChunk elements at run-time offsets, so one kernel
+// serves every row length. How many programs share a row is chosen at run
+// time from the shape (programs_per_row): the row reductions combine partials
+// in the row's last program (publish_partials), softmax and the norms deal
+// statistics and apply items by ticket (split_rows).
 // Elements of the last chunk past the row end load as 0; the ops mask them out
 // of every reduction where 0 would change the result (max, variance).
 #pragma once

@@ -346,5 +346,15 @@ TEST(Validator, CheckConditionIsAScalarPredicate) {
             "spec 'check_block': check \"not finite\": fail_if needs a scalar i1 condition");
 }
 
+TEST(Validator, ReshapeOnlyAddsOrDropsUnitDims) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    spec.body([](Ref x, Ref out) { out.store(reshape(reshape(x.load(), {2, 128}), {256})); });
+  };
+  EXPECT_EQ(trace_error("bad_reshape", fn),
+            "spec 'bad_reshape': reshape [256] to [2, 128]: only dims of extent 1 may be added or "
+            "dropped");
+}
+
 }  // namespace
 }  // namespace pallas::edsl
