@@ -35,7 +35,7 @@ NormOperands declare(KernelSpec& spec, DType T, bool residual, bool bias,
   for (const std::string& name : partials)  // empty unless rows are split
     spec.workspace(name, f32, rows * (items - split));
   o.sem = declare_split_rows(spec, rows * min(items - split, 1));
-  spec.grid({rows, items});
+  spec.grid({cdiv(rows, rows_per_program(cols)), items});
   for (Operand op : {o.x, o.r, o.y, o.h})
     if (op.index >= 0) spec.block(op, {full, full}, all_rows);
   for (Operand op : {o.w, o.b})
@@ -67,6 +67,33 @@ struct NormRow {
     Value out = (v - shift) * scale * chunk_f32(w, c);
     if (b) out = out + chunk_f32(*b, c);
     y.store_chunk(out.cast(T), c);
+  }
+};
+
+/// A tile of short rows (rows.h: by_rows_per_program), read once: the
+/// normalized input as [R, C] f32 (x, or h = x + r rounded to T and stored)
+/// and the store of y = (v - shift) * scale * w (+ b), one shift and scale
+/// per row.
+struct NormTile {
+  Ref x;
+  const Ref *r, *h;
+  Ref w, y;
+  const Ref* b;
+  DType T;
+  Tile t;
+  Value first_row;
+
+  Value input() const {
+    Value v = load_tile(x, t, first_row).cast(f32);
+    if (!r) return v;
+    Value sum = (v + load_tile(*r, t, first_row).cast(f32)).cast(T);
+    store_tile(*h, sum, first_row);
+    return sum.cast(f32);
+  }
+  void store(const Value& v, const Value& shift, const Value& scale) const {
+    Value out = (v - shift) * scale * w.load_at({index(0)}, {t.cols}).cast(f32);
+    if (b) out = out + b->load_at({index(0)}, {t.cols}).cast(f32);
+    store_tile(y, out.cast(T), first_row);
   }
 };
 
@@ -107,8 +134,17 @@ void rms_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref y, const Re
     if (r) n.res = Row{*r, i}, n.h = Row{*h, i};
     return n;
   };
+  auto tile = [&](Tile t, Value first_row) {
+    NormTile n{x, r, h, w, y, nullptr, T, t, first_row};
+    Value v = n.input();
+    n.store(v, constant(0.0, f32),
+            rsqrt(sum(v * v, 1, /*keepdims=*/true) / cols.cast(f32) + Value(o.eps)));
+  };
   split_rows(
-      o.sem, cols, [&](Value i) { rms_whole_row(row(i), cols, o.eps); },
+      o.sem, cols,
+      [&](Value) {
+        by_rows_per_program(cols, tile, [&](Value i) { rms_whole_row(row(i), cols, o.eps); });
+      },
       [&](Value i, Segment seg, Value slot) {
         NormRow n = row(i);
         Value part = fold_segment(seg, {0.0}, [&](Value c, std::vector<Value> acc) {
@@ -137,8 +173,8 @@ void layer_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
   when(cols <= index(kChunk), [&] {  // one read, kept in registers
     Value v = n.input(index(0), /*first=*/true);
     Value mean = sum(v) / count;
-    Value d = select(in_row(index(0), cols), v - mean, 0.0);
-    n.store(index(0), v, mean, rsqrt(sum(d * d) / count + Value(eps)));
+    Value d = select(in_row(index(0), cols), v - mean, 0.0);  // v itself is dead from here
+    n.store(index(0), d, constant(0.0, f32), rsqrt(sum(d * d) / count + Value(eps)));
   });
   when(cols > index(kChunk), [&] {
     Value mean =
@@ -177,8 +213,18 @@ void layer_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref b, Ref y,
     if (r) n.res = Row{*r, i}, n.h = Row{*h, i};
     return n;
   };
+  auto tile = [&](Tile t, Value first_row) {
+    NormTile n{x, r, h, w, y, &b, T, t, first_row};
+    Value v = n.input(), count = cols.cast(f32);
+    Value mean = sum(v, 1, /*keepdims=*/true) / count;
+    Value d = select(in_tile_row(t, cols), v - mean, 0.0);  // v itself is dead from here
+    n.store(d, constant(0.0, f32), rsqrt(sum(d * d, 1, /*keepdims=*/true) / count + Value(o.eps)));
+  };
   split_rows(
-      o.sem, cols, [&](Value i) { layer_whole_row(row(i), cols, o.eps); },
+      o.sem, cols,
+      [&](Value) {
+        by_rows_per_program(cols, tile, [&](Value i) { layer_whole_row(row(i), cols, o.eps); });
+      },
       [&](Value i, Segment seg, Value slot) {  // one read: each chunk's own two-pass stats
         NormRow n = row(i);
         std::vector<Value> stats =

@@ -11,6 +11,7 @@
 
 #include <pallas/EDSL/Spec.h>
 
+#include <iterator>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -57,6 +58,64 @@ struct Row {
 
 /// Chunk `c` of a picked row, as f32.
 inline Value chunk_f32(const Row& row, const Value& c) { return row.chunk_f32(c); }
+
+//===----------------------------------------------------------------------===//
+// Short rows: several rows per program
+//
+// A row of at most 512 elements would leave most lanes of a 2048-element
+// chunk idle, so a program takes a tile of R rows x C columns instead, the
+// narrowest of kTiles that holds the row (2048 elements, like a chunk). Row
+// statistics are reductions along the tile's last axis with keepdims, which
+// the GPU holds replicated in every thread.
+//
+// Worked example: 1000 rows of 100 elements: C = 128, R = 16, so
+// cdiv(1000, 16) = 63 programs; program 62 has rows 992..999, and its 8 rows
+// past the end load 0 and are not stored.
+//===----------------------------------------------------------------------===//
+
+struct Tile {
+  int64_t rows, cols;
+};
+inline constexpr Tile kTiles[] = {{16, 128}, {4, 512}};  // narrowest first
+
+/// R: the rows of the narrowest tile holding a row of `cols`; 1 for longer
+/// rows. 1 + (64 - 16) le(cols, 32) + (16 - 4) le(cols, 128) + (4 - 1) le(cols, 512).
+inline DimExpr rows_per_program(const DimExpr& cols) {
+  DimExpr r = 1;
+  for (size_t i = 0; i < std::size(kTiles); ++i) {
+    int64_t wider = i + 1 < std::size(kTiles) ? kTiles[i + 1].rows : 1;
+    r = r + (kTiles[i].rows - wider) * le(cols, kTiles[i].cols);
+  }
+  return r;
+}
+
+/// `tile(t, first_row)` in a program of a short-row kernel (rows of at most
+/// 512: its tile's rows from first_row), else `row(program_id(0))`.
+template <class TileFn, class RowFn>
+void by_rows_per_program(const Value& cols, TileFn tile, RowFn row) {
+  int64_t narrower = -1;
+  for (const Tile& t : kTiles) {
+    Value fits = cols <= index(t.cols);
+    if (narrower >= 0) fits = select(cols > index(narrower), fits, constant(0, DType::i1));
+    when(fits, [&] { tile(t, program_id(0) * t.rows); });
+    narrower = t.cols;
+  }
+  when(cols > index(narrower), [&] { row(program_id(0)); });
+}
+
+/// i1 [R, C]: which elements of a tile lie inside their row.
+inline Value in_tile_row(const Tile& t, const Value& cols) {
+  return iota({t.rows, t.cols}, 1) < cols.cast(i32);
+}
+
+/// The tile of `t` from `first_row` of a {full, full} ref, in its dtype; rows
+/// past the array end and columns past the row end read as 0.
+inline Value load_tile(const Ref& array, const Tile& t, const Value& first_row) {
+  return array.load_at({first_row, index(0)}, {t.rows, t.cols});
+}
+inline void store_tile(const Ref& array, const Value& v, const Value& first_row) {
+  array.store_at(v, {first_row, index(0)});
+}
 
 /// i1 block: which elements of chunk `c` lie inside the row.
 inline Value in_row(const Value& c, const Value& cols) {

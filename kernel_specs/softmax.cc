@@ -9,8 +9,9 @@ using namespace pallas::edsl::rows;
 
 namespace {
 
-/// [rows, cols] x -> y on a (rows, Q) grid (rows.h: split_rows), with the
-/// per-segment partials (max, sum of exp) of split rows in two workspaces.
+/// [rows, cols] x -> y on a (cdiv(rows, R), Q) grid (rows.h: R rows per
+/// program when short, Q programs per row when long, see split_rows), with
+/// the per-segment partials (max, sum of exp) of split rows in two workspaces.
 SplitRows declare_rows(KernelSpec& spec, DType T) {
   DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
   Operand x = spec.input("x", T, {rows, cols});
@@ -19,7 +20,7 @@ SplitRows declare_rows(KernelSpec& spec, DType T) {
   spec.workspace("partial_max", f32, rows * (items - split));  // empty unless rows are split
   spec.workspace("partial_sum", f32, rows * (items - split));
   SplitRows sem = declare_split_rows(spec, rows * min(items - split, 1));
-  spec.grid({rows, items});
+  spec.grid({cdiv(rows, rows_per_program(cols)), items});
   spec.block(x, {full, full}, all_rows);
   spec.block(y, {full, full}, all_rows);
   return sem;
@@ -28,6 +29,7 @@ SplitRows declare_rows(KernelSpec& spec, DType T) {
 }  // namespace
 
 /// y = out(x, m, l) from the row statistics m = max(row), l = sum(exp(row - m)):
+///   short rows: a tile of rows, read once;
 ///   a whole row in one program: one read of a row that fits in one chunk,
 ///   else an online pass over the row (rows.h) and a second pass for y;
 ///   a split row: each statistics item folds its segment online, each apply
@@ -35,6 +37,11 @@ SplitRows declare_rows(KernelSpec& spec, DType T) {
 template <class Out>
 void row_softmax(const SplitRows& sem, Ref x, Ref y, Ref pmax, Ref psum, DType T, Out out) {
   Value cols = x.extent(1);
+  auto tile = [&](Tile t, Value first_row) {
+    Value v = select(in_tile_row(t, cols), load_tile(x, t, first_row).cast(f32), kNegInf);
+    Value m = max(v, 1, /*keepdims=*/true);
+    store_tile(y, out(v, m, sum(exp_minus(v, m), 1, /*keepdims=*/true)).cast(T), first_row);
+  };
   auto whole_row = [&](Value r) {
     Row in{x, r}, to{y, r};
     by_row_length(
@@ -67,7 +74,8 @@ void row_softmax(const SplitRows& sem, Ref x, Ref y, Ref pmax, Ref psum, DType T
     Row in{x, r}, to{y, r};
     for_segment(seg, [&](Value c) { to.store_chunk(out(in.chunk_f32(c), m, l).cast(T), c); });
   };
-  split_rows(sem, cols, whole_row, stats, apply);
+  split_rows(
+      sem, cols, [&](Value) { by_rows_per_program(cols, tile, whole_row); }, stats, apply);
 }
 
 // y = exp(x - max) / sum(exp(x - max))
@@ -91,8 +99,8 @@ PALLAS_KERNEL(log_softmax) {
 }
 
 namespace {
-/// [rows, cols] x -> [rows] out on a (rows, P) grid (see rows.h), with one f32
-/// partial per program; returns the semaphores the body arrives at.
+/// [rows, cols] x -> [rows] out on a (cdiv(rows, R), P) grid (see rows.h),
+/// with one f32 partial per program; returns the semaphores the body arrives at.
 Semaphores declare_row_reduction(KernelSpec& spec, DType T) {
   DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
   Operand x = spec.input("x", T, {rows, cols});
@@ -100,10 +108,43 @@ Semaphores declare_row_reduction(KernelSpec& spec, DType T) {
   DimExpr split = programs_per_row(rows, cols);
   spec.workspace("partials", f32, rows * split);
   Semaphores arrived = spec.semaphores("arrived", rows);
-  spec.grid({rows, split});
-  spec.block(x, {squeezed, full}, row_i);
+  spec.grid({cdiv(rows, rows_per_program(cols)), split});
+  spec.block(x, {full, full}, all_rows);
   spec.block(out, {full}, whole);
   return arrived;
+}
+
+enum class Reduction { kSum, kMax };
+
+/// out[r] = sum or max of row r in f32: a tile of short rows reduces along
+/// its last axis; a longer row folds its segment's chunks in order into a
+/// partial, and the row's last program folds the partials in order.
+void row_reduction(Reduction kind, const Semaphores& arrived, Ref x, Ref out, Ref partials,
+                   DType T) {
+  const bool is_sum = kind == Reduction::kSum;
+  const double identity = is_sum ? 0.0 : kNegInf;  // also what masked elements become
+  auto combine = [&](const Value& a, const Value& b) { return is_sum ? a + b : maximum(a, b); };
+  Value cols = x.extent(1);
+  auto tile = [&](Tile t, Value first_row) {
+    Value v = select(in_tile_row(t, cols), load_tile(x, t, first_row).cast(f32), identity);
+    out.store_at((is_sum ? sum(v, 1) : max(v, 1)).cast(T), {first_row});
+  };
+  auto row = [&](Value r) {
+    Row in{x, r};
+    Value part =
+        fold_segment(segment_of_row(cols), {identity}, [&](Value c, std::vector<Value> acc) {
+          Value v = select(in_row(c, cols), in.chunk_f32(c), identity);
+          return std::vector<Value>{combine(acc[0], is_sum ? sum(v) : max(v))};
+        })[0];
+    when(publish_partials(arrived, {{partials, part}}), [&] {
+      Value total = fold_partials({identity}, [&](Value s, std::vector<Value> acc) {
+        return std::vector<Value>{combine(acc[0], partial_of_row(partials, s))};
+      })[0];
+      out.store_at(total.cast(T), {r});
+      finish_row(arrived);
+    });
+  };
+  by_rows_per_program(cols, tile, row);
 }
 }  // namespace
 
@@ -112,17 +153,7 @@ PALLAS_KERNEL(row_sum) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
   Semaphores arrived = declare_row_reduction(spec, T);
   spec.body([=](Ref x, Ref out, Ref partials) {
-    Value part =
-        fold_segment(segment_of_row(x.extent(0)), {0.0}, [&](Value c, std::vector<Value> acc) {
-          return std::vector<Value>{acc[0] + sum(chunk_f32(x, c))};
-        })[0];
-    when(publish_partials(arrived, {{partials, part}}), [&] {
-      Value total = fold_partials({0.0}, [&](Value s, std::vector<Value> acc) {
-        return std::vector<Value>{acc[0] + partial_of_row(partials, s)};
-      })[0];
-      out.store_at(total.cast(T), {program_id(0)});
-      finish_row(arrived);
-    });
+    row_reduction(Reduction::kSum, arrived, x, out, partials, T);
   });
 }
 
@@ -131,18 +162,6 @@ PALLAS_KERNEL(row_max) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
   Semaphores arrived = declare_row_reduction(spec, T);
   spec.body([=](Ref x, Ref out, Ref partials) {
-    Value cols = x.extent(0);
-    Value part =
-        fold_segment(segment_of_row(cols), {kNegInf}, [&](Value c, std::vector<Value> acc) {
-          return std::vector<Value>{
-              maximum(acc[0], max(select(in_row(c, cols), chunk_f32(x, c), kNegInf)))};
-        })[0];
-    when(publish_partials(arrived, {{partials, part}}), [&] {
-      Value m = fold_partials({kNegInf}, [&](Value s, std::vector<Value> acc) {
-        return std::vector<Value>{maximum(acc[0], partial_of_row(partials, s))};
-      })[0];
-      out.store_at(m.cast(T), {program_id(0)});
-      finish_row(arrived);
-    });
+    row_reduction(Reduction::kMax, arrived, x, out, partials, T);
   });
 }

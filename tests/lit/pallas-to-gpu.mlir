@@ -5,7 +5,7 @@
 // CHECK: module attributes {gpu.container_module}
 // CHECK: gpu.module @pallas_kernels
 // CHECK-LABEL: gpu.func @copy_f32
-// CHECK-SAME: kernel attributes {known_block_size = array<i32: 128, 1, 1>, nvvm.minctasm = 4 : i32}
+// CHECK-SAME: kernel attributes {known_block_size = array<i32: 128, 1, 1>, nvvm.minctasm = 3 : i32}
 // CHECK: %[[TID:.*]] = gpu.thread_id x
 // CHECK: %[[BID:.*]] = gpu.block_id x
 // CHECK: arith.muli %[[TID]], %c4

@@ -21,6 +21,9 @@ std::vector<RowShape> row_shapes() {
     shapes.push_back({3, cols, 5});  // strided rows
     if (cols <= 4096) shapes.push_back({300, cols, 0});
   }
+  // Either side of the widths where a program stops taking a tile of 16 rows (128), of 4
+  // rows (512); 37 rows leave a partial tile.
+  for (int64_t cols : {128, 129, 512, 513}) shapes.push_back({37, cols, 3});
   return shapes;
 }
 

@@ -64,6 +64,8 @@ DimExpr min(const DimExpr& a, const DimExpr& b) {
   return DimExpr::binary(DimExpr::Kind::kMin, a, b);
 }
 
+DimExpr le(const DimExpr& a, const DimExpr& b) { return DimExpr::binary(DimExpr::Kind::kLe, a, b); }
+
 std::string DimExpr::print(bool cpp) const {
   const Node& n = *node_;
   auto sub = [](const std::shared_ptr<const Node>& p, bool c) { return DimExpr(p).print(c); };
@@ -87,6 +89,9 @@ std::string DimExpr::print(bool cpp) const {
     case Kind::kMin:
       return std::string(cpp ? "std::min<int64_t>(" : "min(") + sub(n.lhs, cpp) + ", " +
              sub(n.rhs, cpp) + ")";
+    case Kind::kLe:
+      return cpp ? "static_cast<int64_t>(" + sub(n.lhs, cpp) + " <= " + sub(n.rhs, cpp) + ")"
+                 : "le(" + sub(n.lhs, cpp) + ", " + sub(n.rhs, cpp) + ")";
   }
   return "?";
 }

@@ -491,6 +491,11 @@ mlir::Value materialize(const DimExpr& e) {
       return mlir::arith::CeilDivSIOp::create(bd, loc(), l, r);
     case DimExpr::Kind::kMin:
       return mlir::arith::MinSIOp::create(bd, loc(), l, r);
+    case DimExpr::Kind::kLe:
+      return mlir::arith::SelectOp::create(
+          bd, loc(), mlir::arith::CmpIOp::create(bd, loc(), mlir::arith::CmpIPredicate::sle, l, r),
+          mlir::arith::ConstantIndexOp::create(bd, loc(), 1),
+          mlir::arith::ConstantIndexOp::create(bd, loc(), 0));
     default:
       return mlir::arith::MaxSIOp::create(bd, loc(), l, r);
   }

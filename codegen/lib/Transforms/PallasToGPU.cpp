@@ -146,11 +146,13 @@ class GpuLowering {
     func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), mb.getUnitAttr());
     func.setKnownBlockSizeAttr(
         mb.getDenseI32ArrayAttr({static_cast<int32_t>(layout_.threads), 1, 1}));
-    // At least kMinThreadsPerSM resident threads (.minnctapersm): enough 16-byte loads in
-    // flight to cover memory latency, and a register budget ptxas keeps to instead of its
-    // own occupancy target, which it reaches by spilling (rms_norm_residual_f16: 80
-    // registers and 16 bytes of spills without it, 105 registers and none with it).
-    constexpr int64_t kMinThreadsPerSM = 512;
+    // At least kMinThreadsPerSM resident threads (.minnctapersm): with four 16-byte loads
+    // per thread per chunk, 384 threads keep 24 KiB in flight per SM, about what covers
+    // the memory latency at full bandwidth. It also gives ptxas a register budget (170 for
+    // 128 threads) to keep to instead of its own occupancy target, which it reaches by
+    // spilling (rms_norm_residual_f16: 80 registers and 16 bytes of spills without it, 105
+    // and none with it; layer_norm_residual_f32 needs 138).
+    constexpr int64_t kMinThreadsPerSM = 384;
     func->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
                   mb.getI32IntegerAttr(static_cast<int32_t>(
                       std::max<int64_t>(1, kMinThreadsPerSM / layout_.threads))));

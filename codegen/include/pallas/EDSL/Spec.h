@@ -61,10 +61,10 @@ class SpecError : public std::runtime_error {
 //===----------------------------------------------------------------------===//
 
 /// An integer expression of run-time array dims: a dim, a constant, or
-/// +, -, *, cdiv, max, min of expressions. Grids are written with these.
+/// +, -, *, cdiv, max, min, le of expressions. Grids are written with these.
 class DimExpr {
  public:
-  enum class Kind { kDim, kConst, kAdd, kSub, kMul, kCdiv, kMax, kMin };
+  enum class Kind { kDim, kConst, kAdd, kSub, kMul, kCdiv, kMax, kMin, kLe };
   DimExpr(int64_t value);  // NOLINT: constants convert implicitly
   static DimExpr dim(int index, std::string name);
 
@@ -87,6 +87,8 @@ class DimExpr {
   friend DimExpr cdiv(const DimExpr& a, const DimExpr& b);
   friend DimExpr max(const DimExpr& a, const DimExpr& b);
   friend DimExpr min(const DimExpr& a, const DimExpr& b);
+  /// 1 when a <= b, else 0: `1 + 3 * le(cols, 512)` is 4 for rows of at most 512.
+  friend DimExpr le(const DimExpr& a, const DimExpr& b);
 
  private:
   struct Node {
