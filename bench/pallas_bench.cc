@@ -53,6 +53,10 @@ struct DeviceArray {
     for (T& v : host) v = T(dist(rng));
     CHECK_CUDA(cudaMemcpy(data, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
   }
+  explicit DeviceArray(const std::vector<T>& host) : count(static_cast<int64_t>(host.size())) {
+    CHECK_CUDA(cudaMalloc(&data, std::max<int64_t>(count, 1) * sizeof(T)));
+    CHECK_CUDA(cudaMemcpy(data, host.data(), count * sizeof(T), cudaMemcpyHostToDevice));
+  }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray(DeviceArray&& o) noexcept : data(o.data), count(o.count) { o.data = nullptr; }
   ~DeviceArray() {
@@ -137,6 +141,17 @@ void bench_1d(std::vector<Row>& rows, int64_t n, int reps, int64_t l2, std::mt19
       {"silu", dtype_name<T>(), shape, 2 * e * n,
        median_ms([&](int i) { check(pallas::kernels::silu(cx(i), mo(i), launch), "silu"); },
                  reps)});
+  // Whole-array reductions: one launch, programs combine through a grid semaphore.
+  DeviceArray<T> result(1, rng);
+  TensorView<T, 1> one(result.data, {1});
+  rows.push_back(
+      {"sum_all", dtype_name<T>(), shape, e * n,
+       median_ms([&](int i) { check(pallas::kernels::sum_all(cx(i), one, launch), "sum_all"); },
+                 reps)});
+  rows.push_back(
+      {"max_all", dtype_name<T>(), shape, e * n,
+       median_ms([&](int i) { check(pallas::kernels::max_all(cx(i), one, launch), "max_all"); },
+                 reps)});
 }
 
 template <class T>
@@ -195,11 +210,13 @@ void bench_rows(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int64_t 
   using pallas::TensorView;
   const double e = sizeof(T), mat = double(r) * c;
   const int sets = rotation(2.0 * e * mat, l2);
-  std::vector<DeviceArray<T>> x, y, w, b;
+  std::vector<DeviceArray<T>> x, y, res, h, w, b;
   std::vector<DeviceArray<T>> sums;
   for (int s = 0; s < sets; ++s) {
     x.emplace_back(r * c, rng);
     y.emplace_back(r * c, rng);
+    res.emplace_back(r * c, rng);
+    h.emplace_back(r * c, rng);
     w.emplace_back(c, rng);
     b.emplace_back(c, rng);
     sums.emplace_back(r, rng);
@@ -207,6 +224,9 @@ void bench_rows(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int64_t 
   const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
   auto cx = [&](int i) { return TensorView<const T, 2>(x[i % sets].data, {r, c}); };
   auto my = [&](int i) { return TensorView<T, 2>(y[i % sets].data, {r, c}); };
+  auto cr = [&](int i) { return TensorView<const T, 2>(res[i % sets].data, {r, c}); };
+  auto mh = [&](int i) { return TensorView<T, 2>(h[i % sets].data, {r, c}); };
+  auto ms = [&](int i) { return TensorView<T, 1>(sums[i % sets].data, {r}); };
   auto cw = [&](int i) { return TensorView<const T, 1>(w[i % sets].data, {c}); };
   auto cb = [&](int i) { return TensorView<const T, 1>(b[i % sets].data, {c}); };
   const std::string shape = std::to_string(r) + "x" + std::to_string(c);
@@ -226,16 +246,66 @@ void bench_rows(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int64_t 
                             "layer_norm");
                       },
                       reps)});
+  // Fused residual: reads x and r, writes y and h = x + r.
+  rows.push_back({"rms_norm_residual", t, shape, e * (4 * mat + c),
+                  median_ms(
+                      [&](int i) {
+                        check(pallas::kernels::rms_norm_residual(cx(i), cr(i), cw(i), 1e-5f, my(i),
+                                                                 mh(i), launch),
+                              "rms_norm_residual");
+                      },
+                      reps)});
+  rows.push_back({"layer_norm_residual", t, shape, e * (4 * mat + 2 * c),
+                  median_ms(
+                      [&](int i) {
+                        check(pallas::kernels::layer_norm_residual(cx(i), cr(i), cw(i), cb(i),
+                                                                   1e-5f, my(i), mh(i), launch),
+                              "layer_norm_residual");
+                      },
+                      reps)});
   rows.push_back(
       {"softmax", t, shape, e * 2 * mat,
        median_ms([&](int i) { check(pallas::kernels::softmax(cx(i), my(i), launch), "softmax"); },
                  reps)});
-  rows.push_back({"row_sum", t, shape, e * (mat + r),
+  rows.push_back(
+      {"log_softmax", t, shape, e * 2 * mat,
+       median_ms(
+           [&](int i) { check(pallas::kernels::log_softmax(cx(i), my(i), launch), "log_softmax"); },
+           reps)});
+  rows.push_back(
+      {"row_sum", t, shape, e * (mat + r),
+       median_ms([&](int i) { check(pallas::kernels::row_sum(cx(i), ms(i), launch), "row_sum"); },
+                 reps)});
+  rows.push_back(
+      {"row_max", t, shape, e * (mat + r),
+       median_ms([&](int i) { check(pallas::kernels::row_max(cx(i), ms(i), launch), "row_max"); },
+                 reps)});
+}
+
+/// cross_entropy over [rows, vocab] logits: reads the logits once, the labels, writes the loss.
+template <class T>
+void bench_cross_entropy(std::vector<Row>& rows, int64_t r, int64_t v, int reps, int64_t l2,
+                         std::mt19937& rng) {
+  using pallas::TensorView;
+  const double e = sizeof(T), mat = double(r) * v;
+  const int sets = rotation(e * mat, l2);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(v - 1));
+  std::vector<int32_t> host_labels(static_cast<size_t>(r));
+  for (int32_t& l : host_labels) l = pick(rng);
+  std::vector<DeviceArray<T>> logits;
+  for (int s = 0; s < sets; ++s) logits.emplace_back(r * v, rng);
+  DeviceArray<int32_t> labels(host_labels);
+  DeviceArray<float> loss(r, rng);
+  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  rows.push_back({"cross_entropy", dtype_name<T>(), std::to_string(r) + "x" + std::to_string(v),
+                  e * mat + 8.0 * r,
                   median_ms(
                       [&](int i) {
-                        check(pallas::kernels::row_sum(
-                                  cx(i), TensorView<T, 1>(sums[i % sets].data, {r}), launch),
-                              "row_sum");
+                        check(pallas::kernels::cross_entropy(
+                                  TensorView<const T, 2>(logits[i % sets].data, {r, v}),
+                                  TensorView<const int32_t, 1>(labels.data, {r}),
+                                  TensorView<float, 1>(loss.data, {r}), launch),
+                              "cross_entropy");
                       },
                       reps)});
 }
@@ -302,18 +372,26 @@ int main(int argc, char** argv) {
   }
   // Row ops: short rows (many programs), the 4K rows of the target, long rows.
   for (auto [r, c] : {std::pair<int64_t, int64_t>{65536, 128}, {16384, 4096}, {64, 262144}}) {
-    if (8 * r * c > (max_mib << 20)) continue;
+    if (16 * r * c > (max_mib << 20)) continue;  // x, y, r, h in f32
     bench_rows<float>(rows, r, c, reps, l2, rng);
     bench_rows<pallas::bfloat16>(rows, r, c, reps, l2, rng);
   }
+  // Vocabularies: an LLM batch, and a few rows of the largest (split across programs).
+  for (auto [r, v] : {std::pair<int64_t, int64_t>{4096, 32000}, {8, 262144}}) {
+    if (4 * r * v > (max_mib << 20)) continue;
+    bench_cross_entropy<float>(rows, r, v, reps, l2, rng);
+    bench_cross_entropy<pallas::bfloat16>(rows, r, v, reps, l2, rng);
+  }
+  // Every launch above had valid labels: no device-side check may have failed.
+  check(pallas::take_device_errors(), "device-side checks");
 
   FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
   if (out) std::fprintf(out, "op,dtype,shape,bytes,us,gbs,copy_fraction\n");
-  std::printf("\n%-10s %-10s %-12s %12s %10s %10s %8s\n", "op", "dtype", "shape", "bytes", "us",
+  std::printf("\n%-20s %-10s %-12s %12s %10s %10s %8s\n", "op", "dtype", "shape", "bytes", "us",
               "GB/s", "of copy");
   for (const Row& r : rows) {
     const double gbs = r.bytes / (r.ms * 1e6);
-    std::printf("%-10s %-10s %-12s %12.0f %10.2f %10.1f %7.1f%%\n", r.op.c_str(), r.dtype.c_str(),
+    std::printf("%-20s %-10s %-12s %12.0f %10.2f %10.1f %7.1f%%\n", r.op.c_str(), r.dtype.c_str(),
                 r.shape.c_str(), r.bytes, r.ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
     if (out)
       std::fprintf(out, "%s,%s,%s,%.0f,%.3f,%.2f,%.4f\n", r.op.c_str(), r.dtype.c_str(),

@@ -5,8 +5,9 @@ our time over theirs.
 
     python3 bench/torch_peers.py PALLAS_CSV OUT_CSV
 
-PyTorch eager is the peer: bias_gelu is gelu(x + b), two kernels, as a PyTorch
-user writes it.
+PyTorch eager is the peer, as a PyTorch user writes it: bias_gelu is
+gelu(x + b) and the *_residual norms are h = x + r then the norm of h (two
+kernels each); cross_entropy is F.cross_entropy(..., reduction="none").
 """
 import csv
 import statistics
@@ -51,16 +52,28 @@ def peer(op, dtype, shape, nbytes):
         xs = [torch.empty(n, device=dev).uniform_(-2, 2).to(src) for _ in range(sets)]
         return median_ms(lambda i: xs[i % sets].to(dst))
     t = DTYPES[dtype]
-    if op in ("rms_norm", "layer_norm", "softmax", "row_sum"):
+    if op == "cross_entropy":
+        r, v = (int(x) for x in shape.split("x"))
+        logits = [torch.empty(r, v, device=dev, dtype=t).uniform_(-2, 2) for _ in range(sets)]
+        labels = torch.randint(0, v, (r,), device=dev)
+        return median_ms(lambda i: F.cross_entropy(logits[i % sets], labels, reduction="none"))
+    if op in ("rms_norm", "layer_norm", "rms_norm_residual", "layer_norm_residual", "softmax",
+              "log_softmax", "row_sum", "row_max"):
         r, c = (int(v) for v in shape.split("x"))
         xs = [torch.empty(r, c, device=dev, dtype=t).uniform_(-2, 2) for _ in range(sets)]
+        rs = [torch.empty(r, c, device=dev, dtype=t).uniform_(-1, 1) for _ in range(sets)]
         w = torch.empty(c, device=dev, dtype=t).uniform_(0.5, 1.5)
         b = torch.empty(c, device=dev, dtype=t).uniform_(-1, 1)
         fns = {
             "rms_norm": lambda i: F.rms_norm(xs[i % sets], (c,), w, 1e-5),
             "layer_norm": lambda i: F.layer_norm(xs[i % sets], (c,), w, b, 1e-5),
+            "rms_norm_residual": lambda i: F.rms_norm(xs[i % sets] + rs[i % sets], (c,), w, 1e-5),
+            "layer_norm_residual":
+                lambda i: F.layer_norm(xs[i % sets] + rs[i % sets], (c,), w, b, 1e-5),
             "softmax": lambda i: torch.softmax(xs[i % sets], dim=-1),
+            "log_softmax": lambda i: torch.log_softmax(xs[i % sets], dim=-1),
             "row_sum": lambda i: xs[i % sets].sum(dim=-1),
+            "row_max": lambda i: xs[i % sets].amax(dim=-1),
         }
         return median_ms(fns[op])
     if op == "bias_gelu":
@@ -79,6 +92,7 @@ def peer(op, dtype, shape, nbytes):
         "gelu": lambda i: F.gelu(xs[i % sets], approximate="tanh"),
         "silu": lambda i: F.silu(xs[i % sets]),
         "sum_all": lambda i: xs[i % sets].sum(),
+        "max_all": lambda i: xs[i % sets].max(),
     }
     return median_ms(fns[op])
 
@@ -96,7 +110,7 @@ def main():
         out = csv.writer(f)
         out.writerow(["op", "dtype", "shape", "us", "torch_us", "ours_over_torch", "gbs",
                       "copy_fraction"])
-        print(f"\n{'op':<10} {'dtype':<10} {'shape':<12} {'ours us':>10} {'torch us':>10} "
+        print(f"\n{'op':<20} {'dtype':<10} {'shape':<12} {'ours us':>10} {'torch us':>10} "
               f"{'ours/torch':>10} {'GB/s':>8} {'of copy':>8}")
         for r in rows:
             torch_us = 1e3 * peer(r["op"], r["dtype"], r["shape"], float(r["bytes"]))
@@ -104,7 +118,7 @@ def main():
             ratio = us / torch_us
             out.writerow([r["op"], r["dtype"], r["shape"], us, f"{torch_us:.3f}", f"{ratio:.3f}",
                           r["gbs"], r["copy_fraction"]])
-            print(f"{r['op']:<10} {r['dtype']:<10} {r['shape']:<12} {us:>10.2f} {torch_us:>10.2f} "
+            print(f"{r['op']:<20} {r['dtype']:<10} {r['shape']:<12} {us:>10.2f} {torch_us:>10.2f} "
                   f"{ratio:>10.2f} {float(r['gbs']):>8.1f} {100 * float(r['copy_fraction']):>7.1f}%")
 
 
