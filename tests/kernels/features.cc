@@ -269,3 +269,28 @@ void tile_softmax(KernelSpec& spec) {
 PALLAS_KERNEL(tile_softmax_16x128) { tile_softmax<16, 128>(spec); }  // 32 runs per row
 PALLAS_KERNEL(tile_softmax_64x32) { tile_softmax<64, 32>(spec); }    // 8 runs per row
 PALLAS_KERNEL(tile_softmax_2x4096) { tile_softmax<2, 4096>(spec); }  // 1024 runs per row
+
+namespace {
+// Reductions over the leading axis, with keepdims and without: a softmax down
+// each column of every R x C tile, over the tile's rows inside the array.
+template <int64_t R, int64_t C>
+void tile_column_softmax(KernelSpec& spec) {
+  DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
+  Operand x = spec.input("x", f32, {rows, cols});
+  Operand y = spec.output("y", f32, {rows, cols});
+  spec.grid({cdiv(rows, R), cdiv(cols, C)});
+  auto tile = [](const ProgramIds& p) { return at(p[0], p[1]); };
+  spec.block(x, {Blocked{R}, Blocked{C}}, tile);
+  spec.block(y, {Blocked{R}, Blocked{C}}, tile);
+  spec.body([](Ref x, Ref y) {
+    Value in_rows = iota({R, C}, 0) + (program_id(0) * R).cast(i32) < x.extent(0).cast(i32);
+    Value v = select(in_rows, x.load(), -std::numeric_limits<double>::infinity());
+    Value m = max(v, 0, /*keepdims=*/true);  // [1, C]
+    Value e = select(in_rows, exp(v - m), 0.0);
+    y.store(e / sum(e, 0));  // [C], broadcast over the rows
+  });
+}
+}  // namespace
+
+PALLAS_KERNEL(tile_column_softmax_16x128) { tile_column_softmax<16, 128>(spec); }
+PALLAS_KERNEL(tile_column_softmax_8x256) { tile_column_softmax<8, 256>(spec); }

@@ -13,6 +13,8 @@
 #include <pallas/kernels/row_sums_sequential.h>
 #include <pallas/kernels/scratch_and_while.h>
 #include <pallas/kernels/swap_halves.h>
+#include <pallas/kernels/tile_column_softmax_16x128.h>
+#include <pallas/kernels/tile_column_softmax_8x256.h>
 #include <pallas/kernels/tile_softmax_16x128.h>
 #include <pallas/kernels/tile_softmax_2x4096.h>
 #include <pallas/kernels/tile_softmax_64x32.h>
@@ -387,6 +389,48 @@ TEST_P(FeaturesTest, RowReductionsKeepingDims) {
   check_tile_softmax(GetParam(), 32, [](auto... a) { return kernels::tile_softmax_64x32(a...); });
   check_tile_softmax(GetParam(), 4096,
                      [](auto... a) { return kernels::tile_softmax_2x4096(a...); });
+}
+
+// y = a softmax down each column of every R x C tile, over its rows inside the array.
+template <class Kernel>
+void check_column_softmax(Backend backend, int64_t tile_rows, int64_t tile_cols, Kernel kernel) {
+  for (int64_t rows : {int64_t{1}, tile_rows / 2 + 1, int64_t{70}, int64_t{131}}) {
+    for (int64_t cols : {int64_t{1}, tile_cols / 2 + 1, tile_cols, 2 * tile_cols + 3}) {
+      uint32_t seed = fresh_seed();
+      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) +
+                   " seed=" + std::to_string(seed));
+      std::mt19937 rng(seed);
+      Array<float> x(backend, rows * cols), y(backend, rows * cols);
+      x.fill_random(rng, -8, 8);
+      y.poison();
+      x.upload();
+      y.upload();
+      Status s = kernel(TensorView<const float, 2>(x.data(), {rows, cols}),
+                        TensorView<float, 2>(y.data(), {rows, cols}), Launch{backend, nullptr});
+      ASSERT_TRUE(s.ok()) << s.message();
+      y.download();
+      const std::vector<float>& in = x.host();
+      for (int64_t first = 0; first < rows; first += tile_rows) {
+        const int64_t last = std::min(rows, first + tile_rows);
+        for (int64_t c = 0; c < cols; ++c) {
+          double hi = -INFINITY, total = 0;
+          for (int64_t r = first; r < last; ++r) hi = std::max<double>(hi, in[r * cols + c]);
+          for (int64_t r = first; r < last; ++r) total += std::exp(in[r * cols + c] - hi);
+          for (int64_t r = first; r < last; ++r)
+            if (!expect_close(y.host()[r * cols + c], std::exp(in[r * cols + c] - hi) / total,
+                              "element " + std::to_string(r) + ", " + std::to_string(c)))
+              return;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(FeaturesTest, LeadingAxisReductions) {
+  check_column_softmax(GetParam(), 16, 128,
+                       [](auto... a) { return kernels::tile_column_softmax_16x128(a...); });
+  check_column_softmax(GetParam(), 8, 256,
+                       [](auto... a) { return kernels::tile_column_softmax_8x256(a...); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FeaturesTest,

@@ -85,15 +85,38 @@ func.func @row_sums(%x: memref<?x?xf32, strided<[?, 1]>>, %out: memref<?xf32>) a
 
 // -----
 
-// Reducing a leading axis while keeping the last has no GPU rule: a loud
-// error, not wrong code.
+// Reducing a leading axis that keeps the last goes through shared memory:
+// every thread stores its runs, thread t folds column t in row order, and
+// every thread reads the 256 sums back (replicated).
+// CHECK-LABEL: gpu.func @column_sums
+// CHECK-SAME:    workgroup(%[[SRC:.*]] : memref<2048xf32, #gpu.address_space<workgroup>>, %[[SUMS:.*]] : memref<256xf32, #gpu.address_space<workgroup>>)
+// CHECK:         vector.store %{{.*}}, %[[SRC]]
+// CHECK:         gpu.barrier
+// CHECK-COUNT-8: memref.load %[[SRC]]
+// CHECK:         memref.store %{{.*}}, %[[SUMS]]
+// CHECK:         gpu.barrier
+// CHECK:         vector.load %[[SUMS]]{{.*}} vector<256xf32>
 func.func @column_sums(%x: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
   %i = pallas.program_id 0
   %c0 = arith.constant 0 : index
   %rx = pallas.block %x[%i, %c0] {block_shape = array<i64: 8, 256>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<8x256xf32>
   %v = pallas.load %rx[[0, 0]] [[8, 256]] : !pallas.ref<8x256xf32> -> vector<8x256xf32>
   %acc = arith.constant dense<0.0> : vector<256xf32>
-  // expected-error @+1 {{the GPU lowers reductions that keep dims only along the last axis; reduce dim 0 after moving it last, or reduce every dim}}
   %s = vector.multi_reduction <add>, %v, %acc [0] : vector<8x256xf32> to vector<256xf32>
+  return
+}
+
+// -----
+
+// Reducing a leading axis together with the last has no GPU rule: a loud
+// error, not wrong code.
+func.func @leading_and_last(%x: memref<?x?x?xf32, strided<[?, ?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %c0 = arith.constant 0 : index
+  %rx = pallas.block %x[%i, %c0, %c0] {block_shape = array<i64: 2, 4, 256>, squeezed = array<i1: false, false, false>} : memref<?x?x?xf32, strided<[?, ?, 1]>> -> !pallas.ref<2x4x256xf32>
+  %v = pallas.load %rx[[0, 0, 0]] [[2, 4, 256]] : !pallas.ref<2x4x256xf32> -> vector<2x4x256xf32>
+  %acc = arith.constant dense<0.0> : vector<4xf32>
+  // expected-error @+1 {{the GPU reduces either the last axis or leading axes, not dim 0 together with the last; reduce them one after the other}}
+  %s = vector.multi_reduction <add>, %v, %acc [0, 2] : vector<2x4x256xf32> to vector<4xf32>
   return
 }

@@ -49,12 +49,19 @@ struct Layout {
 /// results of reductions that keep some dims (one value per row, say) and
 /// what is computed from them alone; scalar broadcasts and splat constants
 /// are replicated when their element count is not a multiple of `threads`
-/// (too small to distribute). Loop-carried values follow their init.
+/// (too small to distribute), or when they only seed reductions that keep
+/// dims (whose results are replicated). Loop-carried values follow their init.
 DenseSet<Value> inferReplicated(func::FuncOp kernel, int64_t threads) {
   DenseSet<Value> replicated;
   auto small = [&](Type t) {
     auto vt = dyn_cast<VectorType>(t);
     return vt && vt.getNumElements() % threads != 0;
+  };
+  auto onlySeedsKeptReductions = [](Value v) {
+    return !v.use_empty() && llvm::all_of(v.getUses(), [](OpOperand& use) {
+      auto red = dyn_cast<vector::MultiDimReductionOp>(use.getOwner());
+      return red && use.get() == red.getAcc() && isa<VectorType>(red.getDestType());
+    });
   };
   kernel.walk<WalkOrder::PreOrder>([&](Operation* op) {
     if (auto red = dyn_cast<vector::MultiDimReductionOp>(op)) {
@@ -63,10 +70,13 @@ DenseSet<Value> inferReplicated(func::FuncOp kernel, int64_t threads) {
       if (replicated.contains(cast.getSource())) replicated.insert(cast.getResult());
     } else if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
       bool fromReplicated = replicated.contains(bc.getSource());
-      if ((fromReplicated || !isa<VectorType>(bc.getSourceType())) && small(bc.getType()))
+      if ((fromReplicated || !isa<VectorType>(bc.getSourceType())) &&
+          (small(bc.getType()) || onlySeedsKeptReductions(bc.getResult())))
         replicated.insert(bc.getResult());
     } else if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
-      if (small(cst.getType())) replicated.insert(cst.getResult());
+      if (isa<VectorType>(cst.getType()) &&
+          (small(cst.getType()) || onlySeedsKeptReductions(cst.getResult())))
+        replicated.insert(cst.getResult());
     } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
       for (auto [i, init] : llvm::enumerate(loop.getInitArgs()))
         if (replicated.contains(init)) {
@@ -552,13 +562,11 @@ class GpuLowering {
     Location loc = red.getLoc();
     VectorType srcType = red.getSourceVectorType();
     auto destType = cast<VectorType>(red.getDestType());
-    ArrayRef<bool> mask = red.getReductionMask();
+    SmallVector<bool> mask = red.getReductionMask();  // a temporary: copy it
     for (int64_t d = 0; d + 1 < srcType.getRank(); ++d)
       if (mask[d])
-        return red.emitOpError(
-                   "the GPU lowers reductions that keep dims only along the last "
-                   "axis; reduce dim ")
-               << d << " after moving it last, or reduce every dim";
+        return red.emitOpError("the GPU reduces either the last axis or leading axes, not dim ")
+               << d << " together with the last; reduce them one after the other";
     Type et = srcType.getElementType();
     if (et.getIntOrFloatBitWidth() != 32)
       return red.emitOpError("GPU reductions combine 32-bit values; cast the block to f32 first");
@@ -642,6 +650,96 @@ class GpuLowering {
     return success();
   }
 
+  /// A reduction over leading dims of a distributed block that keeps its last
+  /// dim (the column sums of [R, C], say), to a replicated vector of the M
+  /// kept elements, through shared memory and in a fixed order, so every
+  /// thread holds the same bits:
+  ///  1. each thread stores its runs at their row-major positions;
+  ///  2. thread t folds results m = t, t + threads, ...: the N / M source
+  ///     elements of m in increasing position (consecutive threads read
+  ///     consecutive words, so no bank conflicts), into a second buffer;
+  ///  3. every thread reads the M results back.
+  /// Worked example: [16, 128] f32 summed over dim 0: thread t adds elements
+  /// t, 128 + t, ..., 15 * 128 + t of the block.
+  LogicalResult lowerLeadingReduction(vector::MultiDimReductionOp red, OpBuilder& b) {
+    Location loc = red.getLoc();
+    VectorType srcType = red.getSourceVectorType();
+    ArrayRef<int64_t> shape = srcType.getShape();
+    SmallVector<bool> mask = red.getReductionMask();  // a temporary: copy it
+    Type et = srcType.getElementType();
+    if (et.getIntOrFloatBitWidth() != 32)
+      return red.emitOpError("GPU reductions combine 32-bit values; cast the block to f32 first");
+    const int64_t n = srcType.getNumElements(), threads = layout_.threads, vec = layout_.vec;
+    const int64_t m = cast<VectorType>(red.getDestType()).getNumElements();
+    constexpr int64_t kMaxKept = 256;  // every thread holds them all
+    if (m > kMaxKept)
+      return red.emitOpError("keeps ")
+             << m << " elements, which every GPU thread would hold; at most " << kMaxKept
+             << " (reduce a smaller block)";
+    FailureOr<Value> acc = replicatedOperand(b, loc, red.getAcc());
+    if (failed(acc)) return red.emitOpError("no GPU rule for this reduction's accumulator");
+    const int64_t rank = srcType.getRank();
+    SmallVector<int64_t> strides(rank, 1);
+    for (int64_t d = rank - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape[d + 1];
+    SmallVector<int64_t> offsets = {0};  // of the reduced elements, increasing
+    for (int64_t d = 0; d < rank; ++d) {
+      if (!mask[d]) continue;
+      SmallVector<int64_t> wider;
+      for (int64_t o : offsets)
+        for (int64_t i = 0; i < shape[d]; ++i) wider.push_back(o + i * strides[d]);
+      offsets = std::move(wider);
+    }
+    vector::CombiningKind kind = red.getKind();
+
+    Value source = sharedBuffer(b, loc, n, et);
+    Value frag = map_.lookup(red.getSource());
+    for (int64_t k = 0; k < layout_.runs(srcType); ++k) {
+      Value run = vector::ExtractStridedSliceOp::create(
+          b, loc, frag, ArrayRef<int64_t>{k * vec}, ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
+      Value at = arith::MulIOp::create(
+          b, loc, arith::AddIOp::create(b, loc, index(b, loc, k * threads), tid_),
+          index(b, loc, vec));
+      vector::StoreOp::create(b, loc, run, source, ValueRange{at});
+    }
+    gpu::BarrierOp::create(b, loc);
+    Value results = sharedBuffer(b, loc, m, et);
+    for (int64_t k = 0; k * threads < m; ++k) {
+      Value mi = arith::AddIOp::create(b, loc, index(b, loc, k * threads), tid_);
+      auto fold = [&](OpBuilder& fb, Location l) {
+        Value base = index(fb, l, 0), rest = mi;  // mi's kept coordinates, innermost first
+        for (int64_t d = rank - 1; d >= 0; --d) {
+          if (mask[d]) continue;
+          Value extent = index(fb, l, shape[d]);
+          Value coord = arith::RemUIOp::create(fb, l, rest, extent);
+          rest = arith::DivUIOp::create(fb, l, rest, extent);
+          base = arith::AddIOp::create(
+              fb, l, base, arith::MulIOp::create(fb, l, coord, index(fb, l, strides[d])));
+        }
+        Value total;
+        for (int64_t o : offsets) {
+          Value at = arith::AddIOp::create(fb, l, base, index(fb, l, o));
+          Value v = memref::LoadOp::create(fb, l, source, ValueRange{at});
+          total = total ? vector::makeArithReduction(fb, l, kind, total, v) : v;
+        }
+        memref::StoreOp::create(fb, l, total, results, ValueRange{mi});
+      };
+      if ((k + 1) * threads <= m) {
+        fold(b, loc);
+        continue;
+      }
+      Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, mi, index(b, loc, m));
+      scf::IfOp::create(b, loc, inside, [&](OpBuilder& tb, Location l) {
+        fold(tb, l);
+        scf::YieldOp::create(tb, l);
+      });
+    }
+    gpu::BarrierOp::create(b, loc);
+    Value all = vector::LoadOp::create(b, loc, VectorType::get({m}, et), results,
+                                       ValueRange{index(b, loc, 0)});
+    map_.map(red.getResult(), vector::makeArithReduction(b, loc, kind, all, *acc));
+    return success();
+  }
+
   /// A reduction of a replicated value: done by every thread on its copy.
   LogicalResult lowerReplicatedReduction(vector::MultiDimReductionOp red, OpBuilder& b) {
     Location loc = red.getLoc();
@@ -671,7 +769,9 @@ class GpuLowering {
   LogicalResult lowerReduction(vector::MultiDimReductionOp red, OpBuilder& b) {
     Location loc = red.getLoc();
     if (isReplicated(red.getSource())) return lowerReplicatedReduction(red, b);
-    if (isa<VectorType>(red.getDestType())) return lowerRowReduction(red, b);
+    if (isa<VectorType>(red.getDestType()))
+      return red.getReductionMask().back() ? lowerRowReduction(red, b)
+                                           : lowerLeadingReduction(red, b);
     Type et = red.getSourceVectorType().getElementType();
     if (et.getIntOrFloatBitWidth() != 32)
       return red.emitOpError("GPU reductions combine 32-bit values; cast the block to f32 first");
