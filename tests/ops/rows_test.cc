@@ -300,5 +300,56 @@ TEST(SplitRowsEmulator, CompleteWithFewResidentPrograms) {
     }
 }
 
+// Split rows on two streams at once, launched back to back: each launch takes its ticket
+// counter and row semaphores from the pool, so neither sees the other's, and every launch
+// leaves them at zero for the next.
+TEST(SplitRowsCuda, TwoStreamsAtOnce) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  constexpr int64_t kRows = 2, kCols = 300000, kLaunches = 8;
+  std::mt19937 rng(fresh_seed());
+  Array<float> a(Backend::kCuda, kRows * kCols), b(Backend::kCuda, kRows * kCols);
+  a.fill_random(rng, -8, 8);
+  b.fill_random(rng, -4, 4);
+  a.upload();
+  b.upload();
+  Array<float> out_a(Backend::kCuda, kLaunches * kRows * kCols),
+      out_b(Backend::kCuda, kLaunches * kRows * kCols);
+  out_a.poison();
+  out_b.poison();
+  out_a.upload();
+  out_b.upload();
+  cudaStream_t s1, s2;
+  ASSERT_EQ(cudaStreamCreate(&s1), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&s2), cudaSuccess);
+  for (int64_t i = 0; i < kLaunches; ++i) {
+    const int64_t at = i * kRows * kCols;
+    ASSERT_TRUE(kernels::softmax(TensorView<const float, 2>(a.data(), {kRows, kCols}),
+                                 TensorView<float, 2>(out_a.data() + at, {kRows, kCols}),
+                                 Launch{Backend::kCuda, s1})
+                    .ok());
+    ASSERT_TRUE(kernels::softmax(TensorView<const float, 2>(b.data(), {kRows, kCols}),
+                                 TensorView<float, 2>(out_b.data() + at, {kRows, kCols}),
+                                 Launch{Backend::kCuda, s2})
+                    .ok());
+  }
+  out_a.download();
+  out_b.download();
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+  for (auto [in, out] : {std::pair{&a, &out_a}, std::pair{&b, &out_b}}) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      const float* row = in->host().data() + r * kCols;
+      double hi = *std::max_element(row, row + kCols), total = 0;
+      for (int64_t c = 0; c < kCols; ++c) total += std::exp(row[c] - hi);
+      for (int64_t i = 0; i < kLaunches; ++i)
+        for (int64_t c = 0; c < kCols; ++c)
+          ASSERT_TRUE(expect_close(out->host()[(i * kRows + r) * kCols + c],
+                                   std::exp(row[c] - hi) / total,
+                                   "launch " + std::to_string(i) + " row " + std::to_string(r) +
+                                       " element " + std::to_string(c)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pallas::testing
