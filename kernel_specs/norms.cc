@@ -53,19 +53,20 @@ struct NormRow {
   std::optional<Ref> b;
   DType T;
 
-  /// Chunk c of the normalized input: x, or h = x + r rounded to T; the first
-  /// read of a chunk stores h, later reads load it back.
-  Value input(const Value& c, bool first) const {
-    if (!res) return x.chunk_f32(c);
-    if (!first) return h->chunk_f32(c);
-    Value sum = (x.chunk_f32(c) + res->chunk_f32(c)).cast(T);
+  /// Chunks [c, c + chunks) of the normalized input: x, or h = x + r rounded
+  /// to T; the first read of a chunk stores h, later reads load it back.
+  Value input(const Value& c, bool first, int64_t chunks = 1) const {
+    if (!res) return x.chunk_f32(c, chunks);
+    if (!first) return h->chunk_f32(c, chunks);
+    Value sum = (x.chunk_f32(c, chunks) + res->chunk_f32(c, chunks)).cast(T);
     h->store_chunk(sum, c);
     return sum.cast(f32);
   }
-  /// y chunk c = (v - shift) * scale * w (+ b).
+  /// y from chunk c = (v - shift) * scale * w (+ b), for v of one or more chunks.
   void store(const Value& c, const Value& v, const Value& shift, const Value& scale) const {
-    Value out = (v - shift) * scale * chunk_f32(w, c);
-    if (b) out = out + chunk_f32(*b, c);
+    const int64_t chunks = v.shape()[0] / kChunk;
+    Value out = (v - shift) * scale * chunk_f32(w, c, chunks);
+    if (b) out = out + chunk_f32(*b, c, chunks);
     y.store_chunk(out.cast(T), c);
   }
 };
@@ -112,8 +113,8 @@ void rms_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
   Value zero = constant(0.0, f32);
   by_row_length(
       cols,
-      [&] {
-        Value v = n.input(index(0), /*first=*/true);
+      [&](int64_t chunks) {
+        Value v = n.input(index(0), /*first=*/true, chunks);
         n.store(index(0), v, zero, scale_of(sum(v * v)));
       },
       [&] {
@@ -170,26 +171,28 @@ void rms_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref y, const Re
 /// A whole row: the variance around the mean (a second pass) for accuracy.
 void layer_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
   Value count = cols.cast(f32);
-  when(cols <= index(kChunk), [&] {  // one read, kept in registers
-    Value v = n.input(index(0), /*first=*/true);
-    Value mean = sum(v) / count;
-    Value d = select(in_row(index(0), cols), v - mean, 0.0);  // v itself is dead from here
-    n.store(index(0), d, constant(0.0, f32), rsqrt(sum(d * d) / count + Value(eps)));
-  });
-  when(cols > index(kChunk), [&] {
-    Value mean =
-        fold_chunks(cols, 0.0,
-                    [&](Value c, Value acc) { return acc + sum(n.input(c, /*first=*/true)); }) /
-        count;
-    Value var = fold_chunks(cols, 0.0,
-                            [&](Value c, Value acc) {
-                              Value d = select(in_row(c, cols), n.input(c, false) - mean, 0.0);
-                              return acc + sum(d * d);
-                            }) /
-                count;
-    Value scale = rsqrt(var + Value(eps));
-    for_chunks(cols, [&](Value c) { n.store(c, n.input(c, /*first=*/false), mean, scale); });
-  });
+  by_row_length(
+      cols,
+      [&](int64_t chunks) {  // one read, kept in registers
+        Value v = n.input(index(0), /*first=*/true, chunks);
+        Value mean = sum(v) / count;
+        Value d = select(in_row(index(0), cols, chunks), v - mean, 0.0);  // v is dead from here
+        n.store(index(0), d, constant(0.0, f32), rsqrt(sum(d * d) / count + Value(eps)));
+      },
+      [&] {
+        Value mean =
+            fold_chunks(cols, 0.0,
+                        [&](Value c, Value acc) { return acc + sum(n.input(c, /*first=*/true)); }) /
+            count;
+        Value var = fold_chunks(cols, 0.0,
+                                [&](Value c, Value acc) {
+                                  Value d = select(in_row(c, cols), n.input(c, false) - mean, 0.0);
+                                  return acc + sum(d * d);
+                                }) /
+                    count;
+        Value scale = rsqrt(var + Value(eps));
+        for_chunks(cols, [&](Value c) { n.store(c, n.input(c, /*first=*/false), mean, scale); });
+      });
 }
 
 /// Chan et al.'s pairwise update: the (count, mean, M2) of two disjoint parts

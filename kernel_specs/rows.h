@@ -30,9 +30,13 @@ inline Indices whole(const ProgramIds&) { return at(0); }
 /// Number of chunks covering a row of `cols` elements.
 inline Value num_chunks(const Value& cols) { return (cols + (kChunk - 1)) / kChunk; }
 
-/// Chunk `c` of a row ref, as f32.
-inline Value chunk_f32(const Ref& row, const Value& c) {
-  return row.load_at({c * kChunk}, {kChunk}).cast(f32);
+/// A row of at most kRowChunks chunks (4096 elements) is read once and kept in
+/// registers (32 f32 per thread of 128) between its statistics and its output.
+inline constexpr int64_t kRowChunks = 2;
+
+/// Chunks [c, c + chunks) of a row ref (or the [cols] weights), as f32.
+inline Value chunk_f32(const Ref& row, const Value& c, int64_t chunks = 1) {
+  return row.load_at({c * kChunk}, {chunks * kChunk}).cast(f32);
 }
 
 /// Every program sees the whole [rows, cols] array and picks its row in the
@@ -45,14 +49,16 @@ struct Row {
   Value index;
 
   Value length() const { return array.extent(1); }
-  /// Chunk c in the operand's dtype; elements past the row end read as 0.
-  Value chunk(const Value& c) const {
-    return reshape(array.load_at({index, c * kChunk}, {1, kChunk}), {kChunk});
+  /// Chunks [c, c + chunks) in the operand's dtype; elements past the row end
+  /// read as 0.
+  Value chunk(const Value& c, int64_t chunks = 1) const {
+    return reshape(array.load_at({index, c * kChunk}, {1, chunks * kChunk}), {chunks * kChunk});
   }
-  Value chunk_f32(const Value& c) const { return chunk(c).cast(f32); }
-  /// Stores chunk c; elements past the row end are skipped.
+  Value chunk_f32(const Value& c, int64_t chunks = 1) const { return chunk(c, chunks).cast(f32); }
+  /// Stores `v` (one or more chunks) from chunk c; elements past the row end
+  /// are skipped.
   void store_chunk(const Value& v, const Value& c) const {
-    array.store_at(reshape(v, {1, kChunk}), {index, c * kChunk});
+    array.store_at(reshape(v, {1, v.shape()[0]}), {index, c * kChunk});
   }
 };
 
@@ -117,9 +123,9 @@ inline void store_tile(const Ref& array, const Value& v, const Value& first_row)
   array.store_at(v, {first_row, index(0)});
 }
 
-/// i1 block: which elements of chunk `c` lie inside the row.
-inline Value in_row(const Value& c, const Value& cols) {
-  return iota({kChunk}, 0) + (c * kChunk).cast(i32) < cols.cast(i32);
+/// i1 block: which elements of chunks [c, c + chunks) lie inside the row.
+inline Value in_row(const Value& c, const Value& cols, int64_t chunks = 1) {
+  return iota({chunks * kChunk}, 0) + (c * kChunk).cast(i32) < cols.cast(i32);
 }
 
 /// `for c in chunks: acc = f(c, acc)` over one f32 accumulator, from `init`.
@@ -140,13 +146,16 @@ void for_chunks(const Value& cols, F f) {
 
 inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-/// `one()` when the row fits in one chunk, else `many()`. A one-chunk row is
-/// read once and kept in registers between its statistics and its output; a
-/// longer row is read again for the output.
-template <class One, class Many>
-void by_row_length(const Value& cols, One one, Many many) {
-  when(cols <= index(kChunk), [&] { one(); });
-  when(cols > index(kChunk), [&] { many(); });
+/// `held(chunks)` when the row fits in `chunks` chunks, at most kRowChunks:
+/// it is read once and kept in registers between its statistics and its
+/// output (one chunk when it fits, so short rows leave fewer lanes idle);
+/// else `many()`, which reads a longer row again for the output.
+template <class Held, class Many>
+void by_row_length(const Value& cols, Held held, Many many) {
+  when(cols <= index(kChunk), [&] { held(int64_t{1}); });
+  when(select(cols > index(kChunk), cols <= index(kRowChunks * kChunk), constant(0, DType::i1)),
+       [&] { held(kRowChunks); });
+  when(cols > index(kRowChunks * kChunk), [&] { many(); });
 }
 
 //===----------------------------------------------------------------------===//

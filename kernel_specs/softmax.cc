@@ -30,8 +30,8 @@ SplitRows declare_rows(KernelSpec& spec, DType T) {
 
 /// y = out(x, m, l) from the row statistics m = max(row), l = sum(exp(row - m)):
 ///   short rows: a tile of rows, read once;
-///   a whole row in one program: one read of a row that fits in one chunk,
-///   else an online pass over the row (rows.h) and a second pass for y;
+///   a whole row in one program: one read of a row of at most kRowChunks
+///   chunks, else an online pass over the row (rows.h) and a second pass;
 ///   a split row: each statistics item folds its segment online, each apply
 ///   item combines the segments' (m, l) and writes its segment.
 template <class Out>
@@ -46,8 +46,8 @@ void row_softmax(const SplitRows& sem, Ref x, Ref y, Ref pmax, Ref psum, DType T
     Row in{x, r}, to{y, r};
     by_row_length(
         cols,
-        [&] {
-          Value v = select(in_row(index(0), cols), in.chunk_f32(index(0)), kNegInf);
+        [&](int64_t chunks) {
+          Value v = select(in_row(index(0), cols, chunks), in.chunk_f32(index(0), chunks), kNegInf);
           Value m = max(v);
           to.store_chunk(out(v, m, sum(exp_minus(v, m))).cast(T), index(0));
         },
