@@ -48,7 +48,6 @@ struct Row {
   Ref array;
   Value index;
 
-  Value length() const { return array.extent(1); }
   /// Chunks [c, c + chunks) in the operand's dtype; elements past the row end
   /// read as 0.
   Value chunk(const Value& c, int64_t chunks = 1) const {
@@ -85,7 +84,7 @@ struct Tile {
 inline constexpr Tile kTiles[] = {{16, 128}, {4, 512}};  // narrowest first
 
 /// R: the rows of the narrowest tile holding a row of `cols`; 1 for longer
-/// rows. 1 + (64 - 16) le(cols, 32) + (16 - 4) le(cols, 128) + (4 - 1) le(cols, 512).
+/// rows: 1 + (16 - 4) le(cols, 128) + (4 - 1) le(cols, 512).
 inline DimExpr rows_per_program(const DimExpr& cols) {
   DimExpr r = 1;
   for (size_t i = 0; i < std::size(kTiles); ++i) {
