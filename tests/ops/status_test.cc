@@ -84,6 +84,24 @@ TEST(Status, NoCudaDevice) {
   EXPECT_NE(s.message().find("gelu_f32"), std::string::npos) << s.message();
 }
 
+TEST(Status, NoCudaDeviceForDeviceErrors) {
+  if (cuda_device_available()) GTEST_SKIP() << "a CUDA device is present";
+  Status s = take_device_errors();
+  EXPECT_EQ(s.code(), StatusCode::kNoDevice);
+  EXPECT_TRUE(s.message().starts_with("take_device_errors: no usable CUDA device")) << s.message();
+}
+
+// The run-time check's message is in the kernel's metadata, by check number.
+TEST(Metadata, RunTimeChecks) {
+  const KernelMetadata& m = kernels::cross_entropy_f32_metadata();
+  ASSERT_EQ(m.checks.size(), 1u);
+  EXPECT_STREQ(m.checks[0], "operand 'labels' element {0} is {1}, outside [0, {2})");
+  EXPECT_TRUE(kernels::softmax_f32_metadata().checks.empty());
+  bool has_record = false;
+  for (const OperandMetadata& op : m.operands) has_record |= op.role == OperandRole::kErrors;
+  EXPECT_TRUE(has_record);
+}
+
 // Unsupported dtypes are rejected when the call is compiled: there is no i32 gelu.
 template <class T>
 concept HasGelu = requires(TensorView<const T, 1> x, TensorView<T, 1> y) {
