@@ -403,53 +403,66 @@ class HostLowering {
 
   /// Like lowerFor: scalars stay loop values, blocks live in carry buffers
   /// (the condition forwards the before-block arguments unchanged).
-  LogicalResult lowerWhile(scf::WhileOp loop, OpBuilder& b) {
-    Location loc = loop.getLoc();
-    scf::ConditionOp cond = loop.getConditionOp();
-    if (cond.getArgs() != ValueRange(loop.getBeforeArguments()))
-      return loop.emitOpError("host lowering needs the condition to forward the carry unchanged");
-    SmallVector<Value> scalarInits, carries(loop.getInits().size());
-    SmallVector<Type> scalarTypes;
-    SmallVector<Location> locs;
-    for (auto [i, init] : llvm::enumerate(loop.getInits())) {
+  /// Loop carries: a block lives in a carry buffer (copied from its init),
+  /// a scalar stays a loop-carried value. Returns the buffer per carry (null
+  /// for scalars) and fills `scalarInits`.
+  SmallVector<Value> carryBuffers(OpBuilder& b, Location loc, ValueRange inits,
+                                  SmallVector<Value>& scalarInits) {
+    SmallVector<Value> carries(inits.size());
+    for (auto [i, init] : llvm::enumerate(inits)) {
       if (auto vt = dyn_cast<VectorType>(init.getType())) {
         carries[i] = buffer(vt);
         memref::CopyOp::create(b, loc, map_.lookup(init), carries[i]);
       } else {
         scalarInits.push_back(map_.lookup(init));
-        scalarTypes.push_back(init.getType());
-        locs.push_back(loc);
       }
     }
+    return carries;
+  }
+
+  /// The next iteration's carries: blocks copied into their buffers (unless
+  /// already there); returns the scalars to yield.
+  SmallVector<Value> yieldCarries(OpBuilder& b, Location loc, ValueRange yielded,
+                                  ArrayRef<Value> carries) {
+    SmallVector<Value> scalarYields;
+    for (auto [i, v] : llvm::enumerate(yielded)) {
+      Value src = map_.lookup(v);
+      if (!carries[i])
+        scalarYields.push_back(src);
+      else if (src != carries[i])
+        memref::CopyOp::create(b, loc, src, carries[i]);
+    }
+    return scalarYields;
+  }
+
+  /// Maps `from` (one value per carry) to the buffers, or in order to `scalars`.
+  void mapCarries(ValueRange from, ArrayRef<Value> carries, ValueRange scalars) {
+    unsigned s = 0;
+    for (auto [i, v] : llvm::enumerate(from)) map_.map(v, carries[i] ? carries[i] : scalars[s++]);
+  }
+
+  LogicalResult lowerWhile(scf::WhileOp loop, OpBuilder& b) {
+    Location loc = loop.getLoc();
+    scf::ConditionOp cond = loop.getConditionOp();
+    if (cond.getArgs() != ValueRange(loop.getBeforeArguments()))
+      return loop.emitOpError("host lowering needs the condition to forward the carry unchanged");
+    SmallVector<Value> scalarInits;
+    SmallVector<Value> carries = carryBuffers(b, loc, loop.getInits(), scalarInits);
+    SmallVector<Type> scalarTypes(ValueRange(scalarInits).getTypes());
+    SmallVector<Location> locs(scalarInits.size(), loc);
     auto lowered = scf::WhileOp::create(b, loc, scalarTypes, scalarInits);
-    auto mapArgs = [&](Block::BlockArgListType from, Block* to) {
-      unsigned s = 0;
-      for (auto [i, arg] : llvm::enumerate(from))
-        map_.map(arg, carries[i] ? carries[i] : to->getArgument(s++));
-    };
     Block* before = b.createBlock(&lowered.getBefore(), {}, scalarTypes, locs);
-    mapArgs(loop.getBeforeArguments(), before);
+    mapCarries(loop.getBeforeArguments(), carries, before->getArguments());
     OpBuilder bb = OpBuilder::atBlockEnd(before);
     if (failed(lowerBlock(loop.getBefore().front(), bb))) return failure();
     scf::ConditionOp::create(bb, loc, map_.lookup(cond.getCondition()), before->getArguments());
     Block* after = b.createBlock(&lowered.getAfter(), {}, scalarTypes, locs);
-    mapArgs(loop.getAfterArguments(), after);
+    mapCarries(loop.getAfterArguments(), carries, after->getArguments());
     OpBuilder ab = OpBuilder::atBlockEnd(after);
     if (failed(lowerBlock(loop.getAfter().front(), ab))) return failure();
-    SmallVector<Value> scalarYields;
-    for (auto [i, v] : llvm::enumerate(loop.getYieldOp().getOperands())) {
-      if (!carries[i]) {
-        scalarYields.push_back(map_.lookup(v));
-        continue;
-      }
-      Value src = map_.lookup(v);
-      if (src != carries[i]) memref::CopyOp::create(ab, loc, src, carries[i]);
-    }
-    scf::YieldOp::create(ab, loc, scalarYields);
+    scf::YieldOp::create(ab, loc, yieldCarries(ab, loc, loop.getYieldOp().getOperands(), carries));
     b.setInsertionPointAfter(lowered);
-    unsigned s = 0;
-    for (auto [i, r] : llvm::enumerate(loop.getResults()))
-      map_.map(r, carries[i] ? carries[i] : lowered.getResult(s++));
+    mapCarries(loop.getResults(), carries, lowered.getResults());
     return success();
   }
 
@@ -457,40 +470,19 @@ class HostLowering {
     Location loc = loop.getLoc();
     // Scalars stay iter_args; blocks live in carry buffers.
     SmallVector<Value> scalarInits;
-    SmallVector<Value> carries(loop.getNumRegionIterArgs());
-    for (auto [i, init] : llvm::enumerate(loop.getInitArgs())) {
-      if (auto vt = dyn_cast<VectorType>(init.getType())) {
-        carries[i] = buffer(vt);
-        memref::CopyOp::create(b, loc, map_.lookup(init), carries[i]);
-      } else {
-        scalarInits.push_back(map_.lookup(init));
-      }
-    }
+    SmallVector<Value> carries = carryBuffers(b, loc, loop.getInitArgs(), scalarInits);
     auto newLoop = scf::ForOp::create(b, loc, map_.lookup(loop.getLowerBound()),
                                       map_.lookup(loop.getUpperBound()),
                                       map_.lookup(loop.getStep()), scalarInits);
     map_.map(loop.getInductionVar(), newLoop.getInductionVar());
-    unsigned s = 0;
-    for (auto [i, arg] : llvm::enumerate(loop.getRegionIterArgs()))
-      map_.map(arg, carries[i] ? carries[i] : newLoop.getRegionIterArgs()[s++]);
+    mapCarries(loop.getRegionIterArgs(), carries, newLoop.getRegionIterArgs());
     Block* body = newLoop.getBody();
     if (!body->empty()) body->back().erase();
     OpBuilder nb = OpBuilder::atBlockEnd(body);
     if (failed(lowerBlock(*loop.getBody(), nb))) return failure();
     auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
-    SmallVector<Value> scalarYields;
-    for (auto [i, v] : llvm::enumerate(yield.getOperands())) {
-      if (carries[i]) {
-        Value src = map_.lookup(v);
-        if (src != carries[i]) memref::CopyOp::create(nb, loc, src, carries[i]);
-      } else {
-        scalarYields.push_back(map_.lookup(v));
-      }
-    }
-    scf::YieldOp::create(nb, loc, scalarYields);
-    s = 0;
-    for (auto [i, r] : llvm::enumerate(loop.getResults()))
-      map_.map(r, carries[i] ? carries[i] : newLoop.getResult(s++));
+    scf::YieldOp::create(nb, loc, yieldCarries(nb, loc, yield.getOperands(), carries));
+    mapCarries(loop.getResults(), carries, newLoop.getResults());
     return success();
   }
 
