@@ -120,3 +120,25 @@ func.func @leading_and_last(%x: memref<?x?x?xf32, strided<[?, ?, 1]>>) attribute
   %s = vector.multi_reduction <add>, %v, %acc [0, 2] : vector<2x4x256xf32> to vector<4xf32>
   return
 }
+
+// -----
+
+// A loop carry keeps its form: one that starts replicated cannot be replaced by
+// a distributed block in the body.
+func.func @carry_changes_form(%x: memref<?x?xf32, strided<[?, 1]>>, %y: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %rx = pallas.block %x[%i, %c0] {block_shape = array<i64: 8, 256>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<8x256xf32>
+  %ry = pallas.block %y[%c0] {block_shape = array<i64: 256>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<256xf32>
+  %v = pallas.load %rx[[0, 0]] [[8, 256]] : !pallas.ref<8x256xf32> -> vector<8x256xf32>
+  %acc = arith.constant dense<0.0> : vector<256xf32>
+  %cols = vector.multi_reduction <add>, %v, %acc [0] : vector<8x256xf32> to vector<256xf32>
+  // expected-error @+1 {{carry 0 starts as a value every GPU thread holds whole (from a reduction that keeps dims) but the body yields a block spread over the threads; start it from a value of the same kind}}
+  %r = scf.for %k = %c0 to %c4 step %c1 iter_args(%a = %cols) -> vector<256xf32> {
+    %w = pallas.load %ry[[0]] [[256]] : !pallas.ref<256xf32> -> vector<256xf32>
+    scf.yield %w : vector<256xf32>
+  }
+  return
+}

@@ -898,6 +898,24 @@ class GpuLowering {
     gpu::BarrierOp::create(b, loc);
   }
 
+  /// A loop carry keeps the form of its init: one that starts replicated (say
+  /// a per-row statistic) cannot become a distributed block in the body.
+  LogicalResult checkCarryForms(Operation* loop, ValueRange inits, ValueRange yields) {
+    auto form = [&](Value v) {
+      return isReplicated(v) ? "a value every GPU thread holds whole (from a reduction that "
+                               "keeps dims)"
+                             : "a block spread over the threads";
+    };
+    for (auto [i, pair] : llvm::enumerate(llvm::zip(inits, yields))) {
+      auto [init, yield] = pair;
+      if (isa<VectorType>(init.getType()) && isReplicated(init) != isReplicated(yield))
+        return loop->emitOpError("carry ")
+               << i << " starts as " << form(init) << " but the body yields " << form(yield)
+               << "; start it from a value of the same kind";
+    }
+    return success();
+  }
+
   /// scf.while with the same structure; block carries become fragments. The
   /// condition is uniform across the program (while_loop's contract).
   LogicalResult lowerWhile(scf::WhileOp loop, OpBuilder& b) {
@@ -922,7 +940,10 @@ class GpuLowering {
          llvm::zip(loop.getAfterArguments(), lowered.getAfter().front().getArguments()))
       map_.map(from, to);
     if (failed(lowerBlock(loop.getAfter().front(), ab))) return failure();
-    scf::YieldOp::create(ab, loc, mapped(loop.getYieldOp().getOperands()));
+    SmallVector<Value> yields = mapped(loop.getYieldOp().getOperands());
+    if (failed(checkCarryForms(loop, loop.getInits(), loop.getYieldOp().getOperands())))
+      return failure();
+    scf::YieldOp::create(ab, loc, yields);
     b.setInsertionPointAfter(lowered);
     for (auto [from, to] : llvm::zip(loop.getResults(), lowered.getResults())) map_.map(from, to);
     return success();
@@ -943,6 +964,9 @@ class GpuLowering {
     if (failed(lowerBlock(*loop.getBody(), nb))) return failure();
     SmallVector<Value> yields;
     for (Value v : loop.getBody()->getTerminator()->getOperands()) yields.push_back(map_.lookup(v));
+    if (failed(checkCarryForms(loop, loop.getInitArgs(),
+                               loop.getBody()->getTerminator()->getOperands())))
+      return failure();
     scf::YieldOp::create(nb, loop.getLoc(), yields);
     for (auto [from, to] : llvm::zip(loop.getResults(), newLoop.getResults())) map_.map(from, to);
     return success();
