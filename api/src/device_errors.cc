@@ -72,8 +72,9 @@ std::vector<DeviceRecord>& records() {
   return *all;
 }
 
-// Reads and clears the records of `device` (the stream is synchronized); the first failure.
-Status take_records(int device) {
+// Reads and clears the records of `device` (clearing on `stream`, synchronized, so that no
+// later launch on any stream races the clear); the first failure.
+Status take_records(int device, Stream stream) {
   std::lock_guard<std::mutex> lock(records_mutex);
   Status first = Status::Ok();
   for (const DeviceRecord& r : records()) {
@@ -87,7 +88,9 @@ Status take_records(int device) {
                                ": reading its error record failed: " + cuda_text(e));
     }
     if (record[0] == 0) continue;
-    if (cudaError_t e = cudaMemset(r.data, 0, sizeof record); e != cudaSuccess) {
+    cudaError_t e = cudaMemsetAsync(r.data, 0, sizeof record, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) {
       (void)cudaGetLastError();
       return Status::Error(StatusCode::kCudaError,
                            std::string(kernel_name(*r.image)) +
@@ -100,7 +103,7 @@ Status take_records(int device) {
 
 }  // namespace
 
-Status device_error_record(const KernelImage& image, int device, void*& record) {
+Status device_error_record(const KernelImage& image, int device, Stream stream, void*& record) {
   std::lock_guard<std::mutex> lock(records_mutex);
   for (const DeviceRecord& r : records())
     if (r.image == &image && r.device == device) {
@@ -109,7 +112,8 @@ Status device_error_record(const KernelImage& image, int device, void*& record) 
     }
   void* data = nullptr;
   cudaError_t e = cudaMalloc(&data, kRecordInts * sizeof(int32_t));
-  if (e == cudaSuccess) e = cudaMemset(data, 0, kRecordInts * sizeof(int32_t));
+  if (e == cudaSuccess) e = cudaMemsetAsync(data, 0, kRecordInts * sizeof(int32_t), stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return Status::Error(
@@ -149,7 +153,7 @@ Status take_device_errors(Stream stream) {
         StatusCode::kCudaError,
         "take_device_errors: cudaStreamSynchronize failed: " + detail::cuda_text(e));
   }
-  return detail::take_records(device);
+  return detail::take_records(device, stream);
 }
 
 }  // namespace pallas

@@ -33,8 +33,12 @@ std::string cuda_text(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
-/// A free region of the pool with room for `bytes`, or a new one.
-Status take_region(int device, uint64_t bytes, bool semaphores, const char* kernel, Region*& out) {
+/// A free region of the pool with room for `bytes`, or a new one. A new
+/// semaphore region is zeroed on `stream`, ahead of the launch that takes it:
+/// cudaMemset would run on the legacy default stream, which a non-blocking
+/// stream does not wait for.
+Status take_region(int device, uint64_t bytes, bool semaphores, Stream stream, const char* kernel,
+                   Region*& out) {
   std::lock_guard<std::mutex> lock(pool_mutex);
   for (auto& r : pool()) {
     if (r->device != device || r->semaphores != semaphores || r->busy || r->bytes < bytes) continue;
@@ -52,7 +56,7 @@ Status take_region(int device, uint64_t bytes, bool semaphores, const char* kern
                          std::string(kernel) + ": cudaMalloc of " + std::to_string(r->bytes) +
                              " bytes for semaphores/workspace failed: " + cuda_text(e));
   if (semaphores)
-    if (cudaError_t e = cudaMemset(r->ptr, 0, r->bytes); e != cudaSuccess)
+    if (cudaError_t e = cudaMemsetAsync(r->ptr, 0, r->bytes, stream); e != cudaSuccess)
       return Status::Error(StatusCode::kCudaError,
                            std::string(kernel) + ": zeroing semaphores failed: " + cuda_text(e));
   r->busy = true;
@@ -99,13 +103,15 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
                            std::string(name) + ": no usable CUDA device: " + cuda_text(e));
     }
     if (req.kind == ResourceKind::kErrors) {  // one record per kernel and device, kept
-      if (Status s = device_error_record(image, device, item.data); !s.ok()) return s;
+      if (Status s = device_error_record(image, device, launch.stream, item.data); !s.ok())
+        return s;
       out.items_.push_back(std::move(item));
       continue;
     }
     const bool semaphores = req.kind == ResourceKind::kSemaphores;
     Region* region = nullptr;
-    if (Status s = take_region(device, req.bytes, semaphores, name, region); !s.ok()) return s;
+    if (Status s = take_region(device, req.bytes, semaphores, launch.stream, name, region); !s.ok())
+      return s;
     item.data = region->ptr;
     item.pool_region = region;
     out.items_.push_back(std::move(item));

@@ -111,9 +111,10 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
 // and reports (and clears) what take_device_errors would.
 Status report_checks(const KernelImage& image, const Launch& launch, const void* errors);
 
-// CUDA: the error record of `image` on `device` (device memory, zeroed when first made; kept
-// for the process), where its launches record failed checks.
-Status device_error_record(const KernelImage& image, int device, void*& record);
+// CUDA: the error record of `image` on `device` (device memory, kept for the process), where
+// its launches record failed checks. Made at the first launch: zeroed on `stream`, which is
+// then synchronized once, so launches on every stream see it zero.
+Status device_error_record(const KernelImage& image, int device, Stream stream, void*& record);
 
 // Checks one tensor operand of an entry point. In order:
 //   a negative extent                    -> kInvalidArgument
