@@ -90,3 +90,23 @@ func.func @doubling(%x: memref<?xf32>, %out: memref<?xf32>) attributes {pallas.k
   pallas.store %r#0, %or[[0]] : vector<256xf32>, !pallas.ref<256xf32>
   return
 }
+
+// -----
+
+// A read is thread 0's acquire load (not an add of 0: spinning programs only
+// read the counter's line), published to every thread through shared memory.
+// GPU-LABEL: gpu.func @read_counter
+// GPU:         gpu.barrier
+// GPU:         scf.if
+// GPU:           llvm.load {{.*}} atomic acquire {alignment = 4 : i64} : !llvm.ptr -> i32
+// GPU:           memref.store
+// GPU:         gpu.barrier
+// GPU:         memref.load
+// HOST-LABEL: func.func @pallas_host_read_counter
+// HOST:         memref.load
+func.func @read_counter(%sems: memref<?xi32>, %out: memref<?xi32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32} {
+  %c0 = arith.constant 0 : index
+  %v = pallas.semaphore_read %sems[%c0] : memref<?xi32>
+  memref.store %v, %out[%c0] : memref<?xi32>
+  return
+}

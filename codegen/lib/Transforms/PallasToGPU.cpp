@@ -810,14 +810,14 @@ class GpuLowering {
     return success();
   }
 
-  /// One atomic add per program: after a barrier (so every thread's earlier
-  /// writes precede the release), thread 0 adds and publishes the old value
-  /// in shared memory; after a second barrier every thread reads it.
-  /// A signal (`wantOld` false) needs only the first barrier and the atomic.
-  Value semaphoreAdd(OpBuilder& b, Location loc, Value semaphores, Value index, Value value,
-                     bool wantOld = true) {
+  /// One atomic operation per program: after a barrier (so every thread's
+  /// earlier writes precede a release), thread 0 runs `atomic` and, when the
+  /// result is wanted, publishes it in shared memory; after a second barrier
+  /// every thread reads it (so an acquire orders every thread's later reads).
+  Value onceInThreadZero(OpBuilder& b, Location loc, bool wantResult,
+                         function_ref<Value(OpBuilder&, Location)> atomic) {
     Value slot;
-    if (wantOld) {
+    if (wantResult) {
       auto slotType =
           MemRefType::get({1}, b.getI32Type(), AffineMap(),
                           gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
@@ -827,15 +827,37 @@ class GpuLowering {
     gpu::BarrierOp::create(b, loc);
     Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid_, c0);
     scf::IfOp::create(b, loc, first, [&](OpBuilder& tb, Location l) {
-      Value old =
-          memref::AtomicRMWOp::create(tb, l, arith::AtomicRMWKind::addi, value,
-                                      map_.lookup(semaphores), ValueRange{map_.lookup(index)});
-      if (slot) memref::StoreOp::create(tb, l, old, slot, ValueRange{c0});
+      Value result = atomic(tb, l);
+      if (slot) memref::StoreOp::create(tb, l, result, slot, ValueRange{c0});
       scf::YieldOp::create(tb, l);
     });
     if (!slot) return {};
     gpu::BarrierOp::create(b, loc);
     return memref::LoadOp::create(b, loc, slot, ValueRange{c0});
+  }
+
+  /// An atomic add (acquire and release) once per program; returns the old
+  /// value in every thread, or nothing for a signal (`wantOld` false).
+  Value semaphoreAdd(OpBuilder& b, Location loc, Value semaphores, Value index, Value value,
+                     bool wantOld = true) {
+    return onceInThreadZero(b, loc, wantOld, [&](OpBuilder& tb, Location l) {
+      return memref::AtomicRMWOp::create(tb, l, arith::AtomicRMWKind::addi, value,
+                                         map_.lookup(semaphores), ValueRange{map_.lookup(index)})
+          .getResult();
+    });
+  }
+
+  /// An acquire load once per program, in every thread. A load rather than an
+  /// add of 0: programs spinning on a counter then only read its cache line.
+  Value semaphoreRead(OpBuilder& b, Location loc, Value semaphores, Value index) {
+    return onceInThreadZero(b, loc, true, [&](OpBuilder& tb, Location l) {
+      Value ptr = elementPointer(tb, l, map_.lookup(semaphores), map_.lookup(index));
+      return LLVM::LoadOp::create(tb, l, tb.getI32Type(), ptr, /*alignment=*/4,
+                                  /*isVolatile=*/false, /*isNonTemporal=*/false,
+                                  /*isInvariant=*/false, /*isInvariantGroup=*/false,
+                                  LLVM::AtomicOrdering::acquire)
+          .getResult();
+    });
   }
 
   /// Pointer to element `index` of a 1-D memref, for LLVM atomics.
@@ -1013,9 +1035,8 @@ class GpuLowering {
       return success();
     }
     if (auto loop = dyn_cast<scf::WhileOp>(op)) return lowerWhile(loop, b);
-    if (auto read = dyn_cast<SemaphoreReadOp>(op)) {  // an atomic add of 0 reads with acquire
-      Value zero = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 0);
-      map_.map(read.getValue(), semaphoreAdd(b, loc, read.getSemaphores(), read.getIndex(), zero));
+    if (auto read = dyn_cast<SemaphoreReadOp>(op)) {
+      map_.map(read.getValue(), semaphoreRead(b, loc, read.getSemaphores(), read.getIndex()));
       return success();
     }
     if (auto check = dyn_cast<CheckOp>(op)) {  // once per failing program, by thread 0
