@@ -2,8 +2,9 @@
 // RUN: pallas-opt %s --split-input-file --convert-pallas-to-loops | FileCheck %s --check-prefix=HOST
 
 // A wait is one thread spinning on an atomic load and a compare-and-swap,
-// then a barrier; a signal whose old value is unused is a barrier and one
-// atomic add (no broadcast of the old value).
+// then a barrier; a signal whose old value is unused is a barrier, a release
+// fence (NVPTX emits atomicrmw relaxed, whatever its ordering) and one atomic
+// add (no broadcast of the old value).
 
 // GPU-LABEL: gpu.func @wait_then_signal
 // GPU:         scf.if
@@ -16,6 +17,7 @@
 // GPU:         gpu.barrier
 // GPU-NEXT:    arith.cmpi eq
 // GPU-NEXT:    scf.if
+// GPU-NEXT:      llvm.fence syncscope("device") release
 // GPU-NEXT:      memref.atomic_rmw addi
 // GPU-NEXT:    }
 // GPU-NEXT:    gpu.return
@@ -108,5 +110,23 @@ func.func @read_counter(%sems: memref<?xi32>, %out: memref<?xi32>) attributes {p
   %c0 = arith.constant 0 : index
   %v = pallas.semaphore_read %sems[%c0] : memref<?xi32>
   memref.store %v, %out[%c0] : memref<?xi32>
+  return
+}
+
+// -----
+
+// An add whose old value is used (a ticket, a last-arriver test) is a release
+// and an acquire: GPU-scope fences on both sides of the atomic.
+// GPU-LABEL: gpu.func @take_ticket
+// GPU:         scf.if
+// GPU-NEXT:      llvm.fence syncscope("device") release
+// GPU-NEXT:      memref.atomic_rmw addi
+// GPU-NEXT:      llvm.fence syncscope("device") acquire
+// GPU-NEXT:      memref.store
+func.func @take_ticket(%sems: memref<?xi32>, %out: memref<?xi32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32} {
+  %c0 = arith.constant 0 : index
+  %one = arith.constant 1 : i32
+  %t = pallas.semaphore_add %sems[%c0], %one : memref<?xi32>
+  memref.store %t, %out[%c0] : memref<?xi32>
   return
 }

@@ -836,14 +836,20 @@ class GpuLowering {
     return memref::LoadOp::create(b, loc, slot, ValueRange{c0});
   }
 
-  /// An atomic add (acquire and release) once per program; returns the old
-  /// value in every thread, or nothing for a signal (`wantOld` false).
+  /// An atomic add once per program, with release semantics (and acquire
+  /// when the old value is wanted); returns the old value in every thread, or
+  /// nothing for a signal (`wantOld` false). NVPTX emits atomicrmw as a
+  /// relaxed `atom` whatever its ordering, so the ordering comes from GPU-scope
+  /// fences around it: fence; atom (release), atom; fence (acquire).
   Value semaphoreAdd(OpBuilder& b, Location loc, Value semaphores, Value index, Value value,
                      bool wantOld = true) {
     return onceInThreadZero(b, loc, wantOld, [&](OpBuilder& tb, Location l) {
-      return memref::AtomicRMWOp::create(tb, l, arith::AtomicRMWKind::addi, value,
-                                         map_.lookup(semaphores), ValueRange{map_.lookup(index)})
-          .getResult();
+      LLVM::FenceOp::create(tb, l, LLVM::AtomicOrdering::release, StringRef("device"));
+      Value old =
+          memref::AtomicRMWOp::create(tb, l, arith::AtomicRMWKind::addi, value,
+                                      map_.lookup(semaphores), ValueRange{map_.lookup(index)});
+      if (wantOld) LLVM::FenceOp::create(tb, l, LLVM::AtomicOrdering::acquire, StringRef("device"));
+      return old;
     });
   }
 
