@@ -64,7 +64,7 @@ func.func @odd_block(%x: memref<?xf32>) attributes {pallas.kernel, pallas.grid_r
 // (replicated): 8 rows of 256 f32 are 64 runs of 4 per row, so a row is two
 // warps' worth of lanes: butterflies over 32 lanes, two slots per row.
 // CHECK-LABEL: gpu.func @row_sums
-// CHECK-SAME:    workgroup(%[[SLOTS:.*]] : memref<16xf32, #gpu.address_space<workgroup>>)
+// CHECK-SAME:    workgroup(%[[SLOTS:.*]] : memref<16xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // CHECK-COUNT-5: gpu.shuffle  xor
 // CHECK:         memref.store {{.*}}, %[[SLOTS]]
 // CHECK:         gpu.barrier
@@ -89,7 +89,7 @@ func.func @row_sums(%x: memref<?x?xf32, strided<[?, 1]>>, %out: memref<?xf32>) a
 // every thread stores its runs, thread t folds column t in row order, and
 // every thread reads the 256 sums back (replicated).
 // CHECK-LABEL: gpu.func @column_sums
-// CHECK-SAME:    workgroup(%[[SRC:.*]] : memref<2048xf32, #gpu.address_space<workgroup>>, %[[SUMS:.*]] : memref<256xf32, #gpu.address_space<workgroup>>)
+// CHECK-SAME:    workgroup(%[[SRC:.*]] : memref<2048xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[SUMS:.*]] : memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // CHECK:         vector.store %{{.*}}, %[[SRC]]
 // CHECK:         gpu.barrier
 // CHECK-COUNT-8: memref.load %[[SRC]]

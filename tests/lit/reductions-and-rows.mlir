@@ -5,7 +5,7 @@
 // chunk to a scalar carried by scf.for, and a scalar store of the row's sum.
 
 // GPU-LABEL: gpu.func @row_sum
-// GPU-SAME: workgroup(%[[SCRATCH:.*]] : memref<4xf32, #gpu.address_space<workgroup>>)
+// GPU-SAME: workgroup(%[[SCRATCH:.*]] : memref<4xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // GPU: scf.for
 // GPU: vector.load %{{.*}} {alignment = 16 : i64} : memref<?x?xf32, strided<[?, 1]>>, vector<4xf32>
 // GPU: vector.reduction <add>, %{{.*}} : vector<16xf32> into f32

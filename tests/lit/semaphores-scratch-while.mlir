@@ -43,7 +43,7 @@ func.func @wait_then_signal(%sems: memref<?xi32>) attributes {pallas.kernel, pal
 
 // Scratch lives in shared memory; stores to it are fenced by barriers.
 // GPU-LABEL: gpu.func @scratch_roundtrip
-// GPU-SAME:    workgroup(%[[TMP:.*]] : memref<256xf32, #gpu.address_space<workgroup>>)
+// GPU-SAME:    workgroup(%[[TMP:.*]] : memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // GPU:         gpu.barrier
 // GPU:         vector.store {{.*}}, %[[TMP]]
 // GPU:         gpu.barrier

@@ -435,11 +435,21 @@ class GpuLowering {
     return VectorType::get({t.getNumElements()}, t.getElementType());
   }
 
+  /// A buffer in shared memory, aligned to 16 bytes: it is accessed with
+  /// 16-byte vectors (ld/st.shared.v4 fault on a smaller alignment), and
+  /// without `llvm.align` the lowering declares it with its element's.
+  Value workgroupBuffer(MemRefType type, Location loc) {
+    Value buffer = func_.addWorkgroupAttribution(type, loc);
+    func_.setWorkgroupAttributionAttr(
+        func_.getNumWorkgroupAttributions() - 1, LLVM::LLVMDialect::getAlignAttrName(),
+        IntegerAttr::get(IntegerType::get(type.getContext(), 64), 16));
+    return buffer;
+  }
   Value sharedBuffer(OpBuilder& b, Location loc, int64_t elements, Type et) {
     auto type =
         MemRefType::get({elements}, et, AffineMap(),
                         gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
-    return func_.addWorkgroupAttribution(type, loc);
+    return workgroupBuffer(type, loc);
   }
   Value index(OpBuilder& b, Location loc, int64_t v) {
     return arith::ConstantIndexOp::create(b, loc, v);
@@ -788,7 +798,7 @@ class GpuLowering {
     auto scratchType =
         MemRefType::get({warps}, et, AffineMap(),
                         gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
-    Value scratch = func_.addWorkgroupAttribution(scratchType, loc);
+    Value scratch = workgroupBuffer(scratchType, loc);
     Value c32 = arith::ConstantIndexOp::create(b, loc, 32);
     Value lane = arith::RemUIOp::create(b, loc, tid_, c32);
     Value warp = arith::DivUIOp::create(b, loc, tid_, c32);
@@ -821,7 +831,7 @@ class GpuLowering {
       auto slotType =
           MemRefType::get({1}, b.getI32Type(), AffineMap(),
                           gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
-      slot = func_.addWorkgroupAttribution(slotType, loc);
+      slot = workgroupBuffer(slotType, loc);
     }
     Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
     gpu::BarrierOp::create(b, loc);
@@ -1037,7 +1047,7 @@ class GpuLowering {
       auto shared =
           MemRefType::get(type.getShape(), type.getElementType(), AffineMap(),
                           gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
-      map_.map(scratch.getBuffer(), func_.addWorkgroupAttribution(shared, loc));
+      map_.map(scratch.getBuffer(), workgroupBuffer(shared, loc));
       return success();
     }
     if (auto loop = dyn_cast<scf::WhileOp>(op)) return lowerWhile(loop, b);
