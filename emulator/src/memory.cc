@@ -79,12 +79,23 @@ void check_race(Cta& cta, const Thread& t, int64_t offset, int64_t bytes, bool s
 
 }  // namespace
 
-extern "C" void pallas_emu_access(const void* address, int64_t bytes, int32_t flags) {
+extern "C" void pallas_emu_access(const void* address, int64_t bytes, int64_t align,
+                                  int32_t flags) {
   LaunchState& s = current();
   Cta& cta = *s.cta;
   const Thread& t = *s.thread;
   const auto a = reinterpret_cast<uintptr_t>(address);
   const auto shared = reinterpret_cast<uintptr_t>(cta.shared.data());
+  if (align > 1 && a % static_cast<uint64_t>(align) != 0) {
+    const bool in_shared = a >= shared && a < shared + static_cast<uint64_t>(cta.shared_bytes);
+    fail(std::string("misaligned ") +
+         (flags & kAccessAtomic  ? "atomic"
+          : flags & kAccessStore ? "store"
+                                 : "load") +
+         " of " + std::to_string(bytes) + " bytes declared " + std::to_string(align) +
+         "-byte aligned at " +
+         (in_shared ? "shared offset " + std::to_string(a - shared) : hex(a)));
+  }
   if (a >= shared &&
       a < shared + static_cast<uint64_t>(cta.shared_bytes + Cta::kSharedGuardBytes)) {
     if (a + bytes > shared + static_cast<uint64_t>(cta.shared_bytes))

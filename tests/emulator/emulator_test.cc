@@ -98,8 +98,11 @@ TEST(EmulatorChecks, OffByOneStoreIsOutOfBounds) {
                 hex(out.data()) + ", " + hex(out.data() + 128) + ")");
 }
 
+// The emulator places each shared buffer at exactly its declared alignment and
+// never, by luck, at twice it (so an access wider than the declaration fails
+// its alignment check): a 4-aligned buffer starts at offset 4.
 TEST(EmulatorChecks, MissingBarrierIsASharedMemoryRace) {
-  EXPECT_EQ(pallas_emu_missing_barrier_shared_bytes, 512);
+  EXPECT_EQ(pallas_emu_missing_barrier_shared_bytes, 4 + 512);
   std::vector<float> out(128);
   std::string error =
       run("missing_barrier", pallas_emu_missing_barrier, pallas_emu_missing_barrier_shared_bytes,
@@ -107,7 +110,7 @@ TEST(EmulatorChecks, MissingBarrierIsASharedMemoryRace) {
   // Thread 0 ran first and read smem[1]; thread 1's write to it races.
   EXPECT_EQ(error,
             "emulator: kernel 'missing_barrier', block (0, 0, 0), thread (1, 0, 0): "
-            "shared-memory race at shared offset 4: a store by this thread and a load by "
+            "shared-memory race at shared offset 8: a store by this thread and a load by "
             "thread (0, 0, 0) with no barrier in between");
   for (uint64_t seed : {1, 2, 3, 4, 5}) {
     std::string e =
@@ -128,7 +131,8 @@ TEST(EmulatorChecks, BarrierMakesItRaceFreeUnderEverySchedule) {
 }
 
 TEST(EmulatorMemory, DynamicSharedMemoryFollowsTheStaticPart) {
-  EXPECT_EQ(pallas_emu_dynamic_shared_shared_bytes, 256);  // 64 i32; dynamic memory comes after
+  // 64 i32 at offset 4; dynamic memory comes after, 16-aligned.
+  EXPECT_EQ(pallas_emu_dynamic_shared_shared_bytes, 272);
   std::vector<float> out(128, -1.0f);
   const int64_t dynamic_bytes = 128 * 4;
   EXPECT_EQ(run("dynamic_shared", pallas_emu_dynamic_shared,
@@ -139,8 +143,8 @@ TEST(EmulatorMemory, DynamicSharedMemoryFollowsTheStaticPart) {
   // Without the dynamic part the first dynamic access runs past shared memory.
   EXPECT_THAT(run("dynamic_shared", pallas_emu_dynamic_shared,
                   pallas_emu_dynamic_shared_shared_bytes, {Descriptor(out)}, {buffer("out", out)}),
-              HasSubstr("thread (0, 0, 0): shared-memory access of 4 bytes at shared offset 256 "
-                        "runs past the 256 bytes of shared memory"));
+              HasSubstr("thread (0, 0, 0): shared-memory access of 4 bytes at shared offset 272 "
+                        "runs past the 272 bytes of shared memory"));
 }
 
 TEST(EmulatorChecks, BarrierInDivergentBranchDeadlocks) {

@@ -152,8 +152,13 @@ class Rewriter {
       });
       int64_t offset = 0;
       for (LLVM::GlobalOp g : used) {
-        int64_t align = std::max<int64_t>(g.getAlignment().value_or(16), 16);
+        // Exactly the declared alignment, never by luck more: a buffer
+        // declared 4-aligned but accessed with 16-byte vectors then fails the
+        // alignment check, as it can on the GPU.
+        auto align = static_cast<int64_t>(
+            g.getAlignment().value_or(layout_.getTypeABIAlignment(g.getGlobalType())));
         offset = (offset + align - 1) / align * align;
+        if (align < 16 && offset % (2 * align) == 0) offset += align;
         sharedOffsets_[{f, g.getSymName()}] = offset;
         offset += static_cast<int64_t>(layout_.getTypeSize(g.getGlobalType()));
       }
@@ -266,10 +271,11 @@ class Rewriter {
       // yield first, so the threads it waits for get to run.
       if (load.getOrdering() != LLVM::AtomicOrdering::not_atomic)
         call(loc, "pallas_emu_yield", Type(), {});
-      return check(loc, load.getAddr(), load.getType(), emu::kAccessLoad);
+      return check(loc, load.getAddr(), load.getType(), emu::kAccessLoad, load.getAlignment());
     }
     if (auto store = dyn_cast<LLVM::StoreOp>(op))
-      return check(loc, store.getAddr(), store.getValue().getType(), emu::kAccessStore);
+      return check(loc, store.getAddr(), store.getValue().getType(), emu::kAccessStore,
+                   store.getAlignment());
     if (auto rmw = dyn_cast<LLVM::AtomicRMWOp>(op)) {
       call(loc, "pallas_emu_yield", Type(), {});  // semaphore polls are RMWs too
       return check(loc, rmw.getPtr(), rmw.getVal().getType(),
@@ -313,10 +319,16 @@ class Rewriter {
     return success();
   }
 
-  LogicalResult check(Location loc, Value address, Type type, int32_t flags) {
+  /// `align` is the alignment the access declares: its `alignment` attribute,
+  /// else its type's ABI alignment (what NVPTX assumes; atomics are naturally
+  /// aligned).
+  LogicalResult check(Location loc, Value address, Type type, int32_t flags,
+                      std::optional<uint64_t> align = std::nullopt) {
     auto bytes = static_cast<int64_t>(layout_.getTypeSize(type));
+    auto declared = static_cast<int64_t>(align.value_or(layout_.getTypeABIAlignment(type)));
     Value size = LLVM::ConstantOp::create(b_, loc, i64(), b_.getI64IntegerAttr(bytes));
-    call(loc, "pallas_emu_access", Type(), {address, size, constI32(loc, flags)});
+    Value alignment = LLVM::ConstantOp::create(b_, loc, i64(), b_.getI64IntegerAttr(declared));
+    call(loc, "pallas_emu_access", Type(), {address, size, alignment, constI32(loc, flags)});
     return success();
   }
 

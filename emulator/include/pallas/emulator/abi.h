@@ -74,9 +74,11 @@ int32_t pallas_emu_vote(int32_t mode, int32_t member_mask, int32_t predicate);
 int64_t pallas_emu_match(int32_t mode, int32_t member_mask, int64_t value);
 /// redux.sync over the i32 values of the member mask.
 int32_t pallas_emu_redux(int32_t kind, int32_t member_mask, int32_t value);
-/// Checked before every load, store and atomic: global accesses must lie in
-/// a buffer of the launch; shared accesses are recorded for race detection.
-void pallas_emu_access(const void* address, int64_t bytes, int32_t flags);
+/// Checked before every load, store and atomic: the address must have the
+/// alignment the access declares (the GPU would fault, or the backend split it
+/// had it known less), global accesses must lie in a buffer of the launch, and
+/// shared accesses are recorded for race detection.
+void pallas_emu_access(const void* address, int64_t bytes, int64_t align, int32_t flags);
 /// The current CTA's shared memory (static shared variables first, then dynamic).
 void* pallas_emu_shared_base(void);
 /// A spin-wait point (nanosleep, failed try-waits): lets other threads run.
