@@ -26,6 +26,7 @@ PLANTED(match_redux)
 PLANTED(leaves_semaphore)
 PLANTED(waits_forever)
 PLANTED(cross_cta_flag)
+PLANTED(misaligned_vector)
 #undef PLANTED
 }
 
@@ -96,6 +97,19 @@ TEST(EmulatorChecks, OffByOneStoreIsOutOfBounds) {
             "out-of-bounds store of 4 bytes at " +
                 hex(out.data() + 128) + ": 0 bytes past the end of buffer 'out' [" +
                 hex(out.data()) + ", " + hex(out.data() + 128) + ")");
+}
+
+TEST(EmulatorChecks, MisalignedVectorAccess) {
+  std::vector<float> storage(20), shape(16);
+  auto* aligned =
+      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(storage.data()) + 15) / 16 * 16);
+  Descriptor d(shape);
+  d.allocated = d.aligned = aligned;
+  std::string error = run("misaligned_vector", pallas_emu_misaligned_vector, 0, {d},
+                          {Buffer{"out", aligned, 16 * sizeof(float), false}});
+  EXPECT_THAT(error, HasSubstr("thread (0, 0, 0): misaligned load of 16 bytes declared 16-byte "
+                               "aligned at " +
+                               hex(aligned + 1)));
 }
 
 // The emulator places each shared buffer at exactly its declared alignment and

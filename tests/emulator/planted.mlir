@@ -197,6 +197,19 @@ module attributes {gpu.container_module} {
       gpu.return
     }
 
+    // A 16-byte load declared 16-byte aligned at an address 4 bytes past an
+    // aligned one: the GPU faults with a misaligned address.
+    gpu.func @misaligned_vector(%out: memref<?xf32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %base = memref.extract_aligned_pointer_as_index %out : memref<?xf32> -> index
+      %c4 = arith.constant 4 : index
+      %off = arith.addi %base, %c4 : index
+      %addr = arith.index_cast %off : index to i64
+      %p = llvm.inttoptr %addr : i64 to !llvm.ptr
+      %v = llvm.load %p {alignment = 16 : i64} : !llvm.ptr -> vector<4xf32>
+      llvm.store %v, %p {alignment = 4 : i64} : vector<4xf32>, !llvm.ptr
+      gpu.return
+    }
+
     // Waits for a flag nobody sets, sleeping between polls.
     gpu.func @waits_forever(%flag: memref<?xi32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
       %c0 = arith.constant 0 : index
