@@ -103,17 +103,22 @@ Status take_records(int device, Stream stream) {
 
 }  // namespace
 
-Status device_error_record(const KernelImage& image, int device, Stream stream, void*& record) {
+Status device_error_record(const KernelImage& image, int device, void*& record) {
   std::lock_guard<std::mutex> lock(records_mutex);
   for (const DeviceRecord& r : records())
     if (r.image == &image && r.device == device) {
       record = r.data;
       return Status::Ok();
     }
+  // Zeroed on a private stream, waited for at once: launches on any stream see it zero, and
+  // the caller's stream is not synchronized.
   void* data = nullptr;
+  cudaStream_t zeroing = nullptr;
   cudaError_t e = cudaMalloc(&data, kRecordInts * sizeof(int32_t));
-  if (e == cudaSuccess) e = cudaMemsetAsync(data, 0, kRecordInts * sizeof(int32_t), stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaMemsetAsync(data, 0, kRecordInts * sizeof(int32_t), zeroing);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(zeroing);
+  if (zeroing != nullptr) cudaStreamDestroy(zeroing);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return Status::Error(

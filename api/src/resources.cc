@@ -103,8 +103,7 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
                            std::string(name) + ": no usable CUDA device: " + cuda_text(e));
     }
     if (req.kind == ResourceKind::kErrors) {  // one record per kernel and device, kept
-      if (Status s = device_error_record(image, device, launch.stream, item.data); !s.ok())
-        return s;
+      if (Status s = device_error_record(image, device, item.data); !s.ok()) return s;
       out.items_.push_back(std::move(item));
       continue;
     }

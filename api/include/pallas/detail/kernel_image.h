@@ -112,9 +112,10 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
 Status report_checks(const KernelImage& image, const Launch& launch, const void* errors);
 
 // CUDA: the error record of `image` on `device` (device memory, kept for the process), where
-// its launches record failed checks. Made at the first launch: zeroed on `stream`, which is
-// then synchronized once, so launches on every stream see it zero.
-Status device_error_record(const KernelImage& image, int device, Stream stream, void*& record);
+// its launches record failed checks. Made at the first launch and zeroed on a private stream
+// that is waited for at once, so launches on every stream see it zero and the caller's
+// stream is never synchronized.
+Status device_error_record(const KernelImage& image, int device, void*& record);
 
 // Checks one tensor operand of an entry point. In order:
 //   a negative extent                    -> kInvalidArgument
