@@ -1,4 +1,4 @@
-// RUN: pallas-opt %s --convert-pallas-to-gpu | FileCheck %s --check-prefix=GPU
+// RUN: pallas-opt %s --pallas-assign-layouts --convert-pallas-to-gpu | FileCheck %s --check-prefix=GPU
 // RUN: pallas-opt %s --convert-pallas-to-loops | FileCheck %s --check-prefix=HOST
 
 // A failed check: thread 0 of a failing program counts it with an atomic add

@@ -1,8 +1,8 @@
-// RUN: pallas-opt %s --split-input-file --verify-diagnostics --convert-pallas-to-gpu | FileCheck %s
+// RUN: pallas-opt %s --split-input-file --verify-diagnostics --pallas-assign-layouts --convert-pallas-to-gpu | FileCheck %s
 
 // 2048 f32 per program over 128 threads: vec = 4, four runs per thread, each
 // a 16-byte load when inside the array and aligned, else masked scalars.
-// CHECK: module attributes {gpu.container_module}
+// CHECK: module attributes {gpu.container_module, pallas.shared_align.copy_f32 = 16 : i64, pallas.shared_bytes.copy_f32 = 0 : i64}
 // CHECK: gpu.module @pallas_kernels
 // CHECK-LABEL: gpu.func @copy_f32
 // CHECK-SAME: kernel attributes {known_block_size = array<i32: 128, 1, 1>, nvvm.minctasm = 3 : i32}
@@ -64,7 +64,8 @@ func.func @odd_block(%x: memref<?xf32>) attributes {pallas.kernel, pallas.grid_r
 // (replicated): 8 rows of 256 f32 are 64 runs of 4 per row, so a row is two
 // warps' worth of lanes: butterflies over 32 lanes, two slots per row.
 // CHECK-LABEL: gpu.func @row_sums
-// CHECK-SAME:    workgroup(%[[SLOTS:.*]] : memref<16xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
+// CHECK:         %[[SMEM:.*]] = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
+// CHECK:         %[[SLOTS:.*]] = memref.view %[[SMEM]][%{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16xf32, #gpu.address_space<workgroup>>
 // CHECK-COUNT-5: gpu.shuffle  xor
 // CHECK:         memref.store {{.*}}, %[[SLOTS]]
 // CHECK:         gpu.barrier
@@ -89,9 +90,10 @@ func.func @row_sums(%x: memref<?x?xf32, strided<[?, 1]>>, %out: memref<?xf32>) a
 // every thread stores its runs, thread t folds column t in row order, and
 // every thread reads the 256 sums back (replicated).
 // CHECK-LABEL: gpu.func @column_sums
-// CHECK-SAME:    workgroup(%[[SRC:.*]] : memref<2048xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[SUMS:.*]] : memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
+// CHECK:         %[[SRC:.*]] = memref.view {{.*}} to memref<2048xf32, #gpu.address_space<workgroup>>
 // CHECK:         vector.store %{{.*}}, %[[SRC]]
 // CHECK:         gpu.barrier
+// CHECK:         %[[SUMS:.*]] = memref.view {{.*}} to memref<256xf32, #gpu.address_space<workgroup>>
 // CHECK-COUNT-8: memref.load %[[SRC]]
 // CHECK:         memref.store %{{.*}}, %[[SUMS]]
 // CHECK:         gpu.barrier
@@ -123,8 +125,17 @@ func.func @leading_and_last(%x: memref<?x?x?xf32, strided<[?, ?, 1]>>) attribute
 
 // -----
 
-// A loop carry keeps its form: one that starts replicated cannot be replaced by
-// a distributed block in the body.
+// A loop carry keeps the layout of its init: one that starts replicated (the
+// column sums) and is replaced in the body by a strided block gets an explicit
+// conversion at the yield (strided to replicated, through shared memory).
+// CHECK-LABEL: gpu.func @carry_changes_form
+// CHECK:         scf.for
+// CHECK:           vector.load {{.*}} : memref<?xf32>, vector<2xf32>
+// CHECK:           vector.store {{.*}} : memref<256xf32, #gpu.address_space<workgroup>>, vector<2xf32>
+// CHECK:           gpu.barrier
+// CHECK:           vector.load {{.*}} : memref<256xf32, #gpu.address_space<workgroup>>, vector<256xf32>
+// CHECK:           gpu.barrier
+// CHECK:           scf.yield {{.*}} : vector<256xf32>
 func.func @carry_changes_form(%x: memref<?x?xf32, strided<[?, 1]>>, %y: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
   %i = pallas.program_id 0
   %c0 = arith.constant 0 : index
@@ -135,7 +146,6 @@ func.func @carry_changes_form(%x: memref<?x?xf32, strided<[?, 1]>>, %y: memref<?
   %v = pallas.load %rx[[0, 0]] [[8, 256]] : !pallas.ref<8x256xf32> -> vector<8x256xf32>
   %acc = arith.constant dense<0.0> : vector<256xf32>
   %cols = vector.multi_reduction <add>, %v, %acc [0] : vector<8x256xf32> to vector<256xf32>
-  // expected-error @+1 {{carry 0 starts as a value every GPU thread holds whole (from a reduction that keeps dims) but the body yields a block spread over the threads; start it from a value of the same kind}}
   %r = scf.for %k = %c0 to %c4 step %c1 iter_args(%a = %cols) -> vector<256xf32> {
     %w = pallas.load %ry[[0]] [[256]] : !pallas.ref<256xf32> -> vector<256xf32>
     scf.yield %w : vector<256xf32>

@@ -1,15 +1,15 @@
-// RUN: pallas-opt %s --split-input-file --convert-pallas-to-gpu | FileCheck %s --check-prefix=GPU
+// RUN: pallas-opt %s --split-input-file --pallas-assign-layouts --convert-pallas-to-gpu | FileCheck %s --check-prefix=GPU
 // RUN: pallas-opt %s --split-input-file --convert-pallas-to-loops | FileCheck %s --check-prefix=HOST
 
 // A row loop: full block dim, dynamic-offset chunk loads, a reduction of each
 // chunk to a scalar carried by scf.for, and a scalar store of the row's sum.
 
 // GPU-LABEL: gpu.func @row_sum
-// GPU-SAME: workgroup(%[[SCRATCH:.*]] : memref<4xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // GPU: scf.for
 // GPU: vector.load %{{.*}} {alignment = 16 : i64} : memref<?x?xf32, strided<[?, 1]>>, vector<4xf32>
 // GPU: vector.reduction <add>, %{{.*}} : vector<16xf32> into f32
 // GPU-COUNT-5: gpu.shuffle  xor
+// GPU: %[[SCRATCH:.*]] = memref.view {{.*}} to memref<4xf32, #gpu.address_space<workgroup>>
 // GPU: memref.store %{{.*}}, %[[SCRATCH]]
 // GPU: gpu.barrier
 // GPU-COUNT-4: memref.load %[[SCRATCH]]

@@ -1,4 +1,4 @@
-// RUN: pallas-opt %s --split-input-file --convert-pallas-to-gpu | FileCheck %s --check-prefix=GPU
+// RUN: pallas-opt %s --split-input-file --pallas-assign-layouts --convert-pallas-to-gpu | FileCheck %s --check-prefix=GPU
 // RUN: pallas-opt %s --split-input-file --convert-pallas-to-loops | FileCheck %s --check-prefix=HOST
 
 // A wait is one thread spinning on an atomic load and a compare-and-swap,
@@ -43,7 +43,7 @@ func.func @wait_then_signal(%sems: memref<?xi32>) attributes {pallas.kernel, pal
 
 // Scratch lives in shared memory; stores to it are fenced by barriers.
 // GPU-LABEL: gpu.func @scratch_roundtrip
-// GPU-SAME:    workgroup(%[[TMP:.*]] : memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
+// GPU:         %[[TMP:.*]] = memref.view %{{.*}}[%{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<256xf32, #gpu.address_space<workgroup>>
 // GPU:         gpu.barrier
 // GPU:         vector.store {{.*}}, %[[TMP]]
 // GPU:         gpu.barrier

@@ -195,7 +195,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   os << "};\n\n";
   os << "const pallas::detail::KernelImage " << name << "_image = {&" << name
      << "_metadata_value, \"" << name << "\", " << name << "_cubins, &pallas_host_" << name << ", "
-     << spec.threads() << ", 0, &pallas_emu_" << name << ", &pallas_emu_" << name
+     << spec.threads() << ", " << (inst.gpu.empty() ? 0 : inst.gpu.front().dynamic_shared_bytes)
+     << ", &pallas_emu_" << name << ", &pallas_emu_" << name
      << "_shared_bytes};\n\n}  // namespace\n\n";
 
   // The typed entry point.

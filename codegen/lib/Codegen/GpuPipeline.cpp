@@ -10,6 +10,7 @@
 #include "llvm/Support/Program.h"
 #include "llvm/Support/Regex.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/PassManager.h"
@@ -90,7 +91,8 @@ std::string gpuModuleToNVVMPipeline() {
 }
 
 std::string gpuToNVVMPipeline() {
-  return "pallas-sink-broadcasts,convert-pallas-to-gpu," + gpuModuleToNVVMPipeline();
+  return "pallas-sink-broadcasts,pallas-assign-layouts,convert-pallas-to-gpu," +
+         gpuModuleToNVVMPipeline();
 }
 
 bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
@@ -105,6 +107,26 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
     error = "GPU lowering failed:\n" + diagnostics.text();
     return false;
   }
+
+  // The shared-memory plan's size (convert-pallas-to-gpu), requested at launch,
+  // and its alignment, given to the dynamic shared-memory symbol.
+  int dynamicSharedBytes = 0;
+  int64_t sharedAlign = 16;
+  for (mlir::NamedAttribute a : module->getAttrs()) {
+    auto value = llvm::dyn_cast<mlir::IntegerAttr>(a.getValue());
+    if (!value) continue;
+    if (a.getName().strref().starts_with("pallas.shared_bytes."))
+      dynamicSharedBytes = std::max(dynamicSharedBytes, static_cast<int>(value.getInt()));
+    if (a.getName().strref().starts_with("pallas.shared_align."))
+      sharedAlign = std::max<int64_t>(sharedAlign, value.getInt());
+  }
+  module.walk([&](mlir::LLVM::GlobalOp g) {
+    if (g.getAddrSpace() != 3 || !g.getSymName().starts_with("__dynamic_shmem")) return;
+    // `.extern .shared .b8 name[]`, CUDA's dynamic shared memory: an internal
+    // zero-size global would be a 1-byte static variable the buffer overlaps.
+    g.setLinkage(mlir::LLVM::Linkage::External);
+    g.setAlignment(std::max<uint64_t>(g.getAlignment().value_or(0), sharedAlign));
+  });
 
   // 2. One NVVM target per arch, then LLVM's NVPTX backend to PTX.
   llvm::SmallVector<mlir::Attribute> targets;
@@ -138,6 +160,8 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
     }
     bin.ptx = object.getObject().getValue().str();
     if (!runPtxas(options, bin, error)) return false;
+    bin.dynamic_shared_bytes = dynamicSharedBytes;
+    bin.shared_bytes += dynamicSharedBytes;
     binaries.push_back(std::move(bin));
   }
   return true;

@@ -12,7 +12,14 @@ using namespace mlir::pallas;
 
 #include "pallas/Dialect/PallasDialect.cpp.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "pallas/Dialect/PallasAttrs.cpp.inc"
+
 void PallasDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "pallas/Dialect/PallasAttrs.cpp.inc"
+      >();
   addTypes<
 #define GET_TYPEDEF_LIST
 #include "pallas/Dialect/PallasTypes.cpp.inc"
@@ -168,6 +175,26 @@ LogicalResult CheckOp::verify() {
   auto type = cast<MemRefType>(getErrors().getType());
   if (!type.isDynamicDim(0) && type.getDimSize(0) < 8)
     return emitOpError() << "error record has " << type.getDimSize(0) << " int32; it needs 8";
+  return success();
+}
+
+LogicalResult ConvertLayoutOp::verify() {
+  auto isLayout = [](Attribute a) {
+    return isa<WarpgroupStridedLayoutAttr, ReplicatedLayoutAttr, TiledLayoutAttr>(a);
+  };
+  if (!isLayout(getFrom()) || !isLayout(getTo()))
+    return emitOpError() << "from and to must be layouts (#pallas.strided, #pallas.replicated, "
+                            "#pallas.tiled)";
+  if (getFrom() == getTo()) return emitOpError() << "converts " << getFrom() << " to itself";
+  VectorType from = getSource().getType(), to = getResult().getType();
+  if (from.getElementType() != to.getElementType())
+    return emitOpError() << "changes the element type; a layout conversion moves data only";
+  int64_t lead = to.getRank() - from.getRank();
+  if (lead < 0) return emitOpError() << "result rank is smaller than the source rank";
+  for (int64_t d = 0; d < from.getRank(); ++d)
+    if (from.getShape()[d] != 1 && from.getShape()[d] != to.getShape()[lead + d])
+      return emitOpError() << "source dim " << d << " of extent " << from.getShape()[d]
+                           << " cannot broadcast to " << to.getShape()[lead + d];
   return success();
 }
 

@@ -942,7 +942,9 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
       continue;
     }
     auto type = mlir::MemRefType::get(ops[i].scratch_shape, to_mlir_type(ops[i].dtype, ctx));
-    t.args.push_back(mlir::pallas::ScratchOp::create(t.builder, loc, type));
+    auto scratch = mlir::pallas::ScratchOp::create(t.builder, loc, type);
+    scratch->setAttr("name", mlir::StringAttr::get(&ctx, ops[i].name));
+    t.args.push_back(scratch);
   }
   t.refs.resize(ops.size());
   t.sequential_ids.resize(t.grid_rank);

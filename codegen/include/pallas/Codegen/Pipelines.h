@@ -34,7 +34,8 @@ struct GpuBinary {
   int registers = 0;
   int spill_stores = 0;
   int spill_loads = 0;
-  int shared_bytes = 0;
+  int shared_bytes = 0;          // static + dynamic shared memory per program
+  int dynamic_shared_bytes = 0;  // the kernel's shared-memory plan, passed at launch
 };
 
 /// The pass pipeline from kernel IR to gpu.modules of NVVM-dialect kernels:

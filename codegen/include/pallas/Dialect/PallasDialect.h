@@ -11,6 +11,9 @@
 
 #include "pallas/Dialect/PallasDialect.h.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "pallas/Dialect/PallasAttrs.h.inc"
+
 #define GET_TYPEDEF_CLASSES
 #include "pallas/Dialect/PallasTypes.h.inc"
 
@@ -22,6 +25,9 @@ namespace mlir::pallas {
 inline constexpr llvm::StringLiteral kKernelAttrName = "pallas.kernel";
 /// Name of the i32 attribute holding the number of grid axes.
 inline constexpr llvm::StringLiteral kGridRankAttrName = "pallas.grid_rank";
+/// Name of the array attribute holding the layout of each vector result of
+/// an op (see PallasLayouts.td); set by pallas-assign-layouts.
+inline constexpr llvm::StringLiteral kLayoutsAttrName = "pallas.layouts";
 }  // namespace mlir::pallas
 
 #endif  // PALLAS_DIALECT_PALLASDIALECT_H

@@ -29,8 +29,11 @@ def Pallas_Dialect : Dialect {
     loads produce zero there and stores skip them.
   }];
   let useDefaultTypePrinterParser = 1;
+  let useDefaultAttributePrinterParser = 1;
   let dependentDialects = ["::mlir::vector::VectorDialect", "::mlir::memref::MemRefDialect"];
 }
+
+include "pallas/Dialect/PallasLayouts.td"
 
 class Pallas_Type<string name, string typeMnemonic> : TypeDef<Pallas_Dialect, name> {
   let mnemonic = typeMnemonic;
@@ -213,6 +216,29 @@ def Pallas_LoadScalarOp : Pallas_Op<"load_scalar",
   let arguments = (ins Pallas_RefType:$ref, Variadic<Index>:$indices);
   let results = (outs AnyType:$result);
   let assemblyFormat = "$ref `[` $indices `]` attr-dict `:` type($ref) `->` type($result)";
+}
+
+def Pallas_ConvertLayoutOp : Pallas_Op<"convert_layout", [Pure]> {
+  let summary = "a block value moved from one thread layout to another (and broadcast)";
+  let description = [{
+    Inserted by `pallas-assign-layouts` where a value is used in a layout
+    other than the one it was made in, so that no lowering rule moves data
+    between threads implicitly. The result may be a numpy broadcast of the
+    source (a per-row statistic spread over the block it scales). On the GPU
+    it goes through shared memory: `replicated` to `strided`, each source
+    element is written once and every thread reads the elements of its runs;
+    `strided` to `replicated`, every thread writes its runs and reads all.
+    On the host it is a broadcast.
+
+    ```mlir
+    %d = pallas.convert_layout %rowmax {from = #pallas.replicated,
+        to = #pallas.strided<threads = 128, vec = 4>} : vector<16x1xf32> to vector<16x128xf32>
+    ```
+  }];
+  let arguments = (ins AnyVectorOfNonZeroRank:$source, AnyAttr:$from, AnyAttr:$to);
+  let results = (outs AnyVectorOfNonZeroRank:$result);
+  let assemblyFormat = "$source attr-dict `:` type($source) `to` type($result)";
+  let hasVerifier = 1;
 }
 
 #endif // PALLAS_DIALECT_TD

@@ -29,27 +29,76 @@ def PallasSinkBroadcasts : Pass<"pallas-sink-broadcasts", "ModuleOp"> {
   let dependentDialects = ["::mlir::vector::VectorDialect"];
 }
 
-def ConvertPallasToGPU : Pass<"convert-pallas-to-gpu", "ModuleOp"> {
-  let summary = "Outline pallas kernels into a gpu.module and distribute blocks over threads";
+def PallasAssignLayouts : Pass<"pallas-assign-layouts", "ModuleOp"> {
+  let summary = "Give every block value a thread layout; make layout changes explicit";
   let description = [{
-    Every `func.func` marked `pallas.kernel` becomes a `gpu.func` kernel of a
-    `gpu.module @pallas_kernels` (one program = one CTA of `threads` threads).
-    Block values of shape S get the warpgroup-strided layout: the block is
-    flattened row-major and cut into runs of `vec` contiguous elements; run k
-    belongs to thread `k % threads`. A thread's fragment is the vector of its
-    runs in order. Worked example, S = 8x256 f32, threads = 128, vec = 4:
-    thread t owns runs t, t+128, t+256, t+384, i.e. flat elements
-    [4t, 4t+4) + 512 r for r = 0..3, which is row 2r + t/64, columns
-    [4(t%64), 4(t%64)+4): a fragment of vector<16xf32>, loaded with four
-    16-byte accesses, each warp touching 512 contiguous bytes.
-    Loads and stores of a run use one (or several) 16-byte vector accesses
-    when the run is inside the array and its address is 16-byte aligned,
-    and masked scalar accesses otherwise.
+    For each kernel (the layouts are in Dialect/PallasLayouts.td):
+
+    1. The strided layout: `threads` per program and `vec`, 16 bytes of the
+       narrowest element type the kernel moves, halved until it divides every
+       block's last dim and threads * vec divides every block's size. Written
+       on the kernel as `pallas.strided_layout`.
+    2. Replicated values: results of reductions that keep dims, what is
+       computed from them alone, splats too small to spread over the threads
+       (or seeding kept-dims reductions); loop carries follow their init.
+       Every other block value is strided. Each op with vector results gets
+       `pallas.layouts`, one entry per result (loops: per carry).
+    3. Conversions: a broadcast of a replicated value to a strided block
+       becomes `pallas.convert_layout` (which broadcasts); an elementwise
+       operand, a loop init or yield, or a kept-dims reduction's accumulator
+       in another layout than its use gets one. Splats never need one: they
+       are made again in each use's layout.
+
+    Before (a softmax row tile, 16 rows of 128, f32):
+    ```mlir
+    %m = vector.multi_reduction <maximumf>, %x, %init [1] : vector<16x128xf32> to vector<16xf32>
+    %c = vector.shape_cast %m : vector<16xf32> to vector<16x1xf32>
+    %b = vector.broadcast %c : vector<16x1xf32> to vector<16x128xf32>
+    %d = arith.subf %x, %b : vector<16x128xf32>
+    ```
+    After:
+    ```mlir
+    %m = vector.multi_reduction ... {pallas.layouts = [#pallas.replicated]}
+    %c = vector.shape_cast %m {pallas.layouts = [#pallas.replicated]} ...
+    %b = pallas.convert_layout %c {from = #pallas.replicated,
+            to = #pallas.strided<threads = 128, vec = 4>, ...} : vector<16x1xf32> to vector<16x128xf32>
+    %d = arith.subf %x, %b {pallas.layouts = [#pallas.strided<threads = 128, vec = 4>]}
+    ```
+    A block whose size is not a multiple of the threads is an error naming it.
   }];
   let options = [
     Option<"threads", "threads", "int64_t", /*default=*/"128",
-           "Threads per program (CTA); 128 is one warpgroup">,
+           "Threads per program (CTA) unless the kernel says (pallas.threads); 128 is one warpgroup">,
   ];
+  let dependentDialects = ["::mlir::vector::VectorDialect"];
+}
+
+def ConvertPallasToGPU : Pass<"convert-pallas-to-gpu", "ModuleOp"> {
+  let summary = "Outline pallas kernels into a gpu.module, lowering each op by its layout rule";
+  let description = [{
+    Every `func.func` marked `pallas.kernel` (with layouts from
+    `pallas-assign-layouts`) becomes a `gpu.func` kernel of a
+    `gpu.module @pallas_kernels`: one program = one CTA of `threads` threads.
+    Each op is lowered by the rule registered for it, one op family per file
+    (lib/Transforms/GPU/GpuLowering.h lists them); an op without a rule is an
+    error naming it and every registered rule.
+
+    A strided block (`#pallas.strided<threads = 128, vec = 4>` on an 8x256
+    f32 block, say) is a per-thread fragment: thread t owns runs t, t+128,
+    t+256, t+384, i.e. flat elements [4t, 4t+4) + 512 r, which is row
+    2r + t/64, columns [4(t%64), 4(t%64)+4): a vector<16xf32>, loaded with four
+    16-byte accesses, each warp touching 512 contiguous bytes. Loads and
+    stores of a run use 16-byte vector accesses when the run is inside the
+    array and its address is 16-byte aligned, and masked scalar accesses
+    otherwise. A replicated value is a vector<N> in every thread.
+
+    Shared memory (scratch, reduction slots, conversions) is one
+    `gpu.dynamic_shared_memory` buffer; every buffer is a `memref.view` at an
+    offset planned by liveness (lib/Transforms/GPU/SharedMemoryPlan.h). The
+    plan's size is recorded on the module as `pallas.shared_bytes.<kernel>`
+    (and its alignment as `pallas.shared_align.<kernel>`); more than 227 KiB
+    is an error listing the buffers.
+  }];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::vector::VectorDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
                            "::mlir::arith::ArithDialect", "::mlir::LLVM::LLVMDialect"];

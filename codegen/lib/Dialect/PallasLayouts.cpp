@@ -1,0 +1,198 @@
+//===- PallasLayouts.cpp - thread layouts of block values -----------------===//
+//
+// The layout attributes' verifiers and ownership functions; their meaning,
+// with worked examples, is in PallasLayouts.td.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pallas/Dialect/PallasDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+
+#include <numeric>
+
+using namespace mlir;
+using namespace mlir::pallas;
+
+//===----------------------------------------------------------------------===//
+// WarpgroupStridedLayoutAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult WarpgroupStridedLayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                        int64_t threads, int64_t vec) {
+  if (threads <= 0 || threads % 32 != 0)
+    return emitError() << "strided layout: threads (" << threads
+                       << ") must be a positive multiple of 32";
+  if (vec <= 0 || (vec & (vec - 1)) != 0)
+    return emitError() << "strided layout: vec (" << vec << ") must be a power of two";
+  return success();
+}
+
+int64_t WarpgroupStridedLayoutAttr::fragmentSize(VectorType block) const {
+  return block.getNumElements() / getThreads();
+}
+
+bool WarpgroupStridedLayoutAttr::rowsInAWarp(VectorType block) const {
+  int64_t runsPerRow = block.getShape().back() / getVec();
+  return runsPerRow <= 32 && 32 % runsPerRow == 0;
+}
+
+//===----------------------------------------------------------------------===//
+// TiledLayoutAttr
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A tiled dim named by a negative index, as a position in a tiled shape of `rank`.
+int64_t position(int64_t dim, int64_t rank) { return rank + dim; }
+
+SmallVector<SmallVector<int64_t>> tiles(ArrayAttr tiling) {
+  SmallVector<SmallVector<int64_t>> out;
+  for (Attribute a : tiling)
+    if (auto t = dyn_cast<DenseI64ArrayAttr>(a)) out.emplace_back(t.asArrayRef());
+  return out;
+}
+
+}  // namespace
+
+LogicalResult TiledLayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                      ArrayAttr tiling, DenseI64ArrayAttr warpDims,
+                                      DenseI64ArrayAttr laneDims, int64_t vectorDim) {
+  if (tiling.empty()) return emitError() << "tiled layout: the tiling is empty";
+  size_t previous = 0;
+  for (auto [i, a] : llvm::enumerate(tiling)) {
+    auto tile = dyn_cast<DenseI64ArrayAttr>(a);
+    if (!tile || tile.empty())
+      return emitError() << "tiled layout: tile " << i << " must be a non-empty array<i64>";
+    if (i > 0 && tile.size() > previous)
+      return emitError() << "tiled layout: tile " << i << " has rank " << tile.size()
+                         << ", more than the tile it refines (" << previous << ")";
+    for (int64_t e : tile.asArrayRef())
+      if (e <= 0) return emitError() << "tiled layout: tile " << i << " has a non-positive extent";
+    previous = tile.size();
+  }
+  for (int64_t d : warpDims.asArrayRef())
+    if (d >= 0) return emitError() << "tiled layout: warp dim " << d << " must be negative";
+  int64_t lanes = 1;
+  for (int64_t d : laneDims.asArrayRef())
+    if (d > 0) lanes *= d;  // replication; the dims' extents are checked per shape
+  if (vectorDim >= 0) return emitError() << "tiled layout: vector_dim must be negative";
+  SmallVector<int64_t> named(warpDims.asArrayRef());
+  for (int64_t d : laneDims.asArrayRef())
+    if (d < 0) named.push_back(d);
+  named.push_back(vectorDim);
+  llvm::sort(named);
+  if (std::adjacent_find(named.begin(), named.end()) != named.end())
+    return emitError() << "tiled layout: a tiled dim is named twice among warp, lane and vector dims";
+  (void)lanes;
+  return success();
+}
+
+FailureOr<SmallVector<int64_t>> TiledLayoutAttr::tiledShape(ArrayRef<int64_t> shape,
+                                                            std::string* error) const {
+  SmallVector<int64_t> s(shape);
+  for (const SmallVector<int64_t>& tile : tiles(getTiling())) {
+    int64_t k = tile.size();
+    if (static_cast<int64_t>(s.size()) < k) {
+      if (error) *error = "a tile of rank " + std::to_string(k) + " applies to fewer dims";
+      return failure();
+    }
+    int64_t base = s.size() - k;
+    for (int64_t i = 0; i < k; ++i) {
+      if (s[base + i] % tile[i] != 0) {
+        if (error)
+          *error = "tile extent " + std::to_string(tile[i]) + " does not divide dim extent " +
+                   std::to_string(s[base + i]);
+        return failure();
+      }
+      s[base + i] /= tile[i];
+    }
+    s.append(tile.begin(), tile.end());
+  }
+  return s;
+}
+
+/// The element's coordinates in the tiled shape: each tiling step splits a
+/// coordinate c of a tiled dim into c / t (kept in place) and c % t (appended).
+static SmallVector<int64_t> tiledCoords(TiledLayoutAttr layout, ArrayRef<int64_t> coords) {
+  SmallVector<int64_t> c(coords);
+  for (const SmallVector<int64_t>& tile : tiles(layout.getTiling())) {
+    int64_t k = tile.size(), base = c.size() - k;
+    for (int64_t i = 0; i < k; ++i) {
+      c.push_back(c[base + i] % tile[i]);
+      c[base + i] /= tile[i];
+    }
+  }
+  return c;
+}
+
+TiledLayoutAttr::Owner TiledLayoutAttr::owner(ArrayRef<int64_t> shape,
+                                              ArrayRef<int64_t> coords) const {
+  SmallVector<int64_t> ts = *tiledShape(shape);
+  SmallVector<int64_t> tc = tiledCoords(*this, coords);
+  const int64_t rank = ts.size();
+  Owner o{0, 0, 0};
+  llvm::SmallDenseSet<int64_t> special;
+  for (int64_t d : getWarpDims().asArrayRef()) {
+    int64_t p = position(d, rank);
+    o.warp = o.warp * ts[p] + tc[p];
+    special.insert(p);
+  }
+  for (int64_t d : getLaneDims().asArrayRef()) {
+    if (d > 0) {  // replicated over d lanes: the first of them
+      o.lane *= d;
+      continue;
+    }
+    int64_t p = position(d, rank);
+    o.lane = o.lane * ts[p] + tc[p];
+    special.insert(p);
+  }
+  int64_t v = position(getVectorDim(), rank);
+  special.insert(v);
+  for (int64_t p = 0; p < rank; ++p)
+    if (!special.contains(p)) o.reg = o.reg * ts[p] + tc[p];
+  o.reg = o.reg * ts[v] + tc[v];
+  return o;
+}
+
+int64_t TiledLayoutAttr::registersPerThread(ArrayRef<int64_t> shape) const {
+  SmallVector<int64_t> ts = *tiledShape(shape);
+  int64_t n = std::accumulate(ts.begin(), ts.end(), int64_t{1}, std::multiplies<>());
+  for (int64_t d : getWarpDims().asArrayRef()) n /= ts[position(d, ts.size())];
+  for (int64_t d : getLaneDims().asArrayRef())
+    if (d < 0) n /= ts[position(d, ts.size())];
+  return n;
+}
+
+int64_t TiledLayoutAttr::threads(ArrayRef<int64_t> shape) const {
+  SmallVector<int64_t> ts = *tiledShape(shape);
+  int64_t warps = 1;
+  for (int64_t d : getWarpDims().asArrayRef()) warps *= ts[position(d, ts.size())];
+  return 32 * warps;
+}
+
+static TiledLayoutAttr tiled(MLIRContext* ctx, ArrayRef<ArrayRef<int64_t>> tiling,
+                             ArrayRef<int64_t> warps, ArrayRef<int64_t> lanes, int64_t vector) {
+  SmallVector<Attribute> t;
+  for (ArrayRef<int64_t> tile : tiling) t.push_back(DenseI64ArrayAttr::get(ctx, tile));
+  return TiledLayoutAttr::get(ctx, ArrayAttr::get(ctx, t), DenseI64ArrayAttr::get(ctx, warps),
+                              DenseI64ArrayAttr::get(ctx, lanes), vector);
+}
+
+// The named instances; PallasLayouts.td has the worked example of each.
+TiledLayoutAttr TiledLayoutAttr::getWgmmaAccumulator(MLIRContext* ctx) {
+  return tiled(ctx, {{64, 8}, {16, 8}, {8, 8}, {1, 2}}, {-8}, {-4, -3}, -1);
+}
+TiledLayoutAttr TiledLayoutAttr::getWgmmaRow(MLIRContext* ctx) {
+  return tiled(ctx, {{64}, {16}, {8}, {1}}, {-4}, {-2, 4}, -1);
+}
+TiledLayoutAttr TiledLayoutAttr::getMmaSyncA(MLIRContext* ctx) {
+  return tiled(ctx, {{16, 16}, {16, 8}, {8, 8}, {1, 2}}, {}, {-4, -3}, -1);
+}
+TiledLayoutAttr TiledLayoutAttr::getMmaSyncB(MLIRContext* ctx) {
+  return tiled(ctx, {{8, 8}, {2, 1}}, {}, {-3, -4}, -2);
+}
+TiledLayoutAttr TiledLayoutAttr::getMmaSyncC(MLIRContext* ctx) {
+  return tiled(ctx, {{16, 8}, {8, 8}, {1, 2}}, {}, {-4, -3}, -1);
+}

@@ -1,0 +1,241 @@
+//===- AssignLayouts.cpp - a thread layout for every block value ----------===//
+//
+// pallas-assign-layouts (see Passes.td): picks the kernel's strided layout,
+// marks the values that are replicated, writes both into the IR, and makes
+// every change of layout an explicit pallas.convert_layout.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pallas/Dialect/PallasDialect.h"
+#include "pallas/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <numeric>
+
+namespace mlir::pallas {
+#define GEN_PASS_DEF_PALLASASSIGNLAYOUTS
+#include "pallas/Transforms/Passes.h.inc"
+
+namespace {
+
+/// The block values held *replicated*: every thread holds all N elements
+/// (flattened row-major in a vector<N>), rather than a fragment. They are the
+/// results of reductions that keep some dims (one value per row, say) and
+/// what is computed from them alone; scalar broadcasts and splat constants
+/// are replicated when their element count is not a multiple of `threads`
+/// (too small to distribute), or when they only seed reductions that keep
+/// dims (whose results are replicated). Loop-carried values follow their init.
+DenseSet<Value> inferReplicated(func::FuncOp kernel, int64_t threads) {
+  DenseSet<Value> replicated;
+  auto small = [&](Type t) {
+    auto vt = dyn_cast<VectorType>(t);
+    return vt && vt.getNumElements() % threads != 0;
+  };
+  auto onlySeedsKeptReductions = [](Value v) {
+    return !v.use_empty() && llvm::all_of(v.getUses(), [](OpOperand& use) {
+      auto red = dyn_cast<vector::MultiDimReductionOp>(use.getOwner());
+      return red && use.get() == red.getAcc() && isa<VectorType>(red.getDestType());
+    });
+  };
+  kernel.walk<WalkOrder::PreOrder>([&](Operation* op) {
+    if (auto red = dyn_cast<vector::MultiDimReductionOp>(op)) {
+      if (isa<VectorType>(red.getDestType())) replicated.insert(red.getResult());
+    } else if (auto cast = dyn_cast<vector::ShapeCastOp>(op)) {
+      if (replicated.contains(cast.getSource())) replicated.insert(cast.getResult());
+    } else if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
+      bool fromReplicated = replicated.contains(bc.getSource());
+      if ((fromReplicated || !isa<VectorType>(bc.getSourceType())) &&
+          (small(bc.getType()) || onlySeedsKeptReductions(bc.getResult())))
+        replicated.insert(bc.getResult());
+    } else if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
+      if (isa<VectorType>(cst.getType()) &&
+          (small(cst.getType()) || onlySeedsKeptReductions(cst.getResult())))
+        replicated.insert(cst.getResult());
+    } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
+      for (auto [i, init] : llvm::enumerate(loop.getInitArgs()))
+        if (replicated.contains(init)) {
+          replicated.insert(loop.getRegionIterArgs()[i]);
+          replicated.insert(loop.getResult(i));
+        }
+    } else if (auto loop = dyn_cast<scf::WhileOp>(op)) {
+      for (auto [i, init] : llvm::enumerate(loop.getInits()))
+        if (replicated.contains(init)) {
+          replicated.insert(loop.getBeforeArguments()[i]);
+          replicated.insert(loop.getAfterArguments()[i]);
+          replicated.insert(loop.getResult(i));
+        }
+    } else if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
+               isa<VectorType>(op->getResult(0).getType())) {
+      // Replicated when every block operand is (splats adapt to either form).
+      bool any = false, all = true;
+      for (Value v : op->getOperands()) {
+        if (!isa<VectorType>(v.getType())) continue;
+        if (replicated.contains(v)) {
+          any = true;
+        } else if (!(v.getDefiningOp<vector::BroadcastOp>() &&
+                     !isa<VectorType>(v.getDefiningOp<vector::BroadcastOp>().getSourceType())) &&
+                   !v.getDefiningOp<arith::ConstantOp>()) {
+          all = false;
+        }
+      }
+      if (any && all) replicated.insert(op->getResult(0));
+    }
+  });
+  return replicated;
+}
+
+/// Picks the strided layout's `vec` for a kernel: 16 bytes of the narrowest
+/// element type the kernel moves (elementwise ops need operands and results in
+/// the same layout even when their dtypes differ), reduced until it divides
+/// every block's last dim and every block's size is a multiple of
+/// threads * vec. Fails naming the block that does not fit.
+FailureOr<int64_t> chooseVec(func::FuncOp kernel, int64_t threads,
+                            const DenseSet<Value>& replicated) {
+  int64_t minBytes = 4;
+  SmallVector<VectorType> blocks;
+  kernel.walk([&](Operation* op) {
+    for (Value result : op->getResults())
+      if (auto vt = dyn_cast<VectorType>(result.getType()); vt && !replicated.contains(result)) {
+        blocks.push_back(vt);
+        if (vt.getElementType().isIntOrFloat() && vt.getElementTypeBitWidth() >= 8)
+          minBytes = std::min<int64_t>(minBytes, vt.getElementTypeBitWidth() / 8);
+      }
+  });
+  int64_t vec = 16 / minBytes;
+  for (VectorType vt : blocks) {
+    vec = std::gcd(vec, vt.getShape().back());
+    while (vec > 1 && vt.getNumElements() % (threads * vec) != 0) vec /= 2;
+    if (vt.getNumElements() % threads != 0) {
+      kernel.emitError() << "block value of type " << vt << " has " << vt.getNumElements()
+                         << " elements, not a multiple of the " << threads
+                         << " threads of a program; the GPU layout needs it";
+      return failure();
+    }
+  }
+  return vec;
+}
+
+/// A splat (splat constant or broadcast scalar) is made again in whatever
+/// layout a use needs, so it never needs a conversion.
+bool isSplat(Value v) {
+  if (auto bc = v.getDefiningOp<vector::BroadcastOp>()) return !isa<VectorType>(bc.getSourceType());
+  if (auto cst = v.getDefiningOp<arith::ConstantOp>()) return isa<SplatElementsAttr>(cst.getValue());
+  return false;
+}
+
+class LayoutAssignment {
+ public:
+  LayoutAssignment(func::FuncOp kernel, WarpgroupStridedLayoutAttr strided, DenseSet<Value> replicated)
+      : kernel_(kernel),
+        strided_(strided),
+        replicated_(ReplicatedLayoutAttr::get(kernel.getContext())),
+        replicatedValues_(std::move(replicated)) {}
+
+  void run() {
+    kernel_->setAttr("pallas.strided_layout", strided_);
+    kernel_.walk([&](Operation* op) { annotate(op); });
+    SmallVector<Operation*> ops;
+    kernel_.walk([&](Operation* op) { ops.push_back(op); });
+    for (Operation* op : ops) convertOperands(op);
+  }
+
+ private:
+  Attribute layoutOf(Value v) const {
+    return replicatedValues_.contains(v) ? Attribute(replicated_) : Attribute(strided_);
+  }
+
+  void annotate(Operation* op) {
+    if (!llvm::any_of(op->getResultTypes(), llvm::IsaPred<VectorType>)) return;
+    SmallVector<Attribute> layouts;
+    for (Value r : op->getResults())
+      layouts.push_back(isa<VectorType>(r.getType()) ? layoutOf(r)
+                                                     : Attribute(UnitAttr::get(op->getContext())));
+    op->setAttr(kLayoutsAttrName, ArrayAttr::get(op->getContext(), layouts));
+  }
+
+  /// `operand`'s value in `want`: itself, or through a new pallas.convert_layout before `user`.
+  void convert(OpOperand& operand, Attribute want, Operation* user) {
+    Value v = operand.get();
+    if (!isa<VectorType>(v.getType()) || isSplat(v) || layoutOf(v) == want) return;
+    OpBuilder b(user);
+    auto type = cast<VectorType>(v.getType());
+    auto c = ConvertLayoutOp::create(b, user->getLoc(), type, v, layoutOf(v), want);
+    c->setAttr(kLayoutsAttrName, b.getArrayAttr({want}));
+    if (want == Attribute(replicated_)) replicatedValues_.insert(c.getResult());
+    operand.set(c.getResult());
+  }
+
+  void convertOperands(Operation* op) {
+    if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
+      // A replicated value spread over a strided block: the conversion broadcasts.
+      if (isa<VectorType>(bc.getSourceType()) && replicatedValues_.contains(bc.getSource()) &&
+          !replicatedValues_.contains(bc.getResult())) {
+        OpBuilder b(bc);
+        auto c = ConvertLayoutOp::create(b, bc.getLoc(), bc.getResultVectorType(), bc.getSource(),
+                                         replicated_, strided_);
+        c->setAttr(kLayoutsAttrName, b.getArrayAttr({strided_}));
+        bc.getResult().replaceAllUsesWith(c.getResult());
+        bc.erase();
+      }
+      return;
+    }
+    if (auto red = dyn_cast<vector::MultiDimReductionOp>(op)) {
+      if (isa<VectorType>(red.getDestType())) convert(red.getAccMutable(), replicated_, op);
+      return;
+    }
+    if (auto loop = dyn_cast<scf::ForOp>(op)) {
+      for (auto [i, init] : llvm::enumerate(loop.getInitArgsMutable()))
+        convert(init, layoutOf(loop.getResult(i)), op);
+      Operation* yield = loop.getBody()->getTerminator();
+      for (auto [i, y] : llvm::enumerate(yield->getOpOperands()))
+        convert(y, layoutOf(loop.getResult(i)), yield);
+      return;
+    }
+    if (auto loop = dyn_cast<scf::WhileOp>(op)) {
+      for (auto [i, init] : llvm::enumerate(loop.getInitsMutable()))
+        convert(init, layoutOf(loop.getResult(i)), op);
+      Operation* cond = loop.getConditionOp();
+      for (auto [i, arg] : llvm::enumerate(loop.getConditionOp().getArgsMutable()))
+        convert(arg, layoutOf(loop.getResult(i)), cond);
+      Operation* yield = loop.getYieldOp();
+      for (auto [i, y] : llvm::enumerate(yield->getOpOperands()))
+        convert(y, layoutOf(loop.getResult(i)), yield);
+      return;
+    }
+    if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
+        isa<VectorType>(op->getResult(0).getType())) {
+      Attribute want = layoutOf(op->getResult(0));
+      for (OpOperand& operand : op->getOpOperands()) convert(operand, want, op);
+    }
+  }
+
+  func::FuncOp kernel_;
+  WarpgroupStridedLayoutAttr strided_;
+  ReplicatedLayoutAttr replicated_;
+  DenseSet<Value> replicatedValues_;
+};
+
+struct PallasAssignLayoutsPass : impl::PallasAssignLayoutsBase<PallasAssignLayoutsPass> {
+  using Base::Base;
+  void runOnOperation() override {
+    SmallVector<func::FuncOp> kernels;
+    getOperation().walk([&](func::FuncOp f) {
+      if (f->hasAttr(kKernelAttrName)) kernels.push_back(f);
+    });
+    for (func::FuncOp k : kernels) {
+      int64_t threads = this->threads;
+      if (auto attr = k->getAttrOfType<IntegerAttr>("pallas.threads")) threads = attr.getInt();
+      DenseSet<Value> replicated = inferReplicated(k, threads);
+      FailureOr<int64_t> vec = chooseVec(k, threads, replicated);
+      if (failed(vec)) return signalPassFailure();
+      LayoutAssignment(k, WarpgroupStridedLayoutAttr::get(&getContext(), threads, *vec),
+                       std::move(replicated))
+          .run();
+    }
+  }
+};
+
+}  // namespace
+}  // namespace mlir::pallas

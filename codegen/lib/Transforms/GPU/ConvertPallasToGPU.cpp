@@ -1,0 +1,243 @@
+//===- ConvertPallasToGPU.cpp - kernels to gpu.funcs, op by op through the rules -===//
+//
+// One program is one CTA. The pass outlines each kernel into a gpu.func and
+// lowers its ops in order with the rules of GpuLowering.h, reading the
+// layouts pallas-assign-layouts assigned; then it plans the kernel's shared
+// memory (SharedMemoryPlan.h) and records its size on the module as
+// `pallas.shared_bytes.<kernel>` for the launch metadata.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GpuLowering.h"
+#include "pallas/Transforms/Passes.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+namespace mlir::pallas {
+#define GEN_PASS_DEF_CONVERTPALLASTOGPU
+#include "pallas/Transforms/Passes.h.inc"
+
+namespace gpu_lowering {
+
+//===----------------------------------------------------------------------===//
+// RuleRegistry
+//===----------------------------------------------------------------------===//
+
+void RuleRegistry::add(StringRef opName, Rule rule) { byName_[opName.str()] = std::move(rule); }
+
+void RuleRegistry::addFamily(StringRef description, std::function<bool(Operation*)> matches,
+                             Rule rule) {
+  families_.push_back({description.str(), std::move(matches), std::move(rule)});
+}
+
+const Rule* RuleRegistry::find(Operation* op) const {
+  if (auto it = byName_.find(op->getName().getStringRef()); it != byName_.end())
+    return &it->second;
+  for (const Family& f : families_)
+    if (f.matches(op)) return &f.rule;
+  return nullptr;
+}
+
+std::string RuleRegistry::known() const {
+  std::string text;
+  for (const auto& [name, rule] : byName_) text += (text.empty() ? "" : ", ") + name;
+  for (const Family& f : families_) text += ", " + f.description;
+  return text;
+}
+
+//===----------------------------------------------------------------------===//
+// GpuLowering
+//===----------------------------------------------------------------------===//
+
+GpuLowering::GpuLowering(func::FuncOp kernel, gpu::GPUModuleOp gpuModule,
+                         const RuleRegistry& rules)
+    : kernel(kernel), gpuModule_(gpuModule), rules_(rules) {}
+
+Attribute GpuLowering::layoutOf(Value v) const {
+  if (!isa<VectorType>(v.getType())) return {};
+  Operation* owner;
+  unsigned index;
+  if (auto result = dyn_cast<OpResult>(v)) {
+    owner = result.getOwner();
+    index = result.getResultNumber();
+  } else {  // a loop carry: the loop's result of the same position holds its layout
+    auto arg = cast<BlockArgument>(v);
+    owner = arg.getOwner()->getParentOp();
+    index = arg.getArgNumber();
+    if (auto loop = dyn_cast<scf::ForOp>(owner)) index -= loop.getNumInductionVars();
+  }
+  auto layouts = owner->getAttrOfType<ArrayAttr>(kLayoutsAttrName);
+  if (!layouts || index >= layouts.size()) return {};
+  return layouts[index];
+}
+
+VectorType GpuLowering::threadType(VectorType block, Attribute layout) const {
+  if (isa<ReplicatedLayoutAttr>(layout)) return flat(block);
+  auto s = cast<WarpgroupStridedLayoutAttr>(layout);
+  return VectorType::get({s.fragmentSize(block)}, block.getElementType());
+}
+
+Value GpuLowering::runStart(OpBuilder& b, Location loc, int64_t r) {
+  const int64_t threads = strided_.getThreads(), vec = strided_.getVec();
+  Value t = arith::MulIOp::create(b, loc, tid, index(b, loc, vec));
+  return arith::AddIOp::create(b, loc, t, index(b, loc, r * threads * vec));
+}
+
+Value GpuLowering::assemble(OpBuilder& b, Location loc, VectorType block,
+                            function_ref<Value(int64_t r, SmallVector<Value>& coords)> run) {
+  VectorType frag = threadType(block, strided_);
+  Value acc = arith::ConstantOp::create(b, loc, b.getZeroAttr(frag));
+  for (int64_t r = 0; r < runs(block); ++r) {
+    SmallVector<Value> coords = unflatten(b, loc, runStart(b, loc, r), block.getShape());
+    Value piece = run(r, coords);
+    acc = vector::InsertStridedSliceOp::create(b, loc, piece, acc,
+                                               ArrayRef<int64_t>{r * strided_.getVec()},
+                                               ArrayRef<int64_t>{1});
+  }
+  return acc;
+}
+
+FailureOr<Value> GpuLowering::operandIn(OpBuilder& b, Location loc, Value v, Attribute layout) {
+  if (layoutOf(v) == layout) return map.lookup(v);
+  VectorType type = threadType(cast<VectorType>(v.getType()), layout);
+  if (auto bc = v.getDefiningOp<vector::BroadcastOp>(); bc && !isa<VectorType>(bc.getSourceType()))
+    return vector::BroadcastOp::create(b, loc, type, map.lookup(bc.getSource())).getResult();
+  if (auto cst = v.getDefiningOp<arith::ConstantOp>())
+    if (auto splat = dyn_cast<SplatElementsAttr>(cst.getValue()))
+      return arith::ConstantOp::create(b, loc, splat.resizeSplat(type)).getResult();
+  return failure();
+}
+
+Value GpuLowering::sharedBuffer(OpBuilder& b, Location loc, int64_t elements, Type et,
+                                SharedLifetime lifetime, int64_t align, StringRef purpose) {
+  auto type = MemRefType::get({elements}, et);
+  return sharedBuffer(b, loc, type, lifetime, align, purpose);
+}
+
+Value GpuLowering::sharedBuffer(OpBuilder& b, Location loc, MemRefType type,
+                                SharedLifetime lifetime, int64_t align, StringRef purpose) {
+  auto workgroup = gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
+  auto shared = MemRefType::get(type.getShape(), type.getElementType(), AffineMap(), workgroup);
+  auto offset = arith::ConstantIndexOp::create(b, loc, 0);  // patched by the plan
+  int64_t bytes = type.getNumElements() * type.getElementTypeBitWidth() / 8;
+  bool kernelLong = lifetime == SharedLifetime::kKernel;
+  plan_.add({purpose.empty() ? "reduction and conversion buffers" : purpose.str(), bytes, align,
+             kernelLong ? 0 : currentRule_, kernelLong ? INT64_MAX : currentRule_, offset});
+  return memref::ViewOp::create(b, loc, shared, sharedBase_, offset, ValueRange{});
+}
+
+SmallVector<Value> GpuLowering::mapped(ValueRange values) const {
+  SmallVector<Value> out;
+  for (Value v : values) out.push_back(map.lookup(v));
+  return out;
+}
+
+Value GpuLowering::isThread(OpBuilder& b, Location loc, int64_t t) {
+  return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, index(b, loc, t));
+}
+
+LogicalResult GpuLowering::lowerBlock(Block& block, OpBuilder& b) {
+  for (Operation& op : block.without_terminator())
+    if (failed(lowerOp(&op, b))) return failure();
+  return success();
+}
+
+LogicalResult GpuLowering::lowerOp(Operation* op, OpBuilder& b) {
+  ++currentRule_;
+  if (const Rule* rule = rules_.find(op)) return (*rule)(op, *this, b);
+  bool blockValued = llvm::any_of(op->getResultTypes(), llvm::IsaPred<VectorType>) ||
+                     llvm::any_of(op->getOperandTypes(), llvm::IsaPred<VectorType>);
+  if (blockValued || op->getNumRegions() != 0)
+    return op->emitOpError("no GPU lowering rule for ")
+           << op->getName() << "; known rules: " << rules_.known();
+  // Scalar index arithmetic and the like: the same in every thread.
+  b.clone(*op, map);
+  return success();
+}
+
+LogicalResult GpuLowering::run() {
+  Location loc = kernel.getLoc();
+  auto layouts = kernel->getAttrOfType<WarpgroupStridedLayoutAttr>("pallas.strided_layout");
+  if (!layouts)
+    return kernel.emitError("kernel has no layouts; run pallas-assign-layouts before "
+                            "convert-pallas-to-gpu");
+  strided_ = layouts;
+  const int64_t threads = strided_.getThreads();
+  OpBuilder mb = OpBuilder::atBlockEnd(gpuModule_.getBody());
+  auto f = gpu::GPUFuncOp::create(mb, loc, kernel.getSymName(), kernel.getFunctionType());
+  f->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), mb.getUnitAttr());
+  f.setKnownBlockSizeAttr(mb.getDenseI32ArrayAttr({static_cast<int32_t>(threads), 1, 1}));
+  // At least kMinThreadsPerSM resident threads (.minnctapersm): with four 16-byte loads
+  // per thread per chunk, 384 threads keep 24 KiB in flight per SM, about what covers
+  // the memory latency at full bandwidth. It also gives ptxas a register budget (170 for
+  // 128 threads) to keep to instead of its own occupancy target, which it reaches by
+  // spilling (rms_norm_residual_f16: 80 registers and 16 bytes of spills without it, 105
+  // and none with it; layer_norm_residual_f32 needs 138).
+  constexpr int64_t kMinThreadsPerSM = 384;
+  f->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
+             mb.getI32IntegerAttr(
+                 static_cast<int32_t>(std::max<int64_t>(1, kMinThreadsPerSM / threads))));
+  func = f;
+  Block& entry = f.getBody().front();
+  for (auto [from, to] : llvm::zip(kernel.getArguments(), entry.getArguments())) map.map(from, to);
+  OpBuilder b = OpBuilder::atBlockEnd(&entry);
+  tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  auto bytes = MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
+                               gpu::AddressSpaceAttr::get(b.getContext(),
+                                                          gpu::AddressSpace::Workgroup));
+  auto base = gpu::DynamicSharedMemoryOp::create(b, loc, bytes);
+  sharedBase_ = base;
+  if (failed(lowerBlock(kernel.getBody().front(), b))) return failure();
+  gpu::ReturnOp::create(b, loc);
+
+  int64_t sharedBytes = plan_.assign();
+  if (sharedBytes > SharedMemoryPlan::kMaxBytes)
+    return kernel.emitError() << "a program needs " << sharedBytes
+                              << " bytes of shared memory, more than the "
+                              << SharedMemoryPlan::kMaxBytes
+                              << " a Hopper program may have; its buffers:" << plan_.describe();
+  if (sharedBytes == 0) base.erase();
+  ModuleOp module = kernel->getParentOfType<ModuleOp>();
+  module->setAttr(("pallas.shared_bytes." + kernel.getSymName()).str(),
+                  mb.getI64IntegerAttr(sharedBytes));
+  module->setAttr(("pallas.shared_align." + kernel.getSymName()).str(),
+                  mb.getI64IntegerAttr(plan_.maxAlign()));
+  kernel.erase();
+  return success();
+}
+
+}  // namespace gpu_lowering
+
+namespace {
+
+struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUPass> {
+  using Base::Base;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> kernels;
+    module.walk([&](func::FuncOp f) {
+      if (f->hasAttr(kKernelAttrName)) kernels.push_back(f);
+    });
+    if (kernels.empty()) return;
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), UnitAttr::get(&getContext()));
+    auto gpuModule = module.lookupSymbol<gpu::GPUModuleOp>("pallas_kernels");
+    if (!gpuModule) {
+      OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+      gpuModule = gpu::GPUModuleOp::create(b, module.getLoc(), "pallas_kernels");
+    }
+    gpu_lowering::RuleRegistry rules;
+    gpu_lowering::populateLoadStoreRules(rules);
+    gpu_lowering::populateElementwiseRules(rules);
+    gpu_lowering::populateReductionRules(rules);
+    gpu_lowering::populateControlFlowRules(rules);
+    gpu_lowering::populateSemaphoreRules(rules);
+    gpu_lowering::populateLayoutConversionRules(rules);
+    for (func::FuncOp k : kernels)
+      if (failed(gpu_lowering::GpuLowering(k, gpuModule, rules).run()))
+        return signalPassFailure();
+  }
+};
+
+}  // namespace
+}  // namespace mlir::pallas

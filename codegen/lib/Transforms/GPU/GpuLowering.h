@@ -1,0 +1,157 @@
+//===- GpuLowering.h - the state and rule registry of convert-pallas-to-gpu -*- C++ -*-===//
+//
+// convert-pallas-to-gpu walks a kernel's ops in order and lowers each with
+// the rule registered for it. A rule reads the layouts `pallas-assign-layouts`
+// put on the IR (PallasLayouts.td), emits gpu/nvvm/vector/memref ops for one
+// thread of the program, and maps the op's results to their per-thread form
+// (a fragment for a `strided` block, the whole flattened value for a
+// `replicated` one). Rules live one op family per file:
+//
+//   LoadStoreRules.cpp         pallas.block/load/store/load_scalar/iota/scratch
+//   ElementwiseRules.cpp       elementwise arith/math ops, splats, broadcasts, shape casts
+//   ReductionRules.cpp         vector.multi_reduction (whole block, rows, leading axes)
+//   ControlFlowRules.cpp       scf.for, scf.while, scf.if (when)
+//   SemaphoreRules.cpp         pallas.semaphore_*, pallas.check
+//   LayoutConversionRules.cpp  pallas.convert_layout
+//
+// Shared memory is one dynamic buffer per kernel (SharedMemoryPlan.h): a rule
+// asks for a buffer with `sharedBuffer`, and the plan gives it an offset once
+// the whole kernel is lowered.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PALLAS_TRANSFORMS_GPU_GPULOWERING_H
+#define PALLAS_TRANSFORMS_GPU_GPULOWERING_H
+
+#include "../BlockIndexing.h"
+#include "SharedMemoryPlan.h"
+#include "pallas/Dialect/PallasDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/IRMapping.h"
+
+#include <functional>
+#include <map>
+
+namespace mlir::pallas::gpu_lowering {
+
+class GpuLowering;
+
+/// Lowers one op; its results must be mapped (`lowering.map`) on success.
+using Rule = std::function<LogicalResult(Operation* op, GpuLowering& lowering, OpBuilder& b)>;
+
+/// The rules of the GPU lowering, by op name, plus rules for op families
+/// matched by a predicate (the elementwise ops of arith and math).
+class RuleRegistry {
+ public:
+  void add(StringRef opName, Rule rule);
+  void addFamily(StringRef description, std::function<bool(Operation*)> matches, Rule rule);
+  /// The rule for `op`, or null.
+  const Rule* find(Operation* op) const;
+  /// Every registered rule, for the error naming a missing one.
+  std::string known() const;
+
+ private:
+  std::map<std::string, Rule, std::less<>> byName_;
+  struct Family {
+    std::string description;
+    std::function<bool(Operation*)> matches;
+    Rule rule;
+  };
+  std::vector<Family> families_;
+};
+
+/// A Rule from a function taking the op's own class.
+template <typename OpT>
+Rule ruleFor(LogicalResult (*lower)(OpT, GpuLowering&, OpBuilder&)) {
+  return [lower](Operation* op, GpuLowering& g, OpBuilder& b) {
+    return lower(cast<OpT>(op), g, b);
+  };
+}
+
+void populateLoadStoreRules(RuleRegistry& rules);
+void populateElementwiseRules(RuleRegistry& rules);
+void populateReductionRules(RuleRegistry& rules);
+void populateControlFlowRules(RuleRegistry& rules);
+void populateSemaphoreRules(RuleRegistry& rules);
+void populateLayoutConversionRules(RuleRegistry& rules);
+
+/// The lowering of one kernel: a func.func with layouts assigned becomes a
+/// gpu.func in `gpuModule`.
+class GpuLowering {
+ public:
+  GpuLowering(func::FuncOp kernel, gpu::GPUModuleOp gpuModule, const RuleRegistry& rules);
+  LogicalResult run();
+
+  /// Lowers every op of `block` but its terminator, in order, at `b`.
+  LogicalResult lowerBlock(Block& block, OpBuilder& b);
+
+  // --- Layouts -------------------------------------------------------------
+  /// The layout of block value `v` (null for scalars), from `pallas.layouts`.
+  Attribute layoutOf(Value v) const;
+  bool isReplicated(Value v) const { return isa_and_nonnull<ReplicatedLayoutAttr>(layoutOf(v)); }
+  /// The kernel's strided layout (every distributed block value has it).
+  WarpgroupStridedLayoutAttr strided() const { return strided_; }
+  /// The per-thread type of a block value of type `block` in `layout`.
+  VectorType threadType(VectorType block, Attribute layout) const;
+
+  // --- The strided layout's index arithmetic ---------------------------------
+  /// Flat element index where run `r` of this thread starts.
+  Value runStart(OpBuilder& b, Location loc, int64_t r);
+  /// Builds a fragment of `block` from one vector<vec> per run.
+  Value assemble(OpBuilder& b, Location loc, VectorType block,
+                 function_ref<Value(int64_t r, SmallVector<Value>& coords)> run);
+  int64_t runs(VectorType block) const {
+    return block.getNumElements() / (strided_.getThreads() * strided_.getVec());
+  }
+
+  // --- Replicated values -------------------------------------------------------
+  static VectorType flat(VectorType t) {
+    return VectorType::get({t.getNumElements()}, t.getElementType());
+  }
+  /// The per-thread form of `v` in `layout`: its mapping when it has that
+  /// layout; a splat (constant or broadcast scalar) is made again in it.
+  /// Fails for anything else: such uses get a pallas.convert_layout.
+  FailureOr<Value> operandIn(OpBuilder& b, Location loc, Value v, Attribute layout);
+
+  // --- Shared memory -------------------------------------------------------------
+  /// A buffer of `elements` x `et` in the kernel's dynamic shared memory.
+  /// kRule buffers are dead once the current rule is done, and the rule must
+  /// end with a barrier after its last access to it (so the next user of the
+  /// bytes cannot overwrite what a slower thread still reads).
+  Value sharedBuffer(OpBuilder& b, Location loc, int64_t elements, Type et,
+                     SharedLifetime lifetime = SharedLifetime::kRule, int64_t align = 16,
+                     StringRef purpose = "");
+  Value sharedBuffer(OpBuilder& b, Location loc, MemRefType type, SharedLifetime lifetime,
+                     int64_t align, StringRef purpose);
+
+  // --- Small helpers -------------------------------------------------------------
+  Value index(OpBuilder& b, Location loc, int64_t v) {
+    return arith::ConstantIndexOp::create(b, loc, v);
+  }
+  SmallVector<Value> mapped(ValueRange values) const;
+  /// i1: this is thread `t`.
+  Value isThread(OpBuilder& b, Location loc, int64_t t);
+
+  // --- State rules share -------------------------------------------------------------
+  IRMapping map;
+  DenseMap<Value, BlockRef> refs;
+  Value tid;  // gpu.thread_id x, index
+  gpu::GPUFuncOp func;
+  func::FuncOp kernel;
+
+ private:
+  LogicalResult lowerOp(Operation* op, OpBuilder& b);
+
+  gpu::GPUModuleOp gpuModule_;
+  const RuleRegistry& rules_;
+  WarpgroupStridedLayoutAttr strided_;
+  SharedMemoryPlan plan_;
+  Value sharedBase_;
+  int64_t currentRule_ = 0;
+};
+
+}  // namespace mlir::pallas::gpu_lowering
+
+#endif  // PALLAS_TRANSFORMS_GPU_GPULOWERING_H

@@ -1,0 +1,279 @@
+//===- LoadStoreRules.cpp - blocks of operands and scratch, loads, stores, iota -===//
+//
+// A `strided` block (PallasLayouts.td) is moved run by run: a run of `vec`
+// elements lies along the last dim; it is moved with 16-byte vector accesses
+// when it is inside the array and its address is 16-byte aligned (checked at
+// run time), and with masked scalar accesses otherwise, so edge blocks and odd
+// strides are exact. A `replicated` value is stored element by element, each
+// by one thread.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GpuLowering.h"
+
+namespace mlir::pallas::gpu_lowering {
+namespace {
+
+/// Byte address of the array element at `coords`, for the alignment test.
+Value address(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords) {
+  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, ref.array);
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, ref.array);
+  Value linear = meta.getOffset();
+  for (auto [c, s] : llvm::zip(coords, meta.getStrides()))
+    linear = arith::AddIOp::create(b, loc, linear, arith::MulIOp::create(b, loc, c, s));
+  auto mt = cast<MemRefType>(ref.array.getType());
+  Value bytes = arith::ConstantIndexOp::create(b, loc, mt.getElementTypeBitWidth() / 8);
+  return arith::AddIOp::create(b, loc, base, arith::MulIOp::create(b, loc, linear, bytes));
+}
+
+/// Coordinates of element j of a run starting at `coords` (runs lie along the last dim).
+SmallVector<Value> plus(OpBuilder& b, Location loc, ValueRange coords, int64_t j) {
+  SmallVector<Value> out(coords.begin(), coords.end());
+  out.back() =
+      arith::AddIOp::create(b, loc, out.back(), arith::ConstantIndexOp::create(b, loc, j));
+  return out;
+}
+
+bool inSharedMemory(Value array) {
+  auto space =
+      dyn_cast_or_null<gpu::AddressSpaceAttr>(cast<MemRefType>(array.getType()).getMemorySpace());
+  return space && space.getValue() == gpu::AddressSpace::Workgroup;
+}
+
+/// Moves strided runs of element type `et`.
+struct RunAccess {
+  GpuLowering& g;
+  Type et;
+  int64_t vec = g.strided().getVec();
+  /// One vector access: 16 bytes, or the whole run when it is smaller.
+  int64_t bytes = std::min<int64_t>(16, vec * et.getIntOrFloatBitWidth() / 8);
+  int64_t perAccess = bytes * 8 / et.getIntOrFloatBitWidth();
+
+  /// i1: the run at `coords` is inside the array and aligned for vector access.
+  Value fastPath(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords) {
+    Value inside = inBounds(b, loc, ref, coords, vec);
+    Value rem = arith::RemUIOp::create(b, loc, address(b, loc, ref, coords), g.index(b, loc, bytes));
+    Value aligned =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rem, g.index(b, loc, 0));
+    return arith::AndIOp::create(b, loc, inside, aligned);
+  }
+};
+
+LogicalResult lowerBlockOp(BlockOp blk, GpuLowering& g, OpBuilder& b) {
+  g.refs[blk.getResult()] = resolveBlock(b, blk.getLoc(), blk, g.map.lookup(blk.getArray()),
+                                         g.mapped(blk.getIndices()));
+  return success();
+}
+
+LogicalResult lowerLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
+  Location loc = load.getLoc();
+  if (!isa_and_nonnull<WarpgroupStridedLayoutAttr>(g.layoutOf(load.getResult())))
+    return load.emitOpError("the GPU loads blocks in the strided layout only, not ")
+           << g.layoutOf(load.getResult());
+  const BlockRef& ref = g.refs.at(load.getRef());
+  VectorType type = load.getResult().getType();
+  Type et = type.getElementType();
+  RunAccess access{g, et};
+  const int64_t vec = access.vec;
+  VectorType runType = VectorType::get({vec}, et);
+  bool contiguous = lastDimContiguous(ref, load.getSizes(), type.getShape());
+  Value frag = g.assemble(b, loc, type, [&](int64_t, SmallVector<Value>& rc) -> Value {
+    SmallVector<Value> coords =
+        arrayCoords(b, loc, ref, load.getOffsets(), g.mapped(load.getDynamicOffsets()),
+                    load.getSizes(), type.getShape(), rc);
+    Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
+    if (!contiguous) {  // the whole run reads one element (a stretched dim)
+      auto one = scf::IfOp::create(
+          b, loc, inBounds(b, loc, ref, coords),
+          [&](OpBuilder& tb, Location l) {
+            scf::YieldOp::create(tb, l,
+                                 memref::LoadOp::create(tb, l, ref.array, coords).getResult());
+          },
+          [&](OpBuilder& eb, Location l) { scf::YieldOp::create(eb, l, zero); });
+      return vector::BroadcastOp::create(b, loc, runType, one.getResult(0));
+    }
+    auto branch = scf::IfOp::create(
+        b, loc, access.fastPath(b, loc, ref, coords),
+        [&](OpBuilder& tb, Location l) {  // whole run, 16-byte accesses
+          Value run = arith::ConstantOp::create(tb, l, tb.getZeroAttr(runType));
+          for (int64_t j = 0; j < vec; j += access.perAccess) {
+            auto piece = vector::LoadOp::create(
+                tb, l, VectorType::get({access.perAccess}, et), ref.array, plus(tb, l, coords, j),
+                /*nontemporal=*/false, llvm::MaybeAlign(access.bytes));
+            run = vector::InsertStridedSliceOp::create(tb, l, piece, run, ArrayRef<int64_t>{j},
+                                                       ArrayRef<int64_t>{1});
+          }
+          scf::YieldOp::create(tb, l, run);
+        },
+        [&](OpBuilder& eb, Location l) {  // edge or misaligned: element by element
+          Value run = arith::ConstantOp::create(eb, l, eb.getZeroAttr(runType));
+          for (int64_t j = 0; j < vec; ++j) {
+            SmallVector<Value> cj = plus(eb, l, coords, j);
+            auto one = scf::IfOp::create(
+                eb, l, inBounds(eb, l, ref, cj),
+                [&](OpBuilder& ib, Location il) {
+                  scf::YieldOp::create(ib, il,
+                                       memref::LoadOp::create(ib, il, ref.array, cj).getResult());
+                },
+                [&](OpBuilder& ob, Location ol) {
+                  scf::YieldOp::create(
+                      ob, ol, arith::ConstantOp::create(ob, ol, ob.getZeroAttr(et)).getResult());
+                });
+            run = vector::InsertOp::create(eb, l, one.getResult(0), run, ArrayRef<int64_t>{j});
+          }
+          scf::YieldOp::create(eb, l, run);
+        });
+    return branch.getResult(0);
+  });
+  g.map.map(load.getResult(), frag);
+  return success();
+}
+
+/// One element, the same in every thread: thread 0 writes it.
+LogicalResult storeScalar(StoreOp store, GpuLowering& g, OpBuilder& b) {
+  Location loc = store.getLoc();
+  const BlockRef& ref = g.refs.at(store.getRef());
+  SmallVector<Value> coords =
+      elementCoords(b, loc, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()));
+  Value write = arith::AndIOp::create(b, loc, g.isThread(b, loc, 0), inBounds(b, loc, ref, coords));
+  scf::IfOp::create(b, loc, write, [&](OpBuilder& tb, Location tl) {
+    memref::StoreOp::create(tb, tl, g.map.lookup(store.getValue()), ref.array, coords);
+    scf::YieldOp::create(tb, tl);
+  });
+  return success();
+}
+
+/// A replicated value written element by element: element k by thread
+/// k % threads, skipping elements past the array edge.
+LogicalResult storeReplicated(StoreOp store, GpuLowering& g, OpBuilder& b) {
+  Location loc = store.getLoc();
+  const BlockRef& ref = g.refs.at(store.getRef());
+  auto type = cast<VectorType>(store.getValue().getType());
+  Value value = g.map.lookup(store.getValue());
+  for (int64_t k = 0; k < type.getNumElements(); ++k) {
+    SmallVector<Value> rc = unflatten(b, loc, g.index(b, loc, k), type.getShape());
+    SmallVector<Value> coords =
+        arrayCoords(b, loc, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()),
+                    type.getShape(), type.getShape(), rc);
+    Value mine = g.isThread(b, loc, k % g.strided().getThreads());
+    Value write = arith::AndIOp::create(b, loc, mine, inBounds(b, loc, ref, coords));
+    scf::IfOp::create(b, loc, write, [&](OpBuilder& tb, Location l) {
+      Value v = vector::ExtractOp::create(tb, l, value, ArrayRef<int64_t>{k});
+      memref::StoreOp::create(tb, l, v, ref.array, coords);
+      scf::YieldOp::create(tb, l);
+    });
+  }
+  return success();
+}
+
+LogicalResult storeStrided(StoreOp store, GpuLowering& g, OpBuilder& b) {
+  Location loc = store.getLoc();
+  const BlockRef& ref = g.refs.at(store.getRef());
+  auto type = cast<VectorType>(store.getValue().getType());
+  FailureOr<Value> frag = g.operandIn(b, loc, store.getValue(), g.strided());
+  if (failed(frag)) return store.emitOpError("stores a value that is not in the strided layout");
+  RunAccess access{g, type.getElementType()};
+  const int64_t vec = access.vec;
+  for (int64_t r = 0; r < g.runs(type); ++r) {
+    SmallVector<Value> rc = unflatten(b, loc, g.runStart(b, loc, r), type.getShape());
+    SmallVector<Value> coords =
+        arrayCoords(b, loc, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()),
+                    type.getShape(), type.getShape(), rc);
+    Value run = vector::ExtractStridedSliceOp::create(
+        b, loc, *frag, ArrayRef<int64_t>{r * vec}, ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
+    scf::IfOp::create(
+        b, loc, access.fastPath(b, loc, ref, coords),
+        [&](OpBuilder& tb, Location l) {
+          for (int64_t j = 0; j < vec; j += access.perAccess) {
+            Value piece = vector::ExtractStridedSliceOp::create(
+                tb, l, run, ArrayRef<int64_t>{j}, ArrayRef<int64_t>{access.perAccess},
+                ArrayRef<int64_t>{1});
+            vector::StoreOp::create(tb, l, piece, ref.array, plus(tb, l, coords, j),
+                                    /*nontemporal=*/false, llvm::MaybeAlign(access.bytes));
+          }
+          scf::YieldOp::create(tb, l);
+        },
+        [&](OpBuilder& eb, Location l) {
+          for (int64_t j = 0; j < vec; ++j) {
+            SmallVector<Value> cj = plus(eb, l, coords, j);
+            scf::IfOp::create(eb, l, inBounds(eb, l, ref, cj), [&](OpBuilder& ib, Location il) {
+              Value v = vector::ExtractOp::create(ib, il, run, ArrayRef<int64_t>{j});
+              memref::StoreOp::create(ib, il, v, ref.array, cj);
+              scf::YieldOp::create(ib, il);
+            });
+          }
+          scf::YieldOp::create(eb, l);
+        });
+  }
+  return success();
+}
+
+/// A store to scratch is fenced by barriers: the one before lets every
+/// thread finish reading the old contents, the one after makes the new
+/// contents visible to every thread (any thread may load any element).
+LogicalResult lowerStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
+  bool shared = inSharedMemory(g.refs.at(store.getRef()).array);
+  if (shared) gpu::BarrierOp::create(b, store.getLoc());
+  LogicalResult done = !isa<VectorType>(store.getValue().getType()) ? storeScalar(store, g, b)
+                       : g.isReplicated(store.getValue())           ? storeReplicated(store, g, b)
+                                                                    : storeStrided(store, g, b);
+  if (failed(done)) return failure();
+  if (shared) gpu::BarrierOp::create(b, store.getLoc());
+  return success();
+}
+
+LogicalResult lowerIota(IotaOp iota, GpuLowering& g, OpBuilder& b) {
+  Location loc = iota.getLoc();
+  VectorType type = iota.getResult().getType();
+  Type et = type.getElementType();
+  const int64_t vec = g.strided().getVec();
+  VectorType runType = VectorType::get({vec}, et);
+  int64_t dimension = iota.getDimension();
+  bool alongRun = dimension == type.getRank() - 1;
+  Value frag = g.assemble(b, loc, type, [&](int64_t, SmallVector<Value>& rc) -> Value {
+    Value base = arith::IndexCastOp::create(b, loc, et, rc[dimension]);
+    Value run = vector::BroadcastOp::create(b, loc, runType, base);
+    if (!alongRun) return run;
+    SmallVector<APInt> steps;
+    for (int64_t j = 0; j < vec; ++j) steps.push_back(APInt(et.getIntOrFloatBitWidth(), j));
+    Value step = arith::ConstantOp::create(b, loc, DenseElementsAttr::get(runType, steps));
+    return arith::AddIOp::create(b, loc, run, step);
+  });
+  g.map.map(iota.getResult(), frag);
+  return success();
+}
+
+/// Every thread loads the same element.
+LogicalResult lowerLoadScalar(LoadScalarOp scalar, GpuLowering& g, OpBuilder& b) {
+  Location loc = scalar.getLoc();
+  const BlockRef& ref = g.refs.at(scalar.getRef());
+  SmallVector<int64_t> zeros(scalar.getIndices().size(), 0);
+  SmallVector<Value> coords = elementCoords(b, loc, ref, zeros, g.mapped(scalar.getIndices()));
+  g.map.map(scalar.getResult(), loadOrZero(b, loc, ref, coords, scalar.getResult().getType()));
+  return success();
+}
+
+/// Scratch lives in the kernel's shared memory for the whole program.
+LogicalResult lowerScratch(ScratchOp scratch, GpuLowering& g, OpBuilder& b) {
+  MemRefType type = scratch.getBuffer().getType();
+  std::string purpose;
+  llvm::raw_string_ostream os(purpose);
+  os << "scratch " << type;
+  if (auto name = scratch->getAttrOfType<StringAttr>("name")) os << " '" << name.getValue() << "'";
+  g.map.map(scratch.getBuffer(),
+            g.sharedBuffer(b, scratch.getLoc(), type, SharedLifetime::kKernel, 16, purpose));
+  return success();
+}
+
+}  // namespace
+
+void populateLoadStoreRules(RuleRegistry& rules) {
+  rules.add(BlockOp::getOperationName(), ruleFor(lowerBlockOp));
+  rules.add(LoadOp::getOperationName(), ruleFor(lowerLoad));
+  rules.add(StoreOp::getOperationName(), ruleFor(lowerStore));
+  rules.add(IotaOp::getOperationName(), ruleFor(lowerIota));
+  rules.add(LoadScalarOp::getOperationName(), ruleFor(lowerLoadScalar));
+  rules.add(ScratchOp::getOperationName(), ruleFor(lowerScratch));
+}
+
+}  // namespace mlir::pallas::gpu_lowering

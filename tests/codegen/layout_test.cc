@@ -1,0 +1,126 @@
+// The named tiled layouts (PallasLayouts.td) against NVIDIA's fragment tables
+// in the PTX ISA (wgmma m64nNk16 f32 accumulator; mma.sync m16n8k16 A, B, C),
+// written out here as closed forms per (lane, register), and the strided
+// layout's worked example. Every element of each fragment is checked.
+#include "pallas/Dialect/PallasDialect.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace {
+
+using mlir::pallas::TiledLayoutAttr;
+
+struct Element {
+  int64_t row, col;
+};
+
+class Layouts : public ::testing::Test {
+ protected:
+  Layouts() { ctx.loadDialect<mlir::pallas::PallasDialect>(); }
+
+  /// Checks that `layout` on `shape` puts every element where `expected`
+  /// (warp, lane, register -> element) says, and that no element is missed.
+  void expectMatches(TiledLayoutAttr layout, std::vector<int64_t> shape, int64_t warps,
+                     int64_t registers,
+                     const std::function<Element(int64_t warp, int64_t lane, int64_t reg)>& expected) {
+    std::string error;
+    ASSERT_TRUE(mlir::succeeded(layout.tiledShape(shape, &error))) << error;
+    EXPECT_EQ(layout.registersPerThread(shape), registers);
+    EXPECT_EQ(layout.threads(shape), 32 * warps);
+    std::set<std::pair<int64_t, int64_t>> seen;
+    for (int64_t w = 0; w < warps; ++w)
+      for (int64_t l = 0; l < 32; ++l)
+        for (int64_t r = 0; r < registers; ++r) {
+          Element e = expected(w, l, r);
+          auto owner = layout.owner(shape, {e.row, e.col});
+          EXPECT_EQ(owner.warp, w) << "element (" << e.row << ", " << e.col << ")";
+          EXPECT_EQ(owner.lane, l) << "element (" << e.row << ", " << e.col << ")";
+          EXPECT_EQ(owner.reg, r) << "element (" << e.row << ", " << e.col << ")";
+          seen.insert({e.row, e.col});
+        }
+    EXPECT_EQ(static_cast<int64_t>(seen.size()), shape[0] * shape[1]);
+  }
+
+  mlir::MLIRContext ctx;
+};
+
+// PTX ISA, "Register fragment for accumulator D" of wgmma .m64nNk16 (f32):
+// row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + i % 2.
+TEST_F(Layouts, WgmmaAccumulatorMatchesPtx) {
+  for (int64_t n : {8, 64, 256})
+    expectMatches(TiledLayoutAttr::getWgmmaAccumulator(&ctx), {64, n}, 4, n / 2,
+                  [](int64_t w, int64_t l, int64_t i) {
+                    return Element{16 * w + l / 4 + 8 * ((i / 2) % 2), 8 * (i / 4) + 2 * (l % 4) + i % 2};
+                  });
+}
+
+// The worked example in PallasLayouts.td: thread 37 (warp 1, lane 5).
+TEST_F(Layouts, WgmmaAccumulatorWorkedExample) {
+  auto layout = TiledLayoutAttr::getWgmmaAccumulator(&ctx);
+  auto o = layout.owner({64, 64}, {17, 10});
+  EXPECT_EQ(o.warp, 1);
+  EXPECT_EQ(o.lane, 5);
+  EXPECT_EQ(o.reg, 4);
+  o = layout.owner({64, 64}, {25, 3});
+  EXPECT_EQ(o.reg, 3);
+}
+
+// One value per accumulator row, in the four lanes (and the register) that hold the row.
+TEST_F(Layouts, WgmmaRowFollowsTheAccumulatorRows) {
+  auto row = TiledLayoutAttr::getWgmmaRow(&ctx);
+  auto acc = TiledLayoutAttr::getWgmmaAccumulator(&ctx);
+  EXPECT_EQ(row.registersPerThread({64}), 2);
+  for (int64_t r = 0; r < 64; ++r) {
+    auto a = acc.owner({64, 8}, {r, 0});
+    auto o = row.owner({64}, {r});
+    EXPECT_EQ(o.warp, a.warp) << "row " << r;
+    EXPECT_EQ(o.lane, a.lane & ~3) << "row " << r;  // the first of the row's 4 lanes
+    EXPECT_EQ(o.reg, (a.reg / 2) % 2) << "row " << r;
+  }
+}
+
+// mma.m16n8k16 A (row-major 16x16 f16): a0..a7.
+TEST_F(Layouts, MmaSyncAMatchesPtx) {
+  expectMatches(TiledLayoutAttr::getMmaSyncA(&ctx), {16, 16}, 1, 8,
+                [](int64_t, int64_t l, int64_t i) {
+                  return Element{l / 4 + 8 * ((i / 2) % 2), 2 * (l % 4) + i % 2 + 8 * (i / 4)};
+                });
+}
+
+// mma.m16n8k16 B (16x8, K x N): b0..b3.
+TEST_F(Layouts, MmaSyncBMatchesPtx) {
+  expectMatches(TiledLayoutAttr::getMmaSyncB(&ctx), {16, 8}, 1, 4,
+                [](int64_t, int64_t l, int64_t i) {
+                  return Element{2 * (l % 4) + i % 2 + 8 * (i / 2), l / 4};
+                });
+}
+
+// mma.m16n8k16 C/D (16x8 f32): c0..c3.
+TEST_F(Layouts, MmaSyncCMatchesPtx) {
+  expectMatches(TiledLayoutAttr::getMmaSyncC(&ctx), {16, 8}, 1, 4,
+                [](int64_t, int64_t l, int64_t i) {
+                  return Element{l / 4 + 8 * (i / 2), 2 * (l % 4) + i % 2};
+                });
+}
+
+TEST_F(Layouts, TilesThatDoNotDivideAreRejected) {
+  std::string error;
+  EXPECT_TRUE(mlir::failed(
+      TiledLayoutAttr::getWgmmaAccumulator(&ctx).tiledShape({64, 12}, &error)));
+  EXPECT_EQ(error, "tile extent 8 does not divide dim extent 12");
+}
+
+// Passes.td's worked example: 8x256 f32, threads 128, vec 4.
+TEST_F(Layouts, StridedWorkedExample) {
+  auto s = mlir::pallas::WarpgroupStridedLayoutAttr::get(&ctx, 128, 4);
+  auto block = mlir::VectorType::get({8, 256}, mlir::Float32Type::get(&ctx));
+  EXPECT_EQ(s.fragmentSize(block), 16);
+  EXPECT_FALSE(s.rowsInAWarp(block));  // 64 runs per row: two warps
+  EXPECT_TRUE(s.rowsInAWarp(mlir::VectorType::get({16, 128}, mlir::Float32Type::get(&ctx))));
+}
+
+}  // namespace
