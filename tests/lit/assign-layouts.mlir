@@ -1,0 +1,79 @@
+// RUN: pallas-opt %s --split-input-file --verify-diagnostics --pallas-assign-layouts | FileCheck %s
+
+// A short-row softmax tile, 16 rows of 128 bf16: the kernel moves bf16, so runs
+// are 8 elements (16 bytes) and every block is strided<128, 8>. The row maxima
+// and sums (keepdims reductions) are replicated; spreading them back over the
+// tile is an explicit conversion, which broadcasts.
+// CHECK-LABEL: func.func @tile_softmax
+// CHECK-SAME:    pallas.strided_layout = #pallas.strided<threads = 128, vec = 8>
+// CHECK:         pallas.load {{.*}} {pallas.layouts = [#pallas.strided<threads = 128, vec = 8>]}
+// CHECK:         arith.extf {{.*}} {pallas.layouts = [#pallas.strided<threads = 128, vec = 8>]}
+// CHECK:         %[[M:.*]] = vector.multi_reduction <maximumf>, {{.*}} {pallas.layouts = [#pallas.replicated]} [1] : vector<16x128xf32> to vector<16xf32>
+// CHECK:         %[[MC:.*]] = vector.shape_cast %[[M]] {pallas.layouts = [#pallas.replicated]} : vector<16xf32> to vector<16x1xf32>
+// CHECK:         %[[MB:.*]] = pallas.convert_layout %[[MC]] {from = #pallas.replicated, pallas.layouts = [#pallas.strided<threads = 128, vec = 8>], to = #pallas.strided<threads = 128, vec = 8>} : vector<16x1xf32> to vector<16x128xf32>
+// CHECK:         arith.subf %{{.*}}, %[[MB]] {pallas.layouts = [#pallas.strided<threads = 128, vec = 8>]}
+// CHECK:         vector.multi_reduction <add>, {{.*}} {pallas.layouts = [#pallas.replicated]} [1]
+// CHECK:         pallas.convert_layout
+// CHECK:         arith.divf {{.*}} {pallas.layouts = [#pallas.strided<threads = 128, vec = 8>]}
+// CHECK:         arith.truncf {{.*}} {pallas.layouts = [#pallas.strided<threads = 128, vec = 8>]}
+func.func @tile_softmax(%x: memref<?x?xbf16, strided<[?, 1]>>, %y: memref<?x?xbf16, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %c0 = arith.constant 0 : index
+  %rx = pallas.block %x[%i, %c0] {block_shape = array<i64: 16, 128>, squeezed = array<i1: false, false>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<16x128xbf16>
+  %ry = pallas.block %y[%i, %c0] {block_shape = array<i64: 16, 128>, squeezed = array<i1: false, false>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<16x128xbf16>
+  %h = pallas.load %rx[[0, 0]] [[16, 128]] : !pallas.ref<16x128xbf16> -> vector<16x128xbf16>
+  %v = arith.extf %h : vector<16x128xbf16> to vector<16x128xf32>
+  %ninf = arith.constant dense<0xFF800000> : vector<16xf32>
+  %m = vector.multi_reduction <maximumf>, %v, %ninf [1] : vector<16x128xf32> to vector<16xf32>
+  %mc = vector.shape_cast %m : vector<16xf32> to vector<16x1xf32>
+  %mb = vector.broadcast %mc : vector<16x1xf32> to vector<16x128xf32>
+  %d = arith.subf %v, %mb : vector<16x128xf32>
+  %e = math.exp %d : vector<16x128xf32>
+  %zero = arith.constant dense<0.0> : vector<16xf32>
+  %s = vector.multi_reduction <add>, %e, %zero [1] : vector<16x128xf32> to vector<16xf32>
+  %sc = vector.shape_cast %s : vector<16xf32> to vector<16x1xf32>
+  %sb = vector.broadcast %sc : vector<16x1xf32> to vector<16x128xf32>
+  %p = arith.divf %e, %sb : vector<16x128xf32>
+  %o = arith.truncf %p : vector<16x128xf32> to vector<16x128xbf16>
+  pallas.store %o, %ry[[0, 0]] : vector<16x128xbf16>, !pallas.ref<16x128xbf16>
+  return
+}
+
+// -----
+
+// A whole row of 2048 f32 per program (rms_norm's shape): the statistic is a
+// scalar (no layout); the 2048-element blocks are strided<128, 4>. A splat
+// (here the scalar broadcast of the statistic) needs no conversion: each use
+// makes it again in its own layout.
+// CHECK-LABEL: func.func @row_scale
+// CHECK-SAME:    pallas.strided_layout = #pallas.strided<threads = 128, vec = 4>
+// CHECK:         vector.multi_reduction <add>, {{.*}} [0] : vector<2048xf32> to f32
+// CHECK-NOT:     pallas.layouts
+// CHECK:         vector.broadcast {{.*}} {pallas.layouts = [#pallas.strided<threads = 128, vec = 4>]} : f32 to vector<2048xf32>
+// CHECK-NOT:     pallas.convert_layout
+// CHECK:         arith.mulf {{.*}} {pallas.layouts = [#pallas.strided<threads = 128, vec = 4>]}
+func.func @row_scale(%x: memref<?x?xf32, strided<[?, 1]>>, %y: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %row = pallas.program_id 0
+  %c0 = arith.constant 0 : index
+  %rx = pallas.block %x[%row, %c0] {block_shape = array<i64: 1, 2048>, squeezed = array<i1: true, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<2048xf32>
+  %ry = pallas.block %y[%row, %c0] {block_shape = array<i64: 1, 2048>, squeezed = array<i1: true, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<2048xf32>
+  %v = pallas.load %rx[[0]] [[2048]] : !pallas.ref<2048xf32> -> vector<2048xf32>
+  %sq = arith.mulf %v, %v : vector<2048xf32>
+  %zero = arith.constant 0.0 : f32
+  %s = vector.multi_reduction <add>, %sq, %zero [0] : vector<2048xf32> to f32
+  %r = math.rsqrt %s : f32
+  %rb = vector.broadcast %r : f32 to vector<2048xf32>
+  %o = arith.mulf %v, %rb : vector<2048xf32>
+  pallas.store %o, %ry[[0]] : vector<2048xf32>, !pallas.ref<2048xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{block value of type 'vector<100xf32>' has 100 elements, not a multiple of the 128 threads of a program; the GPU layout needs it}}
+func.func @odd_block(%x: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %rx = pallas.block %x[%i] {block_shape = array<i64: 100>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<100xf32>
+  %v = pallas.load %rx[[0]] [[100]] : !pallas.ref<100xf32> -> vector<100xf32>
+  return
+}
