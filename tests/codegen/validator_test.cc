@@ -1,7 +1,13 @@
 // Each malformed spec is rejected with exactly this error, naming the spec,
 // the operand and the dim.
 
+#include "pallas/Codegen/DiagnosticCollector.h"
+#include "pallas/Codegen/Pipelines.h"
 #include "pallas/EDSL/Trace.h"
+
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 
 #include <gtest/gtest.h>
 
@@ -354,6 +360,51 @@ TEST(Validator, ReshapeOnlyAddsOrDropsUnitDims) {
   EXPECT_EQ(trace_error("bad_reshape", fn),
             "spec 'bad_reshape': reshape [256] to [2, 128]: only dims of extent 1 may be added or "
             "dropped");
+}
+
+
+// Every traced op carries the spec line that made it, and a lowering error
+// (here the GPU's: its reductions combine 32-bit values) names that line.
+TEST(Validator, LoweringErrorsNameTheSpecLine) {
+  static int body_line = 0;
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f16, {n});
+    Operand out = spec.output("out", f16, {n});
+    spec.grid({cdiv(n, 256)});
+    for (Operand o : {x, out}) spec.block(o, {Blocked{256}}, first);
+    spec.body([](Ref x, Ref out) {
+      Value v = x.load();
+      body_line = __LINE__ + 1;
+      out.store(v - max(v));  // max of an f16 block: the GPU lowering rejects it
+    });
+  };
+  mlir::DialectRegistry registry;
+  codegen::registerPipelineDependencies(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  std::vector<TracedKernel> kernels = trace_spec("located", fn, context);
+  ASSERT_EQ(kernels.size(), 1u);
+  // The traced reduction is at the body's line.
+  bool found = false;
+  kernels[0].module->walk([&](mlir::vector::MultiDimReductionOp red) {
+    auto at = mlir::dyn_cast<mlir::FileLineColLoc>(red.getLoc());
+    ASSERT_TRUE(at) << "the reduction has no file location";
+    EXPECT_EQ(at.getFilename().getValue(), "tests/codegen/validator_test.cc");
+    EXPECT_EQ(static_cast<int>(at.getLine()), body_line);
+    found = true;
+  });
+  EXPECT_TRUE(found);
+  codegen::DiagnosticCollector diagnostics(&context);
+  mlir::PassManager pm(&context);
+  ASSERT_TRUE(mlir::succeeded(mlir::parsePassPipeline(codegen::gpuToNVVMPipeline(), pm)));
+  EXPECT_TRUE(mlir::failed(pm.run(*kernels[0].module)));
+  EXPECT_NE(diagnostics.text().find("tests/codegen/validator_test.cc:" + std::to_string(body_line) +
+                                    ":"),
+            std::string::npos)
+      << diagnostics.text();
+  EXPECT_NE(diagnostics.text().find("GPU reductions combine 32-bit values"), std::string::npos)
+      << diagnostics.text();
 }
 
 }  // namespace

@@ -69,6 +69,44 @@ Value wrap(mlir::Value v) { return Value::from_opaque(v.getAsOpaquePointer()); }
 OpBuilder& b() { return trace().builder; }
 mlir::Location loc() { return trace().loc; }
 
+/// The spec file as it should read in diagnostics: from `kernel_specs/` or
+/// `tests/` on (the path the compiler was given is absolute), else the file name.
+std::string spec_path(const char* file) {
+  std::string path = file;
+  for (const char* root : {"/kernel_specs/", "/tests/"})
+    if (size_t at = path.rfind(root); at != std::string::npos) return path.substr(at + 1);
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+mlir::Location source_loc(std::source_location where) {
+  return mlir::FileLineColLoc::get(trace().context, spec_path(where.file_name()), where.line(),
+                                   where.column());
+}
+
+/// While alive, ops are created at `where`, the spec line that asked for them.
+/// The outermost one wins: an EDSL operation built from others (logistic from
+/// exp and division) keeps the line of the spec's call.
+class Located {
+ public:
+  explicit Located(std::source_location where) {
+    if (depth_++ > 0) return;
+    Trace& t = trace();
+    saved_ = t.loc;
+    t.loc = source_loc(where);
+  }
+  ~Located() {
+    if (--depth_ == 0 && saved_) trace().loc = *saved_;
+  }
+  Located(const Located&) = delete;
+  Located& operator=(const Located&) = delete;
+
+ private:
+  static thread_local int depth_;
+  std::optional<mlir::Location> saved_;
+};
+thread_local int Located::depth_ = 0;
+
 DType dtype_of(mlir::Type type) {
   mlir::Type e = mlir::getElementTypeOrSelf(type);
   if (e.isF32()) return DType::f32;
@@ -137,7 +175,7 @@ std::pair<mlir::Value, mlir::Value> unify(const char* op, const Value& x, const 
 bool is_float_value(mlir::Value v) { return is_float(dtype_of(v.getType())); }
 
 template <class FloatOp, class IntOp>
-Value binary(const char* op, const Value& x, const Value& y) {
+Value arith_binary(const char* op, const Value& x, const Value& y) {
   auto [a, c] = unify(op, x, y);
   if (dtype_of(a.getType()) == DType::i1) fail(std::string(op) + " is not defined on i1 values");
   if (is_float_value(a)) return wrap(FloatOp::create(b(), loc(), a, c));
@@ -192,7 +230,8 @@ mlir::Type to_mlir_type(DType dtype, mlir::MLIRContext& context) {
 DType Value::dtype() const { return dtype_of(unwrap(*this).getType()); }
 std::vector<int64_t> Value::shape() const { return shape_of(unwrap(*this)); }
 
-Value Value::cast(DType to) const {
+Value Value::cast(DType to, std::source_location where) const {
+  Located here(where);
   mlir::Value v = unwrap(*this);
   DType from = dtype_of(v.getType());
   if (from == to) return *this;
@@ -236,7 +275,8 @@ Scalar::operator Value() const {
   return wrap(t.args[index_]);
 }
 
-Value constant(double value, DType dtype) {
+Value constant(double value, DType dtype, std::source_location where) {
+  Located here(where);
   auto& bd = b();
   mlir::Type type = to_mlir_type(dtype, *trace().context);
   if (is_float(dtype))
@@ -248,59 +288,96 @@ Value constant(double value, DType dtype) {
       bd, loc(), type, bd.getIntegerAttr(type, static_cast<int64_t>(value))));
 }
 
-Value index(int64_t value) { return constant(static_cast<double>(value), DType::index); }
-
-Value operator+(const Value& a, const Value& c) {
-  return binary<mlir::arith::AddFOp, mlir::arith::AddIOp>("add", a, c);
-}
-Value operator-(const Value& a, const Value& c) {
-  return binary<mlir::arith::SubFOp, mlir::arith::SubIOp>("sub", a, c);
-}
-Value operator*(const Value& a, const Value& c) {
-  return binary<mlir::arith::MulFOp, mlir::arith::MulIOp>("mul", a, c);
-}
-Value operator/(const Value& a, const Value& c) {
-  return binary<mlir::arith::DivFOp, mlir::arith::DivSIOp>("div", a, c);
-}
-Value operator-(const Value& a) {
-  mlir::Value v = unwrap(a);
-  if (is_float_value(v)) return wrap(mlir::arith::NegFOp::create(b(), loc(), v));
-  return constant(0, a.dtype()) - a;
+Value index(int64_t value, std::source_location where) {
+  return constant(static_cast<double>(value), DType::index, where);
 }
 
 using FP = mlir::arith::CmpFPredicate;
 using IP = mlir::arith::CmpIPredicate;
-Value operator<(const Value& a, const Value& c) { return compare("lt", FP::OLT, IP::slt, a, c); }
-Value operator<=(const Value& a, const Value& c) { return compare("le", FP::OLE, IP::sle, a, c); }
-Value operator>(const Value& a, const Value& c) { return compare("gt", FP::OGT, IP::sgt, a, c); }
-Value operator>=(const Value& a, const Value& c) { return compare("ge", FP::OGE, IP::sge, a, c); }
-Value operator==(const Value& a, const Value& c) { return compare("eq", FP::OEQ, IP::eq, a, c); }
-Value operator!=(const Value& a, const Value& c) { return compare("ne", FP::UNE, IP::ne, a, c); }
 
-Value exp(const Value& x) { return unary_f32<mlir::math::ExpOp>("exp", x); }
-Value exp2(const Value& x) { return unary_f32<mlir::math::Exp2Op>("exp2", x); }
-Value log(const Value& x) { return unary_f32<mlir::math::LogOp>("log", x); }
-Value tanh(const Value& x) { return unary_f32<mlir::math::TanhOp>("tanh", x); }
-Value rsqrt(const Value& x) { return unary_f32<mlir::math::RsqrtOp>("rsqrt", x); }
-Value sqrt(const Value& x) { return unary_f32<mlir::math::SqrtOp>("sqrt", x); }
-Value erf(const Value& x) { return unary_f32<mlir::math::ErfOp>("erf", x); }
-Value logistic(const Value& x) {
+Value binary(BinaryOp op, const Value& a, const Value& c, std::source_location where) {
+  Located here(where);
+  switch (op) {
+    case BinaryOp::kAdd:
+      return arith_binary<mlir::arith::AddFOp, mlir::arith::AddIOp>("add", a, c);
+    case BinaryOp::kSub:
+      return arith_binary<mlir::arith::SubFOp, mlir::arith::SubIOp>("sub", a, c);
+    case BinaryOp::kMul:
+      return arith_binary<mlir::arith::MulFOp, mlir::arith::MulIOp>("mul", a, c);
+    case BinaryOp::kDiv:
+      return arith_binary<mlir::arith::DivFOp, mlir::arith::DivSIOp>("div", a, c);
+    case BinaryOp::kLt:
+      return compare("lt", FP::OLT, IP::slt, a, c);
+    case BinaryOp::kLe:
+      return compare("le", FP::OLE, IP::sle, a, c);
+    case BinaryOp::kGt:
+      return compare("gt", FP::OGT, IP::sgt, a, c);
+    case BinaryOp::kGe:
+      return compare("ge", FP::OGE, IP::sge, a, c);
+    case BinaryOp::kEq:
+      return compare("eq", FP::OEQ, IP::eq, a, c);
+    case BinaryOp::kNe:
+      return compare("ne", FP::UNE, IP::ne, a, c);
+  }
+  fail("internal error: unknown binary operator");
+}
+
+Value operator-(const Term& t) {
+  Located at(t.where);
+  mlir::Value v = unwrap(t.value);
+  if (is_float_value(v)) return wrap(mlir::arith::NegFOp::create(b(), loc(), v));
+  return constant(0, t.value.dtype()) - t.value;
+}
+
+Value exp(const Value& x, std::source_location where) {
+  Located here(where);
+  return unary_f32<mlir::math::ExpOp>("exp", x);
+}
+Value exp2(const Value& x, std::source_location where) {
+  Located here(where);
+  return unary_f32<mlir::math::Exp2Op>("exp2", x);
+}
+Value log(const Value& x, std::source_location where) {
+  Located here(where);
+  return unary_f32<mlir::math::LogOp>("log", x);
+}
+Value tanh(const Value& x, std::source_location where) {
+  Located here(where);
+  return unary_f32<mlir::math::TanhOp>("tanh", x);
+}
+Value rsqrt(const Value& x, std::source_location where) {
+  Located here(where);
+  return unary_f32<mlir::math::RsqrtOp>("rsqrt", x);
+}
+Value sqrt(const Value& x, std::source_location where) {
+  Located here(where);
+  return unary_f32<mlir::math::SqrtOp>("sqrt", x);
+}
+Value erf(const Value& x, std::source_location where) {
+  Located here(where);
+  return unary_f32<mlir::math::ErfOp>("erf", x);
+}
+Value logistic(const Value& x, std::source_location where) {
+  Located here(where);
   require_f32("logistic", x);
   return 1.0 / (1.0 + exp(-x));
 }
 
-Value abs(const Value& x) {
+Value abs(const Value& x, std::source_location where) {
+  Located here(where);
   mlir::Value v = unwrap(x);
   if (is_float_value(v)) return wrap(mlir::math::AbsFOp::create(b(), loc(), v));
   if (dtype_of(v.getType()) == DType::i1) fail("abs is not defined on i1 values");
   return wrap(mlir::math::AbsIOp::create(b(), loc(), v));
 }
 
-Value maximum(const Value& a, const Value& c) {
-  return binary<mlir::arith::MaximumFOp, mlir::arith::MaxSIOp>("maximum", a, c);
+Value maximum(const Value& a, const Value& c, std::source_location where) {
+  Located here(where);
+  return arith_binary<mlir::arith::MaximumFOp, mlir::arith::MaxSIOp>("maximum", a, c);
 }
-Value minimum(const Value& a, const Value& c) {
-  return binary<mlir::arith::MinimumFOp, mlir::arith::MinSIOp>("minimum", a, c);
+Value minimum(const Value& a, const Value& c, std::source_location where) {
+  Located here(where);
+  return arith_binary<mlir::arith::MinimumFOp, mlir::arith::MinSIOp>("minimum", a, c);
 }
 
 namespace {
@@ -369,22 +446,33 @@ mlir::vector::CombiningKind kind_for(const Value& x, bool isMax) {
 
 }  // namespace
 
-Value sum(const Value& x) {
+Value sum(const Value& x, std::source_location where) {
+  Located here(where);
   return reduce("sum", mlir::vector::CombiningKind::ADD, x, std::nullopt, false);
 }
-Value max(const Value& x) { return reduce("max", kind_for(x, true), x, std::nullopt, false); }
-Value min(const Value& x) { return reduce("min", kind_for(x, false), x, std::nullopt, false); }
-Value sum(const Value& x, int64_t axis, bool keepdims) {
+Value max(const Value& x, std::source_location where) {
+  Located here(where);
+  return reduce("max", kind_for(x, true), x, std::nullopt, false);
+}
+Value min(const Value& x, std::source_location where) {
+  Located here(where);
+  return reduce("min", kind_for(x, false), x, std::nullopt, false);
+}
+Value sum(const Value& x, int64_t axis, bool keepdims, std::source_location where) {
+  Located here(where);
   return reduce("sum", mlir::vector::CombiningKind::ADD, x, axis, keepdims);
 }
-Value max(const Value& x, int64_t axis, bool keepdims) {
+Value max(const Value& x, int64_t axis, bool keepdims, std::source_location where) {
+  Located here(where);
   return reduce("max", kind_for(x, true), x, axis, keepdims);
 }
-Value min(const Value& x, int64_t axis, bool keepdims) {
+Value min(const Value& x, int64_t axis, bool keepdims, std::source_location where) {
+  Located here(where);
   return reduce("min", kind_for(x, false), x, axis, keepdims);
 }
 
-Value select(const Value& cond, const Value& a, const Value& c) {
+Value select(const Value& cond, const Value& a, const Value& c, std::source_location where) {
+  Located here(where);
   auto [x, y] = unify("select", a, c);
   mlir::Value p = unwrap(cond);
   if (dtype_of(p.getType()) != DType::i1)
@@ -400,7 +488,8 @@ Value select(const Value& cond, const Value& a, const Value& c) {
   return wrap(mlir::arith::SelectOp::create(b(), loc(), p, x, y));
 }
 
-Value broadcast_to(const Value& x, std::vector<int64_t> shape) {
+Value broadcast_to(const Value& x, std::vector<int64_t> shape, std::source_location where) {
+  Located here(where);
   mlir::Value v = unwrap(x);
   auto joined = broadcast_shapes(shape_of(v), shape);
   if (!joined || *joined != shape)
@@ -408,7 +497,8 @@ Value broadcast_to(const Value& x, std::vector<int64_t> shape) {
   return wrap(broadcast_value(v, shape));
 }
 
-Value reshape(const Value& x, std::vector<int64_t> shape) {
+Value reshape(const Value& x, std::vector<int64_t> shape, std::source_location where) {
+  Located here(where);
   mlir::Value v = unwrap(x);
   auto type = llvm::dyn_cast<VectorType>(v.getType());
   if (!type) fail("reshape of a scalar");
@@ -426,7 +516,8 @@ Value reshape(const Value& x, std::vector<int64_t> shape) {
   return wrap(mlir::vector::ShapeCastOp::create(b(), loc(), to, v).getResult());
 }
 
-Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype) {
+Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype, std::source_location where) {
+  Located here(where);
   if (shape.empty()) fail("iota needs a non-empty shape");
   if (dimension < 0 || dimension >= static_cast<int64_t>(shape.size()))
     fail("iota dimension " + std::to_string(dimension) + " is out of range for shape " +
@@ -436,7 +527,8 @@ Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype) {
   return v.cast(dtype);
 }
 
-Value program_id(int axis) {
+Value program_id(int axis, std::source_location where) {
+  Located here(where);
   Trace& t = trace();
   if (axis < 0 || axis >= t.grid_rank)
     fail("program_id(" + std::to_string(axis) + ") but the grid has " +
@@ -446,7 +538,8 @@ Value program_id(int axis) {
                                                 b().getI32IntegerAttr(axis)));
 }
 
-Value num_programs(int axis) {
+Value num_programs(int axis, std::source_location where) {
+  Located here(where);
   Trace& t = trace();
   if (axis < 0 || axis >= t.grid_rank)
     fail("num_programs(" + std::to_string(axis) + ") but the grid has " +
@@ -515,15 +608,17 @@ mlir::Value linear_program_id() {
 }  // namespace
 
 std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> carry,
-                        const std::function<std::vector<Value>(Value, std::vector<Value>)>& body) {
+                        const std::function<std::vector<Value>(Value, std::vector<Value>)>& body,
+                        std::source_location where) {
   mlir::Value l = unwrap(lo), h = unwrap(hi);
   if (dtype_of(l.getType()) != DType::index || dtype_of(h.getType()) != DType::index)
     fail("fori bounds must be index values (use index(n) or program_id)");
   llvm::SmallVector<mlir::Value> init;
   for (const Value& v : carry) init.push_back(unwrap(v));
   auto& bd = b();
-  mlir::Value one = mlir::arith::ConstantIndexOp::create(bd, loc(), 1);
-  auto loop = mlir::scf::ForOp::create(bd, loc(), l, h, one, init);
+  // The body's ops carry their own lines: only the loop is at `where`.
+  mlir::Value one = mlir::arith::ConstantIndexOp::create(bd, source_loc(where), 1);
+  auto loop = mlir::scf::ForOp::create(bd, source_loc(where), l, h, one, init);
   mlir::Block* block = loop.getBody();
   if (!block->empty()) block->back().erase();  // the implicit yield
   OpBuilder::InsertionGuard guard(bd);
@@ -545,7 +640,7 @@ std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> car
     }
     yielded.push_back(v);
   }
-  mlir::scf::YieldOp::create(bd, loc(), yielded);
+  mlir::scf::YieldOp::create(bd, source_loc(where), yielded);
   std::vector<Value> results;
   for (mlir::Value r : loop.getResults()) results.push_back(wrap(r));
   return results;
@@ -553,17 +648,17 @@ std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> car
 
 std::vector<Value> while_loop(const std::function<Value(std::vector<Value>)>& cond,
                               const std::function<std::vector<Value>(std::vector<Value>)>& body,
-                              std::vector<Value> carry) {
+                              std::vector<Value> carry, std::source_location where) {
   llvm::SmallVector<mlir::Value> init;
   llvm::SmallVector<mlir::Type> types;
   llvm::SmallVector<mlir::Location> locs;
   for (const Value& v : carry) {
     init.push_back(unwrap(v));
     types.push_back(init.back().getType());
-    locs.push_back(loc());
+    locs.push_back(source_loc(where));
   }
   auto& bd = b();
-  auto loop = mlir::scf::WhileOp::create(bd, loc(), types, init);
+  auto loop = mlir::scf::WhileOp::create(bd, source_loc(where), types, init);
   OpBuilder::InsertionGuard guard(bd);
   auto args_of = [](mlir::Block* block) {
     std::vector<Value> args;
@@ -574,7 +669,7 @@ std::vector<Value> while_loop(const std::function<Value(std::vector<Value>)>& co
   mlir::Value c = unwrap(cond(args_of(before)));
   if (!c.getType().isInteger(1))
     fail("while_loop condition must be a scalar i1 (a comparison of scalars)");
-  mlir::scf::ConditionOp::create(bd, loc(), c, before->getArguments());
+  mlir::scf::ConditionOp::create(bd, source_loc(where), c, before->getArguments());
   mlir::Block* after = bd.createBlock(&loop.getAfter(), {}, types, locs);
   std::vector<Value> next = body(args_of(after));
   if (next.size() != init.size())
@@ -586,18 +681,19 @@ std::vector<Value> while_loop(const std::function<Value(std::vector<Value>)>& co
     if (yielded.back().getType() != types[i])
       fail("while_loop carry " + std::to_string(i) + " changes type");
   }
-  mlir::scf::YieldOp::create(bd, loc(), yielded);
+  mlir::scf::YieldOp::create(bd, source_loc(where), yielded);
   std::vector<Value> results;
   for (mlir::Value r : loop.getResults()) results.push_back(wrap(r));
   return results;
 }
 
-void when(const Value& cond, const std::function<void()>& body) {
+void when(const Value& cond, const std::function<void()>& body, std::source_location where) {
   mlir::Value c = unwrap(cond);
   if (!c.getType().isInteger(1))
     fail("when() needs a scalar i1 condition (a comparison of scalars)");
   auto& bd = b();
-  auto branch = mlir::scf::IfOp::create(bd, loc(), c, /*withElseRegion=*/false);
+  // The body's ops carry their own lines: only the scf.if is at `where`.
+  auto branch = mlir::scf::IfOp::create(bd, source_loc(where), c, /*withElseRegion=*/false);
   OpBuilder::InsertionGuard guard(bd);
   bd.setInsertionPoint(branch.thenBlock()->getTerminator());
   body();
@@ -626,16 +722,20 @@ mlir::Value semaphore_slot(const Semaphores& s, const Idx& index, mlir::Value pr
 }
 }  // namespace
 
-void Semaphores::signal(const Idx& index, const Value& inc) const {
+void Semaphores::signal(const Idx& index, const Value& inc, std::source_location where) const {
+  Located here(where);
   mlir::Value v = semaphore_value(*this, "signal", inc);
   mlir::Value slot = semaphore_slot(*this, index);
   mlir::pallas::SemaphoreAddOp::create(b(), loc(), b().getI32Type(), trace().args.at(operand_),
                                        slot, v);
 }
 
-void Semaphores::signal(const Idx& index) const { signal(index, constant(1, DType::i32)); }
+void Semaphores::signal(const Idx& index, std::source_location where) const {
+  signal(index, constant(1, DType::i32, where), where);
+}
 
-void Semaphores::signal_program(const Value& program, const Idx& index, const Value& inc) const {
+void Semaphores::signal_program(const Value& program, const Idx& index, const Value& inc, std::source_location where) const {
+  Located here(where);
   if (scope_ != SemaphoreScope::kProgram)
     fail("signal_program on '" + trace().spec->operands()[operand_].name +
          "', whose scope is global (use signal)");
@@ -645,28 +745,34 @@ void Semaphores::signal_program(const Value& program, const Idx& index, const Va
                                        slot, v);
 }
 
-void Semaphores::wait(const Idx& index, const Value& value) const {
+void Semaphores::wait(const Idx& index, const Value& value, std::source_location where) const {
+  Located here(where);
   mlir::Value v = semaphore_value(*this, "wait", value);
   mlir::Value slot = semaphore_slot(*this, index);
   mlir::pallas::SemaphoreWaitOp::create(b(), loc(), trace().args.at(operand_), slot, v);
 }
 
-void Semaphores::wait(const Idx& index) const { wait(index, constant(1, DType::i32)); }
+void Semaphores::wait(const Idx& index, std::source_location where) const {
+  wait(index, constant(1, DType::i32, where), where);
+}
 
-Value Semaphores::add(const Idx& index, const Value& value) const {
+Value Semaphores::add(const Idx& index, const Value& value, std::source_location where) const {
+  Located here(where);
   mlir::Value v = semaphore_value(*this, "add", value);
   mlir::Value slot = semaphore_slot(*this, index);
   return wrap(mlir::pallas::SemaphoreAddOp::create(b(), loc(), b().getI32Type(),
                                                    trace().args.at(operand_), slot, v));
 }
 
-Value Semaphores::read(const Idx& index) const {
+Value Semaphores::read(const Idx& index, std::source_location where) const {
+  Located here(where);
   mlir::Value slot = semaphore_slot(*this, index);
   return wrap(mlir::pallas::SemaphoreReadOp::create(b(), loc(), b().getI32Type(),
                                                     trace().args.at(operand_), slot));
 }
 
-void Check::fail_if(const Value& failed, const std::vector<Value>& values) const {
+void Check::fail_if(const Value& failed, const std::vector<Value>& values, std::source_location where) const {
+  Located here(where);
   const std::string& message = trace().spec->check_messages().at(static_cast<size_t>(check_));
   mlir::Value f = unwrap(failed);
   if (!f.getType().isInteger(1))
@@ -744,7 +850,8 @@ std::vector<int64_t> Ref::shape() const {
   return shape;
 }
 
-Value Ref::extent(int dim) const {
+Value Ref::extent(int dim, std::source_location where) const {
+  Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto block = s.ref.getDefiningOp<mlir::pallas::BlockOp>();
   llvm::SmallVector<int64_t> arrayDims;
@@ -756,7 +863,8 @@ Value Ref::extent(int dim) const {
   return wrap(mlir::memref::DimOp::create(b(), loc(), block.getArray(), arrayDims[dim]));
 }
 
-Value Ref::load_scalar(const std::vector<Idx>& indices) const {
+Value Ref::load_scalar(const std::vector<Idx>& indices, std::source_location where) const {
+  Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
   if (static_cast<int64_t>(indices.size()) != type.getRank())
@@ -766,7 +874,8 @@ Value Ref::load_scalar(const std::vector<Idx>& indices) const {
   return wrap(mlir::pallas::LoadScalarOp::create(b(), loc(), type.getElementType(), s.ref, at));
 }
 
-Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes) const {
+Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes, std::source_location where) const {
+  Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
   if (offsets.size() != sizes.size() || static_cast<int64_t>(sizes.size()) != type.getRank())
@@ -781,7 +890,8 @@ Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes) 
   return wrap(mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, dynamic, zeros, sizes));
 }
 
-void Ref::store_at(const Value& value, const std::vector<Idx>& offsets) const {
+void Ref::store_at(const Value& value, const std::vector<Idx>& offsets, std::source_location where) const {
+  Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
   mlir::Value v = stored_value(operand_, value);
@@ -800,7 +910,8 @@ void Ref::store_at(const Value& value, const std::vector<Idx>& offsets) const {
 DType Ref::dtype() const { return trace().spec->operands()[operand_].dtype; }
 const std::string& Ref::name() const { return trace().spec->operands()[operand_].name; }
 
-Value Ref::load() const {
+Value Ref::load(std::source_location where) const {
+  Located here(where);
   for (int64_t d : shape())
     if (d < 0)
       fail("load of '" + name() + "': its block has a full (run-time) dim; load static-size " +
@@ -808,7 +919,8 @@ Value Ref::load() const {
   return load(std::vector<int64_t>(shape().size(), 0), shape());
 }
 
-Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes) const {
+Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes, std::source_location where) const {
+  Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
   if (offsets.size() != sizes.size() || static_cast<int64_t>(sizes.size()) != type.getRank())
@@ -824,7 +936,8 @@ Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes) const 
       mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, mlir::ValueRange{}, offsets, sizes));
 }
 
-void Ref::store(const Value& value) const {
+void Ref::store(const Value& value, std::source_location where) const {
+  Located here(where);
   for (int64_t d : shape())
     if (d < 0)
       fail("store to '" + name() + "': its block has a full (run-time) dim; store static-size " +
@@ -832,7 +945,8 @@ void Ref::store(const Value& value) const {
   store(value, std::vector<int64_t>(shape().size(), 0));
 }
 
-void Ref::store(const Value& value, std::vector<int64_t> offsets) const {
+void Ref::store(const Value& value, std::vector<int64_t> offsets, std::source_location where) const {
+  Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
   mlir::Value v = stored_value(operand_, value);

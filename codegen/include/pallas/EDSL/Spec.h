@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -160,7 +161,7 @@ class Value {
 
   /// Converts element type: float<->float rounds to nearest even, float<->int
   /// truncates toward zero, index<->i32 wraps. Casting to the same dtype is a no-op.
-  Value cast(DType to) const;
+  Value cast(DType to, std::source_location where = std::source_location::current()) const;
 
  private:
   explicit Value(void* impl) : impl_(impl) {}
@@ -179,113 +180,134 @@ class Scalar {
   int index_ = -1;
 };
 
-// Arithmetic (both operands must have the same dtype; a scalar or a block of
-// trailing-matching shape broadcasts numpy-style to the other operand's shape).
-Value operator+(const Value& a, const Value& b);
-Value operator-(const Value& a, const Value& b);
-Value operator*(const Value& a, const Value& b);
-Value operator/(const Value& a, const Value& b);
-Value operator-(const Value& a);
-// Comparisons produce i1 values.
-Value operator<(const Value& a, const Value& b);
-Value operator<=(const Value& a, const Value& b);
-Value operator>(const Value& a, const Value& b);
-Value operator>=(const Value& a, const Value& b);
-Value operator==(const Value& a, const Value& b);
-Value operator!=(const Value& a, const Value& b);
+// Every body operation records where the spec wrote it (its file and line,
+// std::source_location as a defaulted last argument), so the traced IR and
+// the lowering's errors point at the spec line. Operators cannot take extra
+// arguments; their left operand records it instead, through `Term`'s
+// implicit conversion at the expression.
+
+/// An operator's operand (a term): a block or scalar Value (or a Scalar parameter),
+/// with the place of the expression it appears in.
+class Term {
+ public:
+  Term(const Value& v, std::source_location where = std::source_location::current())  // NOLINT
+      : value(v), where(where) {}
+  Term(const Scalar& s, std::source_location where = std::source_location::current())  // NOLINT
+      : value(s), where(where) {}
+  Value value;
+  std::source_location where;
+};
+
+enum class BinaryOp { kAdd, kSub, kMul, kDiv, kLt, kLe, kGt, kGe, kEq, kNe };
+/// `a op b`, traced at `where`. Arithmetic: both operands have the same dtype;
+/// a scalar or a block of trailing-matching shape broadcasts numpy-style to the
+/// other operand's shape. Comparisons produce i1 values.
+Value binary(BinaryOp op, const Value& a, const Value& b, std::source_location where);
+
+#define PALLAS_EDSL_BINARY_OPERATOR(op, kind)                                              \
+  inline Value operator op(const Term& a, const Term& b) {                          \
+    return binary(BinaryOp::kind, a.value, b.value, a.where);                              \
+  }                                                                                        \
+  /* Literals take the dtype of the other operand: `x * 0.5` with x bf16 is bf16. */      \
+  template <class N>                                                                       \
+  requires std::is_arithmetic_v<N> Value operator op(const Term& a, N b) {             \
+    return binary(BinaryOp::kind, a.value, constant(static_cast<double>(b), a.value.dtype()), \
+                  a.where);                                                                \
+  }                                                                                        \
+  template <class N>                                                                       \
+  requires std::is_arithmetic_v<N> Value operator op(N a, const Term& b) {             \
+    return binary(BinaryOp::kind, constant(static_cast<double>(a), b.value.dtype()), b.value, \
+                  b.where);                                                                \
+  }
 
 /// A constant of `dtype` (scalar); used for literals in arithmetic.
-Value constant(double value, DType dtype);
+Value constant(double value, DType dtype, std::source_location where = std::source_location::current());
 
-// Literals take the dtype of the other operand: `x * 0.5` with x bf16 is bf16.
-#define PALLAS_EDSL_LITERAL_OPERATOR(op)                                    \
-  template <class N>                                                        \
-  requires std::is_arithmetic_v<N> Value operator op(const Value& a, N b) { \
-    return a op constant(static_cast<double>(b), a.dtype());                \
-  }                                                                         \
-  template <class N>                                                        \
-  requires std::is_arithmetic_v<N> Value operator op(N a, const Value& b) { \
-    return constant(static_cast<double>(a), b.dtype()) op b;                \
-  }
-PALLAS_EDSL_LITERAL_OPERATOR(+)
-PALLAS_EDSL_LITERAL_OPERATOR(-)
-PALLAS_EDSL_LITERAL_OPERATOR(*)
-PALLAS_EDSL_LITERAL_OPERATOR(/)
-PALLAS_EDSL_LITERAL_OPERATOR(<)
-PALLAS_EDSL_LITERAL_OPERATOR(<=)
-PALLAS_EDSL_LITERAL_OPERATOR(>)
-PALLAS_EDSL_LITERAL_OPERATOR(>=)
-#undef PALLAS_EDSL_LITERAL_OPERATOR
+PALLAS_EDSL_BINARY_OPERATOR(+, kAdd)
+PALLAS_EDSL_BINARY_OPERATOR(-, kSub)
+PALLAS_EDSL_BINARY_OPERATOR(*, kMul)
+PALLAS_EDSL_BINARY_OPERATOR(/, kDiv)
+PALLAS_EDSL_BINARY_OPERATOR(<, kLt)
+PALLAS_EDSL_BINARY_OPERATOR(<=, kLe)
+PALLAS_EDSL_BINARY_OPERATOR(>, kGt)
+PALLAS_EDSL_BINARY_OPERATOR(>=, kGe)
+PALLAS_EDSL_BINARY_OPERATOR(==, kEq)
+PALLAS_EDSL_BINARY_OPERATOR(!=, kNe)
+#undef PALLAS_EDSL_BINARY_OPERATOR
+Value operator-(const Term& a);
 
 // Math. Transcendentals (exp, exp2, log, tanh, rsqrt, sqrt, erf, logistic)
 // need f32 operands: cast half-precision blocks to f32 first.
-Value exp(const Value& x);
-Value exp2(const Value& x);
-Value log(const Value& x);
-Value tanh(const Value& x);
-Value rsqrt(const Value& x);
-Value sqrt(const Value& x);
-Value erf(const Value& x);
-Value logistic(const Value& x);  // 1 / (1 + exp(-x))
-Value abs(const Value& x);
-Value maximum(const Value& a, const Value& b);  // NaN-propagating for floats
-Value minimum(const Value& a, const Value& b);
+Value exp(const Value& x, std::source_location where = std::source_location::current());
+Value exp2(const Value& x, std::source_location where = std::source_location::current());
+Value log(const Value& x, std::source_location where = std::source_location::current());
+Value tanh(const Value& x, std::source_location where = std::source_location::current());
+Value rsqrt(const Value& x, std::source_location where = std::source_location::current());
+Value sqrt(const Value& x, std::source_location where = std::source_location::current());
+Value erf(const Value& x, std::source_location where = std::source_location::current());
+Value logistic(const Value& x, std::source_location where = std::source_location::current());  // 1 / (1 + exp(-x))
+Value abs(const Value& x, std::source_location where = std::source_location::current());
+Value maximum(const Value& a, const Value& b, std::source_location where = std::source_location::current());  // NaN-propagating for floats
+Value minimum(const Value& a, const Value& b, std::source_location where = std::source_location::current());
 template <class N>
-requires std::is_arithmetic_v<N> Value maximum(const Value& a, N b) {
-  return maximum(a, constant(static_cast<double>(b), a.dtype()));
+requires std::is_arithmetic_v<N> Value maximum(const Value& a, N b, std::source_location where = std::source_location::current()) {
+  return maximum(a, constant(static_cast<double>(b), a.dtype(), where), where);
 }
 template <class N>
-requires std::is_arithmetic_v<N> Value minimum(const Value& a, N b) {
-  return minimum(a, constant(static_cast<double>(b), a.dtype()));
+requires std::is_arithmetic_v<N> Value minimum(const Value& a, N b, std::source_location where = std::source_location::current()) {
+  return minimum(a, constant(static_cast<double>(b), a.dtype(), where), where);
 }
 /// Elementwise `cond ? a : b`; cond is i1. A literal takes the other side's dtype.
-Value select(const Value& cond, const Value& a, const Value& b);
+Value select(const Value& cond, const Value& a, const Value& b, std::source_location where = std::source_location::current());
 template <class N>
-requires std::is_arithmetic_v<N> Value select(const Value& cond, const Value& a, N b) {
-  return select(cond, a, constant(static_cast<double>(b), a.dtype()));
+requires std::is_arithmetic_v<N> Value select(const Value& cond, const Value& a, N b,
+                                              std::source_location where = std::source_location::current()) {
+  return select(cond, a, constant(static_cast<double>(b), a.dtype(), where), where);
 }
 template <class N>
-requires std::is_arithmetic_v<N> Value select(const Value& cond, N a, const Value& b) {
-  return select(cond, constant(static_cast<double>(a), b.dtype()), b);
+requires std::is_arithmetic_v<N> Value select(const Value& cond, N a, const Value& b,
+                                              std::source_location where = std::source_location::current()) {
+  return select(cond, constant(static_cast<double>(a), b.dtype(), where), b, where);
 }
 /// Broadcasts numpy-style (trailing dims aligned, extent-1 dims stretched).
-Value broadcast_to(const Value& x, std::vector<int64_t> shape);
+Value broadcast_to(const Value& x, std::vector<int64_t> shape, std::source_location where = std::source_location::current());
 /// The same elements in `shape`, which may only add or drop dims of extent 1
 /// (a [1, 2048] slice of a 2-D ref as a [2048] row, and back).
-Value reshape(const Value& x, std::vector<int64_t> shape);
+Value reshape(const Value& x, std::vector<int64_t> shape, std::source_location where = std::source_location::current());
 /// A block of `shape` whose elements are their coordinate along `dimension`.
-Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype = i32);
+Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype = i32, std::source_location where = std::source_location::current());
 /// The current program's index along a grid axis, and the grid extent.
-Value program_id(int axis);
-Value num_programs(int axis);
+Value program_id(int axis, std::source_location where = std::source_location::current());
+Value num_programs(int axis, std::source_location where = std::source_location::current());
 
 // Reductions. Without an axis they reduce every element to a scalar; with one,
 // they reduce that axis (kept as extent 1 with keepdims). Floats: sum adds in
 // the block's dtype (cast to f32 first for half precision), max/min propagate
 // NaN. The GPU lowers full reductions (warp shuffles, then shared memory).
-Value sum(const Value& x);
-Value max(const Value& x);
-Value min(const Value& x);
-Value sum(const Value& x, int64_t axis, bool keepdims = false);
-Value max(const Value& x, int64_t axis, bool keepdims = false);
-Value min(const Value& x, int64_t axis, bool keepdims = false);
+Value sum(const Value& x, std::source_location where = std::source_location::current());
+Value max(const Value& x, std::source_location where = std::source_location::current());
+Value min(const Value& x, std::source_location where = std::source_location::current());
+Value sum(const Value& x, int64_t axis, bool keepdims = false, std::source_location where = std::source_location::current());
+Value max(const Value& x, int64_t axis, bool keepdims = false, std::source_location where = std::source_location::current());
+Value min(const Value& x, int64_t axis, bool keepdims = false, std::source_location where = std::source_location::current());
 
 /// `for (i = lo; i < hi; ++i) carry = body(i, carry)`, carrying any number of
 /// values (scalars or blocks) through the loop; returns the final carry.
 /// `lo` and `hi` are index values (program ids, constants, ...).
 std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> carry,
-                        const std::function<std::vector<Value>(Value i, std::vector<Value>)>& body);
+                        const std::function<std::vector<Value>(Value i, std::vector<Value>)>& body,
+                        std::source_location where = std::source_location::current());
 /// `while (cond(carry)) carry = body(carry)`, carrying any number of values
 /// (scalars or blocks); returns the final carry. `cond` returns a scalar i1
 /// that must be the same in every thread of the program (computed from
 /// scalars, program ids, semaphores or full reductions), like when().
 std::vector<Value> while_loop(const std::function<Value(std::vector<Value>)>& cond,
                               const std::function<std::vector<Value>(std::vector<Value>)>& body,
-                              std::vector<Value> carry);
+                              std::vector<Value> carry, std::source_location where = std::source_location::current());
 /// `if (cond) body()`, for a scalar condition that is the same in every
 /// thread of the program (computed from program ids, semaphores, scalars).
-void when(const Value& cond, const std::function<void()>& body);
-Value index(int64_t value);  // an index constant
+void when(const Value& cond, const std::function<void()>& body, std::source_location where = std::source_location::current());
+Value index(int64_t value, std::source_location where = std::source_location::current());  // an index constant
 
 //===----------------------------------------------------------------------===//
 // Operands and refs
@@ -327,15 +349,15 @@ class Semaphores {
  public:
   Semaphores() = default;
   Semaphores(int operand, SemaphoreScope scope) : operand_(operand), scope_(scope) {}
-  void signal(const Idx& index, const Value& inc) const;
-  void signal(const Idx& index) const;
+  void signal(const Idx& index, const Value& inc, std::source_location where = std::source_location::current()) const;
+  void signal(const Idx& index, std::source_location where = std::source_location::current()) const;
   /// kProgram scope: signals counter `index` of program `program` (its linear
   /// index over the parallel grid axes, row-major: ((p0 * n1) + p1) * n2 + p2).
-  void signal_program(const Value& program, const Idx& index, const Value& inc) const;
-  void wait(const Idx& index, const Value& value) const;
-  void wait(const Idx& index) const;
-  Value add(const Idx& index, const Value& value) const;
-  Value read(const Idx& index) const;
+  void signal_program(const Value& program, const Idx& index, const Value& inc, std::source_location where = std::source_location::current()) const;
+  void wait(const Idx& index, const Value& value, std::source_location where = std::source_location::current()) const;
+  void wait(const Idx& index, std::source_location where = std::source_location::current()) const;
+  Value add(const Idx& index, const Value& value, std::source_location where = std::source_location::current()) const;
+  Value read(const Idx& index, std::source_location where = std::source_location::current()) const;
   int operand() const { return operand_; }
   SemaphoreScope scope() const { return scope_; }
 
@@ -359,7 +381,7 @@ class Check {
   Check(int errors_operand, int check) : operand_(errors_operand), check_(check) {}
   /// `failed` must be the same in every thread of the program (computed from
   /// scalars, program ids, load_scalar, semaphores), like when().
-  void fail_if(const Value& failed, const std::vector<Value>& values = {}) const;
+  void fail_if(const Value& failed, const std::vector<Value>& values = {}, std::source_location where = std::source_location::current()) const;
 
  private:
   int operand_ = -1;
@@ -376,26 +398,26 @@ class Ref {
  public:
   Ref(void* impl, int operand) : impl_(impl), operand_(operand) {}
   /// Loads the whole block; elements past the array edge read as 0.
-  Value load() const;
+  Value load(std::source_location where = std::source_location::current()) const;
   /// Loads the static slice [offsets, offsets + sizes) of the block.
-  Value load(std::vector<int64_t> offsets, std::vector<int64_t> sizes) const;
+  Value load(std::vector<int64_t> offsets, std::vector<int64_t> sizes, std::source_location where = std::source_location::current()) const;
   /// Stores a whole block; elements past the array edge are skipped.
-  void store(const Value& value) const;
+  void store(const Value& value, std::source_location where = std::source_location::current()) const;
   /// Stores `value` into the static slice starting at `offsets`.
-  void store(const Value& value, std::vector<int64_t> offsets) const;
+  void store(const Value& value, std::vector<int64_t> offsets, std::source_location where = std::source_location::current()) const;
   /// Loads the slice of static `sizes` at run-time `offsets` (index values or
   /// constants), one per block dim; elements past the array edge read as 0.
-  Value load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes) const;
+  Value load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes, std::source_location where = std::source_location::current()) const;
   /// Stores `value` (a block, or a scalar: one element) at run-time `offsets`;
   /// elements past the array edge are skipped.
-  void store_at(const Value& value, const std::vector<Idx>& offsets) const;
+  void store_at(const Value& value, const std::vector<Idx>& offsets, std::source_location where = std::source_location::current()) const;
   /// The block shape; -1 for a full dim.
   std::vector<int64_t> shape() const;
   /// The run-time extent of the array along block dim `dim` (an index value).
-  Value extent(int dim) const;
+  Value extent(int dim, std::source_location where = std::source_location::current()) const;
   /// One element at run-time `indices` (one per block dim), the same value in
   /// every thread; 0 past the array edge.
-  Value load_scalar(const std::vector<Idx>& indices) const;
+  Value load_scalar(const std::vector<Idx>& indices, std::source_location where = std::source_location::current()) const;
   DType dtype() const;
   const std::string& name() const;
 
