@@ -98,6 +98,12 @@ struct NormTile {
   }
 };
 
+/// fold_segment_elements over a whole row.
+template <class F>
+std::vector<Value> whole_row_elements(const Value& cols, std::vector<double> inits, F f) {
+  return fold_segment_elements(Segment{index(0), num_chunks(cols)}, cols, std::move(inits), f);
+}
+
 /// Elements of chunks [seg.first, seg.end) inside a row of `cols`, as f32.
 Value elements_in(const Segment& seg, const Value& cols) {
   Value end = minimum(seg.end * kChunk, cols), first = minimum(seg.first * kChunk, cols);
@@ -118,10 +124,10 @@ void rms_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
         n.store(index(0), v, zero, scale_of(sum(v * v)));
       },
       [&] {
-        Value squares = fold_chunks(cols, 0.0, [&](Value c, Value acc) {
-          Value v = n.input(c, /*first=*/true);
-          return acc + sum(v * v);
-        });
+        Value squares = sum(whole_row_elements(cols, {0.0}, [&](Value c, std::vector<Value> acc, bool) {
+          Value v = n.input(c, /*first=*/true);  // 0 past the row end
+          return std::vector<Value>{acc[0] + v * v};
+        })[0]);
         Value scale = scale_of(squares);
         for_chunks(cols, [&](Value c) { n.store(c, n.input(c, /*first=*/false), zero, scale); });
       });
@@ -148,10 +154,11 @@ void rms_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref y, const Re
       },
       [&](Value i, Segment seg, Value slot) {
         NormRow n = row(i);
-        Value part = fold_segment(seg, {0.0}, [&](Value c, std::vector<Value> acc) {
-          Value v = n.input(c, /*first=*/true);
-          return std::vector<Value>{acc[0] + sum(v * v)};
-        })[0];
+        Value part = sum(fold_segment_elements(seg, cols, {0.0},
+                                               [&](Value c, std::vector<Value> acc, bool) {
+                                                 Value v = n.input(c, /*first=*/true);
+                                                 return std::vector<Value>{acc[0] + v * v};
+                                               })[0]);
         squares.store_at(part, {slot});
       },
       [&](Value i, Segment seg, Value base, Value parts) {
@@ -180,15 +187,18 @@ void layer_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
         n.store(index(0), d, constant(0.0, f32), rsqrt(sum(d * d) / count + Value(eps)));
       },
       [&] {
-        Value mean =
-            fold_chunks(cols, 0.0,
-                        [&](Value c, Value acc) { return acc + sum(n.input(c, /*first=*/true)); }) /
-            count;
-        Value var = fold_chunks(cols, 0.0,
-                                [&](Value c, Value acc) {
-                                  Value d = select(in_row(c, cols), n.input(c, false) - mean, 0.0);
-                                  return acc + sum(d * d);
-                                }) /
+        Value mean = sum(whole_row_elements(cols, {0.0},
+                                            [&](Value c, std::vector<Value> acc, bool) {
+                                              return std::vector<Value>{
+                                                  acc[0] + n.input(c, /*first=*/true)};
+                                            })[0]) /
+                     count;
+        Value var = sum(whole_row_elements(cols, {0.0},
+                                           [&](Value c, std::vector<Value> acc, bool masked) {
+                                             Value d = n.input(c, false) - mean;
+                                             if (masked) d = select(in_row(c, cols), d, 0.0);
+                                             return std::vector<Value>{acc[0] + d * d};
+                                           })[0]) /
                     count;
         Value scale = rsqrt(var + Value(eps));
         for_chunks(cols, [&](Value c) { n.store(c, n.input(c, /*first=*/false), mean, scale); });

@@ -219,17 +219,49 @@ inline Value exp_minus(const Value& x, const Value& m) {
   return exp(x - select(m == constant(kNegInf, m.dtype()), 0.0, m));
 }
 
-/// One pass over a segment: {m, l} with m its maximum and l = sum(exp(x - m))
-/// (online: l is rescaled whenever m grows).
+/// `acc = f(c, acc, masked)` over the segment's chunks with [kChunk] f32
+/// accumulators: one partial per element, so nothing crosses threads inside
+/// the loop and the caller reduces the accumulators once, after it. Chunks
+/// wholly inside the row run with `masked` false; the row's last, partial
+/// chunk (when the segment has it) runs alone with `masked` true, and `f`
+/// masks its elements past the row end there (they load as 0).
+///
+/// Worked example: cols = 5000, the whole row as one segment [0, 3): chunks 0
+/// and 1 unmasked, chunk 2 (elements 4096..6143, of which 904 in the row) masked.
+template <class F>
+std::vector<Value> fold_segment_elements(const Segment& seg, const Value& cols,
+                                         std::vector<double> inits, F f) {
+  std::vector<Value> carry;
+  for (double v : inits) carry.push_back(broadcast_to(constant(v, f32), {kChunk}));
+  Value inside = maximum(minimum(cols / kChunk, seg.end), seg.first);  // end of the full chunks
+  carry = fori(seg.first, inside, carry,
+               [&](Value c, std::vector<Value> acc) { return f(c, acc, false); });
+  return fori(inside, seg.end, carry,
+              [&](Value c, std::vector<Value> acc) { return f(c, acc, true); });
+}
+
+/// The elements of chunk c of `x` (a row Ref or a Row) as f32, with `fill` past
+/// the row end when `masked`.
+template <class RowOf>
+Value chunk_or(const RowOf& x, const Value& c, const Value& cols, bool masked, double fill) {
+  Value v = chunk_f32(x, c);
+  return masked ? select(in_row(c, cols), v, fill) : v;
+}
+
+/// One pass over a segment: {m, l} with m its maximum and l = sum(exp(x - m)),
+/// online per element (each element position keeps its own running pair,
+/// rescaled when its maximum grows), combined across elements once at the end.
 /// `x` is a row Ref or a Row.
 template <class RowOf>
 std::vector<Value> segment_logsumexp(const RowOf& x, const Value& cols, const Segment& seg) {
-  return fold_segment(seg, {kNegInf, 0.0}, [&](Value c, std::vector<Value> acc) {
-    Value v = select(in_row(c, cols), chunk_f32(x, c), kNegInf);
-    Value m = maximum(acc[0], max(v));
-    Value l = acc[1] * exp_minus(acc[0], m) + sum(exp_minus(v, m));
-    return std::vector<Value>{m, l};
-  });
+  std::vector<Value> ml = fold_segment_elements(
+      seg, cols, {kNegInf, 0.0}, [&](Value c, std::vector<Value> acc, bool masked) {
+        Value v = chunk_or(x, c, cols, masked, kNegInf);
+        Value m = maximum(acc[0], v);
+        return std::vector<Value>{m, acc[1] * exp_minus(acc[0], m) + exp_minus(v, m)};
+      });
+  Value m = max(ml[0]);
+  return {m, sum(ml[1] * exp_minus(ml[0], m))};
 }
 
 /// Writes this program's partials (one value per workspace, at r * P + s) and

@@ -117,8 +117,9 @@ Semaphores declare_row_reduction(KernelSpec& spec, DType T) {
 enum class Reduction { kSum, kMax };
 
 /// out[r] = sum or max of row r in f32: a tile of short rows reduces along
-/// its last axis; a longer row folds its segment's chunks in order into a
-/// partial, and the row's last program folds the partials in order.
+/// its last axis; a longer row folds its segment's chunks in order into one
+/// partial per element, reduces them once, and the row's last program folds
+/// the segments' partials in order.
 void row_reduction(Reduction kind, const Semaphores& arrived, Ref x, Ref out, Ref partials,
                    DType T) {
   const bool is_sum = kind == Reduction::kSum;
@@ -131,11 +132,14 @@ void row_reduction(Reduction kind, const Semaphores& arrived, Ref x, Ref out, Re
   };
   auto row = [&](Value r) {
     Row in{x, r};
-    Value part =
-        fold_segment(segment_of_row(cols), {identity}, [&](Value c, std::vector<Value> acc) {
-          Value v = select(in_row(c, cols), in.chunk_f32(c), identity);
-          return std::vector<Value>{combine(acc[0], is_sum ? sum(v) : max(v))};
-        })[0];
+    // Elements past the row end load as 0, which only a max must mask.
+    Value parts = fold_segment_elements(segment_of_row(cols), cols, {identity},
+                                        [&](Value c, std::vector<Value> acc, bool masked) {
+                                          Value v = chunk_or(in, c, cols, masked && !is_sum,
+                                                             identity);
+                                          return std::vector<Value>{combine(acc[0], v)};
+                                        })[0];
+    Value part = is_sum ? sum(parts) : max(parts);
     when(publish_partials(arrived, {{partials, part}}), [&] {
       Value total = fold_partials({identity}, [&](Value s, std::vector<Value> acc) {
         return std::vector<Value>{combine(acc[0], partial_of_row(partials, s))};

@@ -163,6 +163,13 @@ LogicalResult GpuLowering::run() {
     return kernel.emitError("kernel has no layouts; run pallas-assign-layouts before "
                             "convert-pallas-to-gpu");
   strided_ = layouts;
+  int floatOperands = 0, halfOperands = 0;
+  for (Type t : kernel.getArgumentTypes())
+    if (auto m = dyn_cast<MemRefType>(t); m && isa<FloatType>(m.getElementType())) {
+      ++floatOperands;
+      halfOperands += m.getElementType().isF16() || m.getElementType().isBF16();
+    }
+  approxTranscendentals = floatOperands > 0 && floatOperands == halfOperands;
   const int64_t threads = strided_.getThreads();
   OpBuilder mb = OpBuilder::atBlockEnd(gpuModule_.getBody());
   auto f = gpu::GPUFuncOp::create(mb, loc, kernel.getSymName(), kernel.getFunctionType());

@@ -140,6 +140,9 @@ class GpuLowering {
   Value tid;  // gpu.thread_id x, index
   gpu::GPUFuncOp func;
   func::FuncOp kernel;
+  /// Every float operand of the kernel is f16 or bf16, so transcendentals may
+  /// be approximate (ElementwiseRules.cpp: relaxFloatSemantics).
+  bool approxTranscendentals = false;
 
  private:
   LogicalResult lowerOp(Operation* op, OpBuilder& b);

@@ -6,8 +6,7 @@
 //  - the last axis (one value per row): see lowerRowReduction;
 //  - leading axes (one value per column): see lowerLeadingReduction;
 //  - a replicated value: every thread reduces its own copy.
-// Each shared-memory buffer here lives for its rule only, and each rule ends
-// with a barrier after its last read of it (SharedMemoryPlan.h).
+// Their shared-memory buffers: see Scratch below.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +14,23 @@
 
 namespace mlir::pallas::gpu_lowering {
 namespace {
+
+/// A reduction outside every loop runs once per program: its buffers get
+/// bytes of their own for the whole kernel and no barrier follows their last
+/// read (nothing writes them again). Inside a loop the next iteration's writes
+/// must wait for this iteration's reads, so the buffers live for the rule and
+/// a barrier ends it (SharedMemoryPlan.h).
+struct Scratch {
+  bool once;
+  explicit Scratch(Operation* reduction)
+      : once(!reduction->getParentOfType<scf::ForOp>() &&
+             !reduction->getParentOfType<scf::WhileOp>()) {}
+  SharedLifetime lifetime() const { return once ? SharedLifetime::kKernel : SharedLifetime::kRule; }
+  /// The barrier after the last read, where one is needed.
+  void release(OpBuilder& b, Location loc) const {
+    if (!once) gpu::BarrierOp::create(b, loc);
+  }
+};
 
 /// shfl.xor butterfly over lanes within aligned groups of `width` lanes:
 /// afterwards every lane holds its group's combination.
@@ -71,7 +87,7 @@ LogicalResult lowerRowReduction(vector::MultiDimReductionOp red, GpuLowering& g,
   Value slots;
   if (runsPerRow % threads == 0) {
     slotsPerRow = threads / 32;
-    slots = g.sharedBuffer(b, loc, rows * slotsPerRow, et, SharedLifetime::kRule, 16,
+    slots = g.sharedBuffer(b, loc, rows * slotsPerRow, et, Scratch(red).lifetime(), 16,
                            "row reduction slots");
     SmallVector<Value> perRow(rows);
     for (int64_t r = 0; r < runs; ++r) {
@@ -93,7 +109,7 @@ LogicalResult lowerRowReduction(vector::MultiDimReductionOp red, GpuLowering& g,
   } else if (threads % runsPerRow == 0 && (runsPerRow % 32 == 0 || 32 % runsPerRow == 0)) {
     const int64_t group = std::min<int64_t>(runsPerRow, 32);
     slotsPerRow = runsPerRow / group;
-    slots = g.sharedBuffer(b, loc, rows * slotsPerRow, et, SharedLifetime::kRule, 16,
+    slots = g.sharedBuffer(b, loc, rows * slotsPerRow, et, Scratch(red).lifetime(), 16,
                            "row reduction slots");
     Value perRow = g.index(b, loc, runsPerRow);
     Value rowInSet = arith::DivUIOp::create(b, loc, g.tid, perRow);
@@ -130,7 +146,7 @@ LogicalResult lowerRowReduction(vector::MultiDimReductionOp red, GpuLowering& g,
     }
     result = vector::InsertOp::create(b, loc, total, result, ArrayRef<int64_t>{row});
   }
-  gpu::BarrierOp::create(b, loc);
+  Scratch(red).release(b, loc);
   g.map.map(red.getResult(), result);
   return success();
 }
@@ -177,7 +193,7 @@ LogicalResult lowerLeadingReduction(vector::MultiDimReductionOp red, GpuLowering
   }
   vector::CombiningKind kind = red.getKind();
 
-  Value source = g.sharedBuffer(b, loc, n, et, SharedLifetime::kRule, 16,
+  Value source = g.sharedBuffer(b, loc, n, et, Scratch(red).lifetime(), 16,
                                 "leading-axis reduction source");
   Value frag = g.map.lookup(red.getSource());
   for (int64_t k = 0; k < g.runs(srcType); ++k) {
@@ -189,7 +205,7 @@ LogicalResult lowerLeadingReduction(vector::MultiDimReductionOp red, GpuLowering
     vector::StoreOp::create(b, loc, run, source, ValueRange{at});
   }
   gpu::BarrierOp::create(b, loc);
-  Value results = g.sharedBuffer(b, loc, m, et, SharedLifetime::kRule, 16,
+  Value results = g.sharedBuffer(b, loc, m, et, Scratch(red).lifetime(), 16,
                                  "leading-axis reduction results");
   for (int64_t k = 0; k * threads < m; ++k) {
     Value mi = arith::AddIOp::create(b, loc, g.index(b, loc, k * threads), g.tid);
@@ -224,7 +240,7 @@ LogicalResult lowerLeadingReduction(vector::MultiDimReductionOp red, GpuLowering
   gpu::BarrierOp::create(b, loc);
   Value all = vector::LoadOp::create(b, loc, VectorType::get({m}, et), results,
                                      ValueRange{g.index(b, loc, 0)});
-  gpu::BarrierOp::create(b, loc);  // every thread has read `results` before they are reused
+  Scratch(red).release(b, loc);  // every thread has read `results` before they are reused
   g.map.map(red.getResult(), vector::makeArithReduction(b, loc, kind, all, *acc));
   return success();
 }
@@ -276,7 +292,7 @@ LogicalResult lowerReduction(vector::MultiDimReductionOp red, GpuLowering& g, Op
   }
   const int64_t warps = g.strided().getThreads() / 32;
   Value scratch =
-      g.sharedBuffer(b, loc, warps, et, SharedLifetime::kRule, 16, "block reduction slots");
+      g.sharedBuffer(b, loc, warps, et, Scratch(red).lifetime(), 16, "block reduction slots");
   Value c32 = arith::ConstantIndexOp::create(b, loc, 32);
   Value lane = arith::RemUIOp::create(b, loc, g.tid, c32);
   Value warp = arith::DivUIOp::create(b, loc, g.tid, c32);
@@ -293,7 +309,7 @@ LogicalResult lowerReduction(vector::MultiDimReductionOp red, GpuLowering& g, Op
                                            ValueRange{arith::ConstantIndexOp::create(b, loc, w)});
     total = vector::makeArithReduction(b, loc, kind, partial, total);
   }
-  gpu::BarrierOp::create(b, loc);
+  Scratch(red).release(b, loc);
   g.map.map(red.getResult(), total);
   return success();
 }
