@@ -1,21 +1,31 @@
 // RUN: pallas-opt %s --split-input-file --verify-diagnostics --pallas-assign-layouts | FileCheck %s
+// RUN: pallas-opt %s --split-input-file --verify-diagnostics --pallas-assign-layouts --convert-pallas-to-gpu | FileCheck %s --check-prefix=GPU
 
 // A short-row softmax tile, 16 rows of 128 bf16: the kernel moves bf16, so runs
-// are 8 elements (16 bytes) and every block is strided<128, 8>. The row maxima
-// and sums (keepdims reductions) are replicated; spreading them back over the
-// tile is an explicit conversion, which broadcasts.
+// are 8 elements (16 bytes) and every block is strided<128, 8>. A row is 16
+// runs, inside one warp, so the row maxima and sums (keepdims reductions) are
+// strided_rows: each thread keeps the values of its runs' rows, and spreading
+// them back over the tile is an explicit conversion, in registers.
 // CHECK-LABEL: func.func @tile_softmax
 // CHECK-SAME:    pallas.strided_layout = #pallas.strided<threads = 128, vec = 8>
 // CHECK:         pallas.load {{.*}} {pallas.layouts = [#pallas.strided<threads = 128, vec = 8>]}
 // CHECK:         arith.extf {{.*}} {pallas.layouts = [#pallas.strided<threads = 128, vec = 8>]}
-// CHECK:         %[[M:.*]] = vector.multi_reduction <maximumf>, {{.*}} {pallas.layouts = [#pallas.replicated]} [1] : vector<16x128xf32> to vector<16xf32>
-// CHECK:         %[[MC:.*]] = vector.shape_cast %[[M]] {pallas.layouts = [#pallas.replicated]} : vector<16xf32> to vector<16x1xf32>
-// CHECK:         %[[MB:.*]] = pallas.convert_layout %[[MC]] {from = #pallas.replicated, pallas.layouts = [#pallas.strided<threads = 128, vec = 8>], to = #pallas.strided<threads = 128, vec = 8>} : vector<16x1xf32> to vector<16x128xf32>
+// CHECK:         %[[M:.*]] = vector.multi_reduction <maximumf>, {{.*}} {pallas.layouts = [#pallas.strided_rows<threads = 128, vec = 8, cols = 128>]} [1] : vector<16x128xf32> to vector<16xf32>
+// CHECK:         %[[MC:.*]] = vector.shape_cast %[[M]] {pallas.layouts = [#pallas.strided_rows<threads = 128, vec = 8, cols = 128>]} : vector<16xf32> to vector<16x1xf32>
+// CHECK:         %[[MB:.*]] = pallas.convert_layout %[[MC]] {from = #pallas.strided_rows<threads = 128, vec = 8, cols = 128>, pallas.layouts = [#pallas.strided<threads = 128, vec = 8>], to = #pallas.strided<threads = 128, vec = 8>} : vector<16x1xf32> to vector<16x128xf32>
 // CHECK:         arith.subf %{{.*}}, %[[MB]] {pallas.layouts = [#pallas.strided<threads = 128, vec = 8>]}
-// CHECK:         vector.multi_reduction <add>, {{.*}} {pallas.layouts = [#pallas.replicated]} [1]
+// CHECK:         vector.multi_reduction <add>, {{.*}} {pallas.layouts = [#pallas.strided_rows<threads = 128, vec = 8, cols = 128>]} [1]
 // CHECK:         pallas.convert_layout
 // CHECK:         arith.divf {{.*}} {pallas.layouts = [#pallas.strided<threads = 128, vec = 8>]}
 // CHECK:         arith.truncf {{.*}} {pallas.layouts = [#pallas.strided<threads = 128, vec = 8>]}
+// Lowered, two runs per thread are each reduced in registers and by a
+// butterfly over its row's 16 lanes (xor 8, 4, 2, 1); no shared memory, no barrier.
+// GPU-LABEL:     gpu.func @tile_softmax
+// GPU-NOT:       gpu.dynamic_shared_memory
+// GPU-NOT:       gpu.barrier
+// GPU-COUNT-8:   gpu.shuffle  xor
+// GPU-NOT:       gpu.barrier
+// GPU:           gpu.return
 func.func @tile_softmax(%x: memref<?x?xbf16, strided<[?, 1]>>, %y: memref<?x?xbf16, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
   %i = pallas.program_id 0
   %c0 = arith.constant 0 : index
@@ -36,6 +46,34 @@ func.func @tile_softmax(%x: memref<?x?xbf16, strided<[?, 1]>>, %y: memref<?x?xbf
   %p = arith.divf %e, %sb : vector<16x128xf32>
   %o = arith.truncf %p : vector<16x128xf32> to vector<16x128xbf16>
   pallas.store %o, %ry[[0, 0]] : vector<16x128xbf16>, !pallas.ref<16x128xbf16>
+  return
+}
+
+// -----
+
+// A tile of 4 rows of 512 f32: a row is 128 runs of 4, the whole program, so
+// its sums cannot stay in warps: they are replicated (combined through shared
+// memory), and spreading them back is a conversion through shared memory.
+// CHECK-LABEL: func.func @tile_rms
+// CHECK:         vector.multi_reduction <add>, {{.*}} {pallas.layouts = [#pallas.replicated]} [1] : vector<4x512xf32> to vector<4xf32>
+// CHECK:         pallas.convert_layout %{{.*}} {from = #pallas.replicated, pallas.layouts = [#pallas.strided<threads = 128, vec = 4>], to = #pallas.strided<threads = 128, vec = 4>} : vector<4x1xf32> to vector<4x512xf32>
+// GPU-LABEL:     gpu.func @tile_rms
+// GPU:           gpu.dynamic_shared_memory
+// GPU:           gpu.barrier
+func.func @tile_rms(%x: memref<?x?xf32, strided<[?, 1]>>, %y: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %c0 = arith.constant 0 : index
+  %rx = pallas.block %x[%i, %c0] {block_shape = array<i64: 4, 512>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<4x512xf32>
+  %ry = pallas.block %y[%i, %c0] {block_shape = array<i64: 4, 512>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<4x512xf32>
+  %v = pallas.load %rx[[0, 0]] [[4, 512]] : !pallas.ref<4x512xf32> -> vector<4x512xf32>
+  %sq = arith.mulf %v, %v : vector<4x512xf32>
+  %zero = arith.constant dense<0.0> : vector<4xf32>
+  %s = vector.multi_reduction <add>, %sq, %zero [1] : vector<4x512xf32> to vector<4xf32>
+  %r = math.rsqrt %s : vector<4xf32>
+  %rc = vector.shape_cast %r : vector<4xf32> to vector<4x1xf32>
+  %rb = vector.broadcast %rc : vector<4x1xf32> to vector<4x512xf32>
+  %o = arith.mulf %v, %rb : vector<4x512xf32>
+  pallas.store %o, %ry[[0, 0]] : vector<4x512xf32>, !pallas.ref<4x512xf32>
   return
 }
 

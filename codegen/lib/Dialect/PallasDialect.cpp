@@ -180,11 +180,12 @@ LogicalResult CheckOp::verify() {
 
 LogicalResult ConvertLayoutOp::verify() {
   auto isLayout = [](Attribute a) {
-    return isa<WarpgroupStridedLayoutAttr, ReplicatedLayoutAttr, TiledLayoutAttr>(a);
+    return isa<WarpgroupStridedLayoutAttr, StridedRowsLayoutAttr, ReplicatedLayoutAttr,
+               TiledLayoutAttr>(a);
   };
   if (!isLayout(getFrom()) || !isLayout(getTo()))
-    return emitOpError() << "from and to must be layouts (#pallas.strided, #pallas.replicated, "
-                            "#pallas.tiled)";
+    return emitOpError() << "from and to must be layouts (#pallas.strided, "
+                            "#pallas.strided_rows, #pallas.replicated, #pallas.tiled)";
   if (getFrom() == getTo()) return emitOpError() << "converts " << getFrom() << " to itself";
   VectorType from = getSource().getType(), to = getResult().getType();
   if (from.getElementType() != to.getElementType())

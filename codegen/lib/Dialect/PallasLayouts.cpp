@@ -39,6 +39,23 @@ bool WarpgroupStridedLayoutAttr::rowsInAWarp(VectorType block) const {
 }
 
 //===----------------------------------------------------------------------===//
+// StridedRowsLayoutAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult StridedRowsLayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                            int64_t threads, int64_t vec, int64_t cols) {
+  if (failed(WarpgroupStridedLayoutAttr::verify(emitError, threads, vec))) return failure();
+  if (cols <= 0 || cols % vec != 0)
+    return emitError() << "strided_rows layout: cols (" << cols << ") must be a multiple of vec ("
+                       << vec << ")";
+  int64_t lanes = cols / vec;
+  if (lanes > 32 || 32 % lanes != 0)
+    return emitError() << "strided_rows layout: a row of " << cols << " is " << lanes
+                       << " runs; it must lie in one warp (a power of two of at most 32 runs)";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // TiledLayoutAttr
 //===----------------------------------------------------------------------===//
 

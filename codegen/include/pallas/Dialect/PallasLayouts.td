@@ -49,6 +49,36 @@ def Pallas_StridedLayoutAttr : Pallas_Attr<"WarpgroupStridedLayout", "strided"> 
   }];
 }
 
+def Pallas_StridedRowsLayoutAttr : Pallas_Attr<"StridedRowsLayout", "strided_rows"> {
+  let summary = "one value per row of a strided block whose rows each lie in one warp";
+  let description = [{
+    The per-row values (a `vector<R>` or `vector<Rx1>`) of a `[R, cols]` block
+    in `#pallas.strided<threads, vec>` whose rows are at most 32 runs, so that
+    each row lies in g = cols / vec neighbouring lanes of one warp. A thread
+    holds, for each of its runs of the block, the value of the row that run
+    lies in: a `vector<R * cols / (threads * vec)>`. A row reduction is then a
+    butterfly over the row's g lanes (no shared memory, no barrier), and
+    spreading the values back over the block stays in registers.
+
+    Worked example: the row maxima of a 16x128 bf16 softmax tile in
+    `#pallas.strided_rows<threads = 128, vec = 8, cols = 128>`: a row is 16
+    runs, so g = 16 lanes; thread t's run r lies in row 8 r + t / 16, so thread
+    37 holds the maxima of rows 2 and 10 in registers 0 and 1 (as do threads
+    32..47 of warp 1).
+  }];
+  let parameters = (ins "int64_t":$threads, "int64_t":$vec, "int64_t":$cols);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Lanes that hold one row: cols / vec.
+    int64_t lanesPerRow() const { return getCols() / getVec(); }
+    /// Values each thread holds for `rows` rows: one per run of the block.
+    int64_t valuesPerThread(int64_t rows) const {
+      return rows * getCols() / (getThreads() * getVec());
+    }
+  }];
+}
+
 def Pallas_ReplicatedLayoutAttr : Pallas_Attr<"ReplicatedLayout", "replicated"> {
   let summary = "every thread holds every element";
   let description = [{

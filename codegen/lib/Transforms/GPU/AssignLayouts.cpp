@@ -134,6 +134,7 @@ class LayoutAssignment {
         replicatedValues_(std::move(replicated)) {}
 
   void run() {
+    chooseRowLayouts();
     kernel_->setAttr("pallas.strided_layout", strided_);
     kernel_.walk([&](Operation* op) { annotate(op); });
     SmallVector<Operation*> ops;
@@ -143,7 +144,77 @@ class LayoutAssignment {
 
  private:
   Attribute layoutOf(Value v) const {
+    if (auto it = rowLayouts_.find(v); it != rowLayouts_.end()) return it->second;
     return replicatedValues_.contains(v) ? Attribute(replicated_) : Attribute(strided_);
+  }
+
+  /// The strided_rows layout for a reduction of the last axis of a strided
+  /// block whose rows lie in warps (from a splat accumulator), else null.
+  StridedRowsLayoutAttr rowsLayoutFor(vector::MultiDimReductionOp red) const {
+    VectorType src = red.getSourceVectorType();
+    SmallVector<bool> mask = red.getReductionMask();
+    if (!isa<VectorType>(red.getDestType()) || replicatedValues_.contains(red.getSource()) ||
+        !isSplat(red.getAcc()) || !mask.back() ||
+        llvm::count(mask, true) != 1 || !strided_.rowsInAWarp(src))
+      return {};
+    return StridedRowsLayoutAttr::get(strided_.getContext(), strided_.getThreads(),
+                                      strided_.getVec(), src.getShape().back());
+  }
+
+  /// Row statistics that never leave their rows' warps get strided_rows
+  /// (PallasLayouts.td) instead of replicated: the kept-dims reductions of
+  /// rowsLayoutFor, and elementwise ops and shape casts of them alone (with
+  /// splats). It is chosen for the kernel's row statistics all together,
+  /// when every use of them is one of those, a broadcast back over their
+  /// block (a conversion in registers) or a store; otherwise all stay
+  /// replicated.
+  /// Worked example: softmax's tile keeps m = max(x, 1), s = sum(exp(x - m), 1)
+  /// and x / s: m, s and the broadcasts qualify, so no shared memory is used.
+  void chooseRowLayouts() {
+    DenseMap<Value, Attribute> rows;
+    SmallVector<Value> worklist;
+    kernel_.walk([&](vector::MultiDimReductionOp red) {
+      if (StridedRowsLayoutAttr layout = rowsLayoutFor(red)) {
+        rows[red.getResult()] = layout;
+        worklist.push_back(red.getResult());
+      }
+    });
+    // What is computed from them alone.
+    while (!worklist.empty()) {
+      Value v = worklist.pop_back_val();
+      Attribute layout = rows.lookup(v);
+      for (Operation* user : v.getUsers()) {
+        if (user->getNumResults() != 1 || rows.contains(user->getResult(0))) continue;
+        bool elementwise = user->hasTrait<OpTrait::Elementwise>() &&
+                           isa<VectorType>(user->getResult(0).getType()) &&
+                           llvm::all_of(user->getOperands(), [&](Value o) {
+                             return !isa<VectorType>(o.getType()) || isSplat(o) ||
+                                    rows.lookup(o) == layout;
+                           });
+        if (elementwise || isa<vector::ShapeCastOp>(user)) {
+          rows[user->getResult(0)] = layout;
+          worklist.push_back(user->getResult(0));
+        }
+      }
+    }
+    // Every use must take the layout.
+    for (auto& [v, layout] : rows) {
+      auto rowsLayout = cast<StridedRowsLayoutAttr>(layout);
+      int64_t rowCount = cast<VectorType>(v.getType()).getNumElements();
+      for (Operation* user : v.getUsers()) {
+        if (user->getNumResults() == 1 && rows.contains(user->getResult(0))) continue;
+        if (auto store = dyn_cast<StoreOp>(user); store && store.getValue() == v) continue;
+        if (auto bc = dyn_cast<vector::BroadcastOp>(user)) {
+          VectorType to = bc.getResultVectorType();
+          if (to.getShape().back() == rowsLayout.getCols() &&
+              to.getNumElements() == rowCount * rowsLayout.getCols())
+            continue;
+        }
+        return;  // a use that needs the values elsewhere: keep them replicated
+      }
+    }
+    for (auto& [v, layout] : rows) replicatedValues_.erase(v);
+    rowLayouts_ = std::move(rows);
   }
 
   void annotate(Operation* op) {
@@ -170,11 +241,13 @@ class LayoutAssignment {
   void convertOperands(Operation* op) {
     if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
       // A replicated value spread over a strided block: the conversion broadcasts.
-      if (isa<VectorType>(bc.getSourceType()) && replicatedValues_.contains(bc.getSource()) &&
+      // A replicated or per-row value spread over a strided block: the conversion broadcasts.
+      Attribute from = layoutOf(bc.getSource());
+      if (isa<VectorType>(bc.getSourceType()) && from != Attribute(strided_) &&
           !replicatedValues_.contains(bc.getResult())) {
         OpBuilder b(bc);
         auto c = ConvertLayoutOp::create(b, bc.getLoc(), bc.getResultVectorType(), bc.getSource(),
-                                         replicated_, strided_);
+                                         from, strided_);
         c->setAttr(kLayoutsAttrName, b.getArrayAttr({strided_}));
         bc.getResult().replaceAllUsesWith(c.getResult());
         bc.erase();
@@ -215,6 +288,7 @@ class LayoutAssignment {
   WarpgroupStridedLayoutAttr strided_;
   ReplicatedLayoutAttr replicated_;
   DenseSet<Value> replicatedValues_;
+  DenseMap<Value, Attribute> rowLayouts_;  // strided_rows values
 };
 
 struct PallasAssignLayoutsPass : impl::PallasAssignLayoutsBase<PallasAssignLayoutsPass> {

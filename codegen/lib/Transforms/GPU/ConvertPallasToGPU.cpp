@@ -74,6 +74,9 @@ Attribute GpuLowering::layoutOf(Value v) const {
 
 VectorType GpuLowering::threadType(VectorType block, Attribute layout) const {
   if (isa<ReplicatedLayoutAttr>(layout)) return flat(block);
+  if (auto rows = dyn_cast<StridedRowsLayoutAttr>(layout))
+    return VectorType::get({rows.valuesPerThread(block.getNumElements())},
+                           block.getElementType());
   auto s = cast<WarpgroupStridedLayoutAttr>(layout);
   return VectorType::get({s.fragmentSize(block)}, block.getElementType());
 }

@@ -82,22 +82,51 @@ Value gather(GpuLowering& g, OpBuilder& b, Location loc, Value frag, VectorType 
   return all;
 }
 
+/// Per-row values to the strided block they were reduced from (broadcasting
+/// along the rows): run r of the block lies in the row whose value the thread
+/// holds in register r, so each run is that value repeated `vec` times, in
+/// registers. Worked example: 16x128 bf16 rows (vec 8): thread 37's runs 0 and
+/// 1 lie in rows 2 and 10, so its fragment is 8 copies of register 0 then 8
+/// of register 1.
+Value spreadRows(GpuLowering& g, OpBuilder& b, Location loc, Value values, VectorType target) {
+  const int64_t vec = g.strided().getVec();
+  VectorType runType = VectorType::get({vec}, target.getElementType());
+  Value frag = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.threadType(target, g.strided())));
+  for (int64_t r = 0; r < g.runs(target); ++r) {
+    Value v = vector::ExtractOp::create(b, loc, values, ArrayRef<int64_t>{r});
+    frag = vector::InsertStridedSliceOp::create(b, loc,
+                                                vector::BroadcastOp::create(b, loc, runType, v),
+                                                frag, ArrayRef<int64_t>{r * vec},
+                                                ArrayRef<int64_t>{1});
+  }
+  return frag;
+}
+
 LogicalResult lowerConvertLayout(ConvertLayoutOp convert, GpuLowering& g, OpBuilder& b) {
   Location loc = convert.getLoc();
   VectorType from = convert.getSource().getType(), to = convert.getResult().getType();
   Value src = g.map.lookup(convert.getSource());
-  if (isa<ReplicatedLayoutAttr>(convert.getFrom()) && isa<WarpgroupStridedLayoutAttr>(convert.getTo())) {
+  if (isa<ReplicatedLayoutAttr>(convert.getFrom()) &&
+      isa<WarpgroupStridedLayoutAttr>(convert.getTo())) {
     g.map.map(convert.getResult(), distribute(g, b, loc, src, from, to));
     return success();
   }
-  if (isa<WarpgroupStridedLayoutAttr>(convert.getFrom()) && isa<ReplicatedLayoutAttr>(convert.getTo()) &&
-      from == to) {
+  if (auto rows = dyn_cast<StridedRowsLayoutAttr>(convert.getFrom());
+      rows && isa<WarpgroupStridedLayoutAttr>(convert.getTo()) &&
+      to.getShape().back() == rows.getCols() &&
+      to.getNumElements() == from.getNumElements() * rows.getCols()) {
+    g.map.map(convert.getResult(), spreadRows(g, b, loc, src, to));
+    return success();
+  }
+  if (isa<WarpgroupStridedLayoutAttr>(convert.getFrom()) &&
+      isa<ReplicatedLayoutAttr>(convert.getTo()) && from == to) {
     g.map.map(convert.getResult(), gather(g, b, loc, src, from));
     return success();
   }
   return convert.emitOpError("no GPU rule converts ")
          << from << " in " << convert.getFrom() << " to " << to << " in " << convert.getTo()
-         << "; known: replicated to strided (with broadcasting), strided to replicated";
+         << "; known: replicated to strided (with broadcasting), strided_rows to strided (its "
+            "block), strided to replicated";
 }
 
 }  // namespace

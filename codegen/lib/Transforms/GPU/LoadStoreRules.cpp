@@ -166,6 +166,37 @@ LogicalResult storeReplicated(StoreOp store, GpuLowering& g, OpBuilder& b) {
   return success();
 }
 
+/// Per-row values (strided_rows) written by the first lane of each row's
+/// lanes: thread t's register r holds row r * (threads / g) + t / g, g being
+/// the lanes per row.
+LogicalResult storeRows(StoreOp store, GpuLowering& g, OpBuilder& b) {
+  Location loc = store.getLoc();
+  auto layout = cast<StridedRowsLayoutAttr>(g.layoutOf(store.getValue()));
+  const BlockRef& ref = g.refs.at(store.getRef());
+  auto type = cast<VectorType>(store.getValue().getType());
+  Value values = g.map.lookup(store.getValue());
+  const int64_t lanes = layout.lanesPerRow(), rowsPerRun = layout.getThreads() / lanes;
+  Value gIndex = g.index(b, loc, lanes);
+  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                      arith::RemUIOp::create(b, loc, g.tid, gIndex),
+                                      g.index(b, loc, 0));
+  Value rowInRun = arith::DivUIOp::create(b, loc, g.tid, gIndex);
+  for (int64_t r = 0; r < layout.valuesPerThread(type.getNumElements()); ++r) {
+    Value row = arith::AddIOp::create(b, loc, g.index(b, loc, r * rowsPerRun), rowInRun);
+    SmallVector<Value> rc = unflatten(b, loc, row, type.getShape());
+    SmallVector<Value> coords =
+        arrayCoords(b, loc, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()),
+                    type.getShape(), type.getShape(), rc);
+    Value write = arith::AndIOp::create(b, loc, first, inBounds(b, loc, ref, coords));
+    scf::IfOp::create(b, loc, write, [&](OpBuilder& tb, Location l) {
+      Value v = vector::ExtractOp::create(tb, l, values, ArrayRef<int64_t>{r});
+      memref::StoreOp::create(tb, l, v, ref.array, coords);
+      scf::YieldOp::create(tb, l);
+    });
+  }
+  return success();
+}
+
 LogicalResult storeStrided(StoreOp store, GpuLowering& g, OpBuilder& b) {
   Location loc = store.getLoc();
   const BlockRef& ref = g.refs.at(store.getRef());
@@ -216,6 +247,8 @@ LogicalResult lowerStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
   if (shared) gpu::BarrierOp::create(b, store.getLoc());
   LogicalResult done = !isa<VectorType>(store.getValue().getType()) ? storeScalar(store, g, b)
                        : g.isReplicated(store.getValue())           ? storeReplicated(store, g, b)
+                       : isa_and_nonnull<StridedRowsLayoutAttr>(g.layoutOf(store.getValue()))
+                           ? storeRows(store, g, b)
                                                                     : storeStrided(store, g, b);
   if (failed(done)) return failure();
   if (shared) gpu::BarrierOp::create(b, store.getLoc());

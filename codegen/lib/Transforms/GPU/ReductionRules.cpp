@@ -57,7 +57,39 @@ Value butterfly(OpBuilder& b, Location loc, vector::CombiningKind kind, Value v,
 ///    64 x 32, G = 8): run r of thread t lies in row r * threads / G + t / G,
 ///    and lanes of a row are g = min(G, 32) aligned neighbours; a butterfly
 ///    over g lanes; slot [row][(t % G) / g], written by the group's first lane.
+/// Rows inside warps (a strided_rows result, PallasLayouts.td): each run's
+/// elements are combined in registers, then over the row's g lanes with a
+/// butterfly; every thread keeps the values of its runs' rows. No shared
+/// memory, no barrier. Worked example: 16x128 f32 (vec 4): a row is 32 runs,
+/// one warp; 4 runs per thread, each 3 adds and 5 shuffles.
+LogicalResult lowerRowReductionInWarps(vector::MultiDimReductionOp red, GpuLowering& g,
+                                       OpBuilder& b) {
+  Location loc = red.getLoc();
+  auto layout = cast<StridedRowsLayoutAttr>(g.layoutOf(red.getResult()));
+  VectorType srcType = red.getSourceVectorType();
+  if (srcType.getElementTypeBitWidth() != 32)
+    return red.emitOpError("GPU reductions combine 32-bit values; cast the block to f32 first");
+  FailureOr<Value> acc = g.operandIn(b, loc, red.getAcc(), layout);
+  if (failed(acc)) return red.emitOpError("no GPU rule for this reduction's accumulator");
+  const int64_t vec = g.strided().getVec();
+  vector::CombiningKind kind = red.getKind();
+  Value frag = g.map.lookup(red.getSource()), result = *acc;
+  for (int64_t r = 0; r < g.runs(srcType); ++r) {
+    Value run = vector::ExtractStridedSliceOp::create(
+        b, loc, frag, ArrayRef<int64_t>{r * vec}, ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
+    Value v = vector::ReductionOp::create(b, loc, kind, run).getResult();
+    v = butterfly(b, loc, kind, v, layout.lanesPerRow());
+    Value seed = vector::ExtractOp::create(b, loc, *acc, ArrayRef<int64_t>{r});
+    result = vector::InsertOp::create(b, loc, vector::makeArithReduction(b, loc, kind, v, seed),
+                                      result, ArrayRef<int64_t>{r});
+  }
+  g.map.map(red.getResult(), result);
+  return success();
+}
+
 LogicalResult lowerRowReduction(vector::MultiDimReductionOp red, GpuLowering& g, OpBuilder& b) {
+  if (isa_and_nonnull<StridedRowsLayoutAttr>(g.layoutOf(red.getResult())))
+    return lowerRowReductionInWarps(red, g, b);
   Location loc = red.getLoc();
   VectorType srcType = red.getSourceVectorType();
   auto destType = cast<VectorType>(red.getDestType());
