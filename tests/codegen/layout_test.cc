@@ -24,9 +24,9 @@ class Layouts : public ::testing::Test {
 
   /// Checks that `layout` on `shape` puts every element where `expected`
   /// (warp, lane, register -> element) says, and that no element is missed.
-  void expectMatches(TiledLayoutAttr layout, std::vector<int64_t> shape, int64_t warps,
-                     int64_t registers,
-                     const std::function<Element(int64_t warp, int64_t lane, int64_t reg)>& expected) {
+  void expectMatches(
+      TiledLayoutAttr layout, std::vector<int64_t> shape, int64_t warps, int64_t registers,
+      const std::function<Element(int64_t warp, int64_t lane, int64_t reg)>& expected) {
     std::string error;
     ASSERT_TRUE(mlir::succeeded(layout.tiledShape(shape, &error))) << error;
     EXPECT_EQ(layout.registersPerThread(shape), registers);
@@ -52,10 +52,11 @@ class Layouts : public ::testing::Test {
 // row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + i % 2.
 TEST_F(Layouts, WgmmaAccumulatorMatchesPtx) {
   for (int64_t n : {8, 64, 256})
-    expectMatches(TiledLayoutAttr::getWgmmaAccumulator(&ctx), {64, n}, 4, n / 2,
-                  [](int64_t w, int64_t l, int64_t i) {
-                    return Element{16 * w + l / 4 + 8 * ((i / 2) % 2), 8 * (i / 4) + 2 * (l % 4) + i % 2};
-                  });
+    expectMatches(
+        TiledLayoutAttr::getWgmmaAccumulator(&ctx), {64, n}, 4, n / 2,
+        [](int64_t w, int64_t l, int64_t i) {
+          return Element{16 * w + l / 4 + 8 * ((i / 2) % 2), 8 * (i / 4) + 2 * (l % 4) + i % 2};
+        });
 }
 
 // The worked example in PallasLayouts.td: thread 37 (warp 1, lane 5).
@@ -109,8 +110,8 @@ TEST_F(Layouts, MmaSyncCMatchesPtx) {
 
 TEST_F(Layouts, TilesThatDoNotDivideAreRejected) {
   std::string error;
-  EXPECT_TRUE(mlir::failed(
-      TiledLayoutAttr::getWgmmaAccumulator(&ctx).tiledShape({64, 12}, &error)));
+  EXPECT_TRUE(
+      mlir::failed(TiledLayoutAttr::getWgmmaAccumulator(&ctx).tiledShape({64, 12}, &error)));
   EXPECT_EQ(error, "tile extent 8 does not divide dim extent 12");
 }
 

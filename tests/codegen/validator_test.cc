@@ -362,7 +362,6 @@ TEST(Validator, ReshapeOnlyAddsOrDropsUnitDims) {
             "dropped");
 }
 
-
 // Every traced op carries the spec line that made it, and a lowering error
 // (here the GPU's: its reductions combine 32-bit values) names that line.
 TEST(Validator, LoweringErrorsNameTheSpecLine) {
@@ -399,9 +398,9 @@ TEST(Validator, LoweringErrorsNameTheSpecLine) {
   mlir::PassManager pm(&context);
   ASSERT_TRUE(mlir::succeeded(mlir::parsePassPipeline(codegen::gpuToNVVMPipeline(), pm)));
   EXPECT_TRUE(mlir::failed(pm.run(*kernels[0].module)));
-  EXPECT_NE(diagnostics.text().find("tests/codegen/validator_test.cc:" + std::to_string(body_line) +
-                                    ":"),
-            std::string::npos)
+  EXPECT_NE(
+      diagnostics.text().find("tests/codegen/validator_test.cc:" + std::to_string(body_line) + ":"),
+      std::string::npos)
       << diagnostics.text();
   EXPECT_NE(diagnostics.text().find("GPU reductions combine 32-bit values"), std::string::npos)
       << diagnostics.text();

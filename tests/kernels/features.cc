@@ -208,6 +208,33 @@ PALLAS_KERNEL(row_sums_sequential) {
   });
 }
 
+// 160 KiB of scratch per program (far above the 48 KiB a CUDA program gets
+// without opting in): 20 copies of the program's 2048-element block, copy i
+// plus i, then 19 reads each straddling two copies, so threads read what
+// others wrote: out[j] = 19 x[1024 + j] + 171 for j < 1024, and
+// 19 x[j - 1024] + 190 for the rest.
+PALLAS_KERNEL(big_scratch) {
+  DimExpr n = spec.dim("n");
+  Operand x = spec.input("x", f32, {n});
+  Operand out = spec.output("out", f32, {n});
+  spec.scratch("copies", f32, {20 * 2048});
+  spec.grid({cdiv(n, 2048)});
+  spec.block(x, {Blocked{2048}}, block_i);
+  spec.block(out, {Blocked{2048}}, block_i);
+  spec.body([](Ref x, Ref out, Ref copies) {
+    Value v = x.load();
+    fori(index(0), index(20), {}, [&](Value i, std::vector<Value>) {
+      copies.store_at(v + i.cast(i32).cast(f32), {i * 2048});
+      return std::vector<Value>{};
+    });
+    Value total = fori(index(0), index(19), {broadcast_to(constant(0, f32), {2048})},
+                       [&](Value i, std::vector<Value> acc) {
+                         return std::vector<Value>{acc[0] + copies.load_at({i * 2048 + 1024}, {2048})};
+                       })[0];
+    out.store(total);
+  });
+}
+
 // Scratch read across threads and a while_loop: the block is doubled until
 // its largest magnitude reaches 1 (at most 64 times; a loop carrying the
 // block and a count, with a reduction in its condition), written to shared

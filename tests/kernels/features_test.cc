@@ -12,6 +12,7 @@
 #include <pallas/kernels/power.h>
 #include <pallas/kernels/row_sums_sequential.h>
 #include <pallas/kernels/scratch_and_while.h>
+#include <pallas/kernels/big_scratch.h>
 #include <pallas/kernels/swap_halves.h>
 #include <pallas/kernels/tile_column_softmax_16x128.h>
 #include <pallas/kernels/tile_column_softmax_8x256.h>
@@ -304,6 +305,33 @@ TEST_P(FeaturesTest, ArbitraryAxisAccumulatesInScratch) {
       double want = 0;
       for (int64_t c = 0; c < sh.cols; ++c) want += x.host()[r * sh.stride + c];
       ASSERT_EQ(out.host()[r], static_cast<float>(want)) << "row " << r;
+    }
+  }
+}
+
+// 160 KiB of shared memory per program: the kernel's shared-memory plan is
+// passed at launch (CUDA raises the program's limit; the emulator allocates it).
+TEST_P(FeaturesTest, ScratchOf160KiB) {
+  EXPECT_GE(kernels::big_scratch_metadata().targets[0].shared_bytes, 160 * 1024);
+  for (int64_t n : {1, 2048, 3000}) {
+    uint32_t seed = fresh_seed();
+    SCOPED_TRACE("n=" + std::to_string(n) + " seed=" + std::to_string(seed));
+    std::mt19937 rng(seed);
+    Array<float> x(GetParam(), n), out(GetParam(), n);
+    x.fill_random(rng, -1.0, 1.0);
+    out.poison();
+    x.upload();
+    out.upload();
+    Status s = kernels::big_scratch(TensorView<const float, 1>(x.data(), {n}),
+                                    TensorView<float, 1>(out.data(), {n}), launch());
+    ASSERT_TRUE(s.ok()) << s.message();
+    out.download();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t b = i / 2048 * 2048, j = i % 2048;
+      const int64_t from = b + (j < 1024 ? 1024 + j : j - 1024);
+      const float xv = from < n ? x.host()[from] : 0.0f;
+      const float want = 19.0f * xv + (j < 1024 ? 171.0f : 190.0f);
+      ASSERT_NEAR(out.host()[i], want, 1e-4f * (1.0f + std::abs(want))) << "element " << i;
     }
   }
 }

@@ -20,7 +20,7 @@ using namespace mlir::pallas;
 //===----------------------------------------------------------------------===//
 
 LogicalResult WarpgroupStridedLayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                                        int64_t threads, int64_t vec) {
+                                                 int64_t threads, int64_t vec) {
   if (threads <= 0 || threads % 32 != 0)
     return emitError() << "strided layout: threads (" << threads
                        << ") must be a positive multiple of 32";
@@ -101,7 +101,8 @@ LogicalResult TiledLayoutAttr::verify(function_ref<InFlightDiagnostic()> emitErr
   named.push_back(vectorDim);
   llvm::sort(named);
   if (std::adjacent_find(named.begin(), named.end()) != named.end())
-    return emitError() << "tiled layout: a tiled dim is named twice among warp, lane and vector dims";
+    return emitError()
+           << "tiled layout: a tiled dim is named twice among warp, lane and vector dims";
   (void)lanes;
   return success();
 }

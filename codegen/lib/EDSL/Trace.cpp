@@ -198,7 +198,8 @@ mlir::Value require_f32(const char* op, const Value& x) {
 }
 
 template <class MathOp>
-Value unary_f32(const char* op, const Value& x) {
+Value unary_f32(const char* op, const Value& x, std::source_location where) {
+  Located here(where);
   return wrap(MathOp::create(b(), loc(), require_f32(op, x)));
 }
 
@@ -330,32 +331,25 @@ Value operator-(const Term& t) {
 }
 
 Value exp(const Value& x, std::source_location where) {
-  Located here(where);
-  return unary_f32<mlir::math::ExpOp>("exp", x);
+  return unary_f32<mlir::math::ExpOp>("exp", x, where);
 }
 Value exp2(const Value& x, std::source_location where) {
-  Located here(where);
-  return unary_f32<mlir::math::Exp2Op>("exp2", x);
+  return unary_f32<mlir::math::Exp2Op>("exp2", x, where);
 }
 Value log(const Value& x, std::source_location where) {
-  Located here(where);
-  return unary_f32<mlir::math::LogOp>("log", x);
+  return unary_f32<mlir::math::LogOp>("log", x, where);
 }
 Value tanh(const Value& x, std::source_location where) {
-  Located here(where);
-  return unary_f32<mlir::math::TanhOp>("tanh", x);
+  return unary_f32<mlir::math::TanhOp>("tanh", x, where);
 }
 Value rsqrt(const Value& x, std::source_location where) {
-  Located here(where);
-  return unary_f32<mlir::math::RsqrtOp>("rsqrt", x);
+  return unary_f32<mlir::math::RsqrtOp>("rsqrt", x, where);
 }
 Value sqrt(const Value& x, std::source_location where) {
-  Located here(where);
-  return unary_f32<mlir::math::SqrtOp>("sqrt", x);
+  return unary_f32<mlir::math::SqrtOp>("sqrt", x, where);
 }
 Value erf(const Value& x, std::source_location where) {
-  Located here(where);
-  return unary_f32<mlir::math::ErfOp>("erf", x);
+  return unary_f32<mlir::math::ErfOp>("erf", x, where);
 }
 Value logistic(const Value& x, std::source_location where) {
   Located here(where);
@@ -734,7 +728,8 @@ void Semaphores::signal(const Idx& index, std::source_location where) const {
   signal(index, constant(1, DType::i32, where), where);
 }
 
-void Semaphores::signal_program(const Value& program, const Idx& index, const Value& inc, std::source_location where) const {
+void Semaphores::signal_program(const Value& program, const Idx& index, const Value& inc,
+                                std::source_location where) const {
   Located here(where);
   if (scope_ != SemaphoreScope::kProgram)
     fail("signal_program on '" + trace().spec->operands()[operand_].name +
@@ -771,7 +766,8 @@ Value Semaphores::read(const Idx& index, std::source_location where) const {
                                                     trace().args.at(operand_), slot));
 }
 
-void Check::fail_if(const Value& failed, const std::vector<Value>& values, std::source_location where) const {
+void Check::fail_if(const Value& failed, const std::vector<Value>& values,
+                    std::source_location where) const {
   Located here(where);
   const std::string& message = trace().spec->check_messages().at(static_cast<size_t>(check_));
   mlir::Value f = unwrap(failed);
@@ -874,7 +870,8 @@ Value Ref::load_scalar(const std::vector<Idx>& indices, std::source_location whe
   return wrap(mlir::pallas::LoadScalarOp::create(b(), loc(), type.getElementType(), s.ref, at));
 }
 
-Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes, std::source_location where) const {
+Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes,
+                   std::source_location where) const {
   Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
@@ -890,7 +887,8 @@ Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes, 
   return wrap(mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, dynamic, zeros, sizes));
 }
 
-void Ref::store_at(const Value& value, const std::vector<Idx>& offsets, std::source_location where) const {
+void Ref::store_at(const Value& value, const std::vector<Idx>& offsets,
+                   std::source_location where) const {
   Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
@@ -919,7 +917,8 @@ Value Ref::load(std::source_location where) const {
   return load(std::vector<int64_t>(shape().size(), 0), shape());
 }
 
-Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes, std::source_location where) const {
+Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes,
+                std::source_location where) const {
   Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
@@ -945,7 +944,8 @@ void Ref::store(const Value& value, std::source_location where) const {
   store(value, std::vector<int64_t>(shape().size(), 0));
 }
 
-void Ref::store(const Value& value, std::vector<int64_t> offsets, std::source_location where) const {
+void Ref::store(const Value& value, std::vector<int64_t> offsets,
+                std::source_location where) const {
   Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
@@ -1040,6 +1040,16 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   func->setAttr(mlir::pallas::kGridRankAttrName,
                 builder.getI32IntegerAttr(static_cast<int32_t>(spec.grid_axes().size())));
   func->setAttr("pallas.threads", builder.getI64IntegerAttr(spec.threads()));
+  // Approximate transcendentals (ex2.approx exp) are allowed when every float
+  // input is half precision: their error (~1e-7 relative) is far below the
+  // inputs' own (2^-9 for bf16), whatever the output dtype.
+  bool float_inputs = false, all_half = true;
+  for (const auto& d : ops)
+    if (d.role == Role::kInput && is_float(d.dtype)) {
+      float_inputs = true;
+      all_half = all_half && (d.dtype == DType::f16 || d.dtype == DType::bf16);
+    }
+  if (float_inputs && all_half) func->setAttr("pallas.approx_math", builder.getUnitAttr());
   llvm::SmallVector<mlir::Attribute> grid_text;
   for (const auto& g : spec.grid_axes()) grid_text.push_back(builder.getStringAttr(g.to_string()));
   func->setAttr("pallas.grid", builder.getArrayAttr(grid_text));

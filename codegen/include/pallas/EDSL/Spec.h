@@ -204,24 +204,25 @@ enum class BinaryOp { kAdd, kSub, kMul, kDiv, kLt, kLe, kGt, kGe, kEq, kNe };
 /// other operand's shape. Comparisons produce i1 values.
 Value binary(BinaryOp op, const Value& a, const Value& b, std::source_location where);
 
-#define PALLAS_EDSL_BINARY_OPERATOR(op, kind)                                              \
-  inline Value operator op(const Term& a, const Term& b) {                          \
-    return binary(BinaryOp::kind, a.value, b.value, a.where);                              \
-  }                                                                                        \
-  /* Literals take the dtype of the other operand: `x * 0.5` with x bf16 is bf16. */      \
-  template <class N>                                                                       \
-  requires std::is_arithmetic_v<N> Value operator op(const Term& a, N b) {             \
+#define PALLAS_EDSL_BINARY_OPERATOR(op, kind)                                                 \
+  inline Value operator op(const Term& a, const Term& b) {                                    \
+    return binary(BinaryOp::kind, a.value, b.value, a.where);                                 \
+  }                                                                                           \
+  /* Literals take the dtype of the other operand: `x * 0.5` with x bf16 is bf16. */          \
+  template <class N>                                                                          \
+  requires std::is_arithmetic_v<N> Value operator op(const Term& a, N b) {                    \
     return binary(BinaryOp::kind, a.value, constant(static_cast<double>(b), a.value.dtype()), \
-                  a.where);                                                                \
-  }                                                                                        \
-  template <class N>                                                                       \
-  requires std::is_arithmetic_v<N> Value operator op(N a, const Term& b) {             \
+                  a.where);                                                                   \
+  }                                                                                           \
+  template <class N>                                                                          \
+  requires std::is_arithmetic_v<N> Value operator op(N a, const Term& b) {                    \
     return binary(BinaryOp::kind, constant(static_cast<double>(a), b.value.dtype()), b.value, \
-                  b.where);                                                                \
+                  b.where);                                                                   \
   }
 
 /// A constant of `dtype` (scalar); used for literals in arithmetic.
-Value constant(double value, DType dtype, std::source_location where = std::source_location::current());
+Value constant(double value, DType dtype,
+               std::source_location where = std::source_location::current());
 
 PALLAS_EDSL_BINARY_OPERATOR(+, kAdd)
 PALLAS_EDSL_BINARY_OPERATOR(-, kSub)
@@ -245,37 +246,49 @@ Value tanh(const Value& x, std::source_location where = std::source_location::cu
 Value rsqrt(const Value& x, std::source_location where = std::source_location::current());
 Value sqrt(const Value& x, std::source_location where = std::source_location::current());
 Value erf(const Value& x, std::source_location where = std::source_location::current());
-Value logistic(const Value& x, std::source_location where = std::source_location::current());  // 1 / (1 + exp(-x))
+Value logistic(const Value& x,
+               std::source_location where = std::source_location::current());  // 1 / (1 + exp(-x))
 Value abs(const Value& x, std::source_location where = std::source_location::current());
-Value maximum(const Value& a, const Value& b, std::source_location where = std::source_location::current());  // NaN-propagating for floats
-Value minimum(const Value& a, const Value& b, std::source_location where = std::source_location::current());
+Value maximum(
+    const Value& a, const Value& b,
+    std::source_location where = std::source_location::current());  // NaN-propagating for floats
+Value minimum(const Value& a, const Value& b,
+              std::source_location where = std::source_location::current());
 template <class N>
-requires std::is_arithmetic_v<N> Value maximum(const Value& a, N b, std::source_location where = std::source_location::current()) {
+requires std::is_arithmetic_v<N> Value
+maximum(const Value& a, N b, std::source_location where = std::source_location::current()) {
   return maximum(a, constant(static_cast<double>(b), a.dtype(), where), where);
 }
 template <class N>
-requires std::is_arithmetic_v<N> Value minimum(const Value& a, N b, std::source_location where = std::source_location::current()) {
+requires std::is_arithmetic_v<N> Value
+minimum(const Value& a, N b, std::source_location where = std::source_location::current()) {
   return minimum(a, constant(static_cast<double>(b), a.dtype(), where), where);
 }
 /// Elementwise `cond ? a : b`; cond is i1. A literal takes the other side's dtype.
-Value select(const Value& cond, const Value& a, const Value& b, std::source_location where = std::source_location::current());
+Value select(const Value& cond, const Value& a, const Value& b,
+             std::source_location where = std::source_location::current());
 template <class N>
-requires std::is_arithmetic_v<N> Value select(const Value& cond, const Value& a, N b,
-                                              std::source_location where = std::source_location::current()) {
+requires std::is_arithmetic_v<N> Value
+select(const Value& cond, const Value& a, N b,
+       std::source_location where = std::source_location::current()) {
   return select(cond, a, constant(static_cast<double>(b), a.dtype(), where), where);
 }
 template <class N>
-requires std::is_arithmetic_v<N> Value select(const Value& cond, N a, const Value& b,
-                                              std::source_location where = std::source_location::current()) {
+requires std::is_arithmetic_v<N> Value
+select(const Value& cond, N a, const Value& b,
+       std::source_location where = std::source_location::current()) {
   return select(cond, constant(static_cast<double>(a), b.dtype(), where), b, where);
 }
 /// Broadcasts numpy-style (trailing dims aligned, extent-1 dims stretched).
-Value broadcast_to(const Value& x, std::vector<int64_t> shape, std::source_location where = std::source_location::current());
+Value broadcast_to(const Value& x, std::vector<int64_t> shape,
+                   std::source_location where = std::source_location::current());
 /// The same elements in `shape`, which may only add or drop dims of extent 1
 /// (a [1, 2048] slice of a 2-D ref as a [2048] row, and back).
-Value reshape(const Value& x, std::vector<int64_t> shape, std::source_location where = std::source_location::current());
+Value reshape(const Value& x, std::vector<int64_t> shape,
+              std::source_location where = std::source_location::current());
 /// A block of `shape` whose elements are their coordinate along `dimension`.
-Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype = i32, std::source_location where = std::source_location::current());
+Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype = i32,
+           std::source_location where = std::source_location::current());
 /// The current program's index along a grid axis, and the grid extent.
 Value program_id(int axis, std::source_location where = std::source_location::current());
 Value num_programs(int axis, std::source_location where = std::source_location::current());
@@ -287,9 +300,12 @@ Value num_programs(int axis, std::source_location where = std::source_location::
 Value sum(const Value& x, std::source_location where = std::source_location::current());
 Value max(const Value& x, std::source_location where = std::source_location::current());
 Value min(const Value& x, std::source_location where = std::source_location::current());
-Value sum(const Value& x, int64_t axis, bool keepdims = false, std::source_location where = std::source_location::current());
-Value max(const Value& x, int64_t axis, bool keepdims = false, std::source_location where = std::source_location::current());
-Value min(const Value& x, int64_t axis, bool keepdims = false, std::source_location where = std::source_location::current());
+Value sum(const Value& x, int64_t axis, bool keepdims = false,
+          std::source_location where = std::source_location::current());
+Value max(const Value& x, int64_t axis, bool keepdims = false,
+          std::source_location where = std::source_location::current());
+Value min(const Value& x, int64_t axis, bool keepdims = false,
+          std::source_location where = std::source_location::current());
 
 /// `for (i = lo; i < hi; ++i) carry = body(i, carry)`, carrying any number of
 /// values (scalars or blocks) through the loop; returns the final carry.
@@ -303,11 +319,14 @@ std::vector<Value> fori(const Value& lo, const Value& hi, std::vector<Value> car
 /// scalars, program ids, semaphores or full reductions), like when().
 std::vector<Value> while_loop(const std::function<Value(std::vector<Value>)>& cond,
                               const std::function<std::vector<Value>(std::vector<Value>)>& body,
-                              std::vector<Value> carry, std::source_location where = std::source_location::current());
+                              std::vector<Value> carry,
+                              std::source_location where = std::source_location::current());
 /// `if (cond) body()`, for a scalar condition that is the same in every
 /// thread of the program (computed from program ids, semaphores, scalars).
-void when(const Value& cond, const std::function<void()>& body, std::source_location where = std::source_location::current());
-Value index(int64_t value, std::source_location where = std::source_location::current());  // an index constant
+void when(const Value& cond, const std::function<void()>& body,
+          std::source_location where = std::source_location::current());
+Value index(int64_t value,
+            std::source_location where = std::source_location::current());  // an index constant
 
 //===----------------------------------------------------------------------===//
 // Operands and refs
@@ -349,14 +368,18 @@ class Semaphores {
  public:
   Semaphores() = default;
   Semaphores(int operand, SemaphoreScope scope) : operand_(operand), scope_(scope) {}
-  void signal(const Idx& index, const Value& inc, std::source_location where = std::source_location::current()) const;
+  void signal(const Idx& index, const Value& inc,
+              std::source_location where = std::source_location::current()) const;
   void signal(const Idx& index, std::source_location where = std::source_location::current()) const;
   /// kProgram scope: signals counter `index` of program `program` (its linear
   /// index over the parallel grid axes, row-major: ((p0 * n1) + p1) * n2 + p2).
-  void signal_program(const Value& program, const Idx& index, const Value& inc, std::source_location where = std::source_location::current()) const;
-  void wait(const Idx& index, const Value& value, std::source_location where = std::source_location::current()) const;
+  void signal_program(const Value& program, const Idx& index, const Value& inc,
+                      std::source_location where = std::source_location::current()) const;
+  void wait(const Idx& index, const Value& value,
+            std::source_location where = std::source_location::current()) const;
   void wait(const Idx& index, std::source_location where = std::source_location::current()) const;
-  Value add(const Idx& index, const Value& value, std::source_location where = std::source_location::current()) const;
+  Value add(const Idx& index, const Value& value,
+            std::source_location where = std::source_location::current()) const;
   Value read(const Idx& index, std::source_location where = std::source_location::current()) const;
   int operand() const { return operand_; }
   SemaphoreScope scope() const { return scope_; }
@@ -381,7 +404,8 @@ class Check {
   Check(int errors_operand, int check) : operand_(errors_operand), check_(check) {}
   /// `failed` must be the same in every thread of the program (computed from
   /// scalars, program ids, load_scalar, semaphores), like when().
-  void fail_if(const Value& failed, const std::vector<Value>& values = {}, std::source_location where = std::source_location::current()) const;
+  void fail_if(const Value& failed, const std::vector<Value>& values = {},
+               std::source_location where = std::source_location::current()) const;
 
  private:
   int operand_ = -1;
@@ -400,24 +424,30 @@ class Ref {
   /// Loads the whole block; elements past the array edge read as 0.
   Value load(std::source_location where = std::source_location::current()) const;
   /// Loads the static slice [offsets, offsets + sizes) of the block.
-  Value load(std::vector<int64_t> offsets, std::vector<int64_t> sizes, std::source_location where = std::source_location::current()) const;
+  Value load(std::vector<int64_t> offsets, std::vector<int64_t> sizes,
+             std::source_location where = std::source_location::current()) const;
   /// Stores a whole block; elements past the array edge are skipped.
-  void store(const Value& value, std::source_location where = std::source_location::current()) const;
+  void store(const Value& value,
+             std::source_location where = std::source_location::current()) const;
   /// Stores `value` into the static slice starting at `offsets`.
-  void store(const Value& value, std::vector<int64_t> offsets, std::source_location where = std::source_location::current()) const;
+  void store(const Value& value, std::vector<int64_t> offsets,
+             std::source_location where = std::source_location::current()) const;
   /// Loads the slice of static `sizes` at run-time `offsets` (index values or
   /// constants), one per block dim; elements past the array edge read as 0.
-  Value load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes, std::source_location where = std::source_location::current()) const;
+  Value load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes,
+                std::source_location where = std::source_location::current()) const;
   /// Stores `value` (a block, or a scalar: one element) at run-time `offsets`;
   /// elements past the array edge are skipped.
-  void store_at(const Value& value, const std::vector<Idx>& offsets, std::source_location where = std::source_location::current()) const;
+  void store_at(const Value& value, const std::vector<Idx>& offsets,
+                std::source_location where = std::source_location::current()) const;
   /// The block shape; -1 for a full dim.
   std::vector<int64_t> shape() const;
   /// The run-time extent of the array along block dim `dim` (an index value).
   Value extent(int dim, std::source_location where = std::source_location::current()) const;
   /// One element at run-time `indices` (one per block dim), the same value in
   /// every thread; 0 past the array edge.
-  Value load_scalar(const std::vector<Idx>& indices, std::source_location where = std::source_location::current()) const;
+  Value load_scalar(const std::vector<Idx>& indices,
+                    std::source_location where = std::source_location::current()) const;
   DType dtype() const;
   const std::string& name() const;
 
@@ -496,7 +526,9 @@ class KernelSpec {
   /// across the iterations of its arbitrary grid axes. The body gets a Ref
   /// over it in declaration order. On the GPU every store to it is fenced by
   /// barriers of the program's threads, so any thread may load what another
-  /// stored; at most 48 KiB per program.
+  /// stored. It is planned into the kernel's one dynamic shared-memory buffer
+  /// with the lowering's own buffers; a program may have up to 227 KiB in all
+  /// (sm_90; sm_80 parts allow 163 KiB, which the launch checks).
   Operand scratch(const std::string& name, DType dtype, std::vector<int64_t> shape);
   /// Global-memory scratch of `count` elements for this launch (not zeroed).
   /// The body gets a Ref over it (a full 1-D block) in declaration order.

@@ -92,7 +92,7 @@ DenseSet<Value> inferReplicated(func::FuncOp kernel, int64_t threads) {
 /// every block's last dim and every block's size is a multiple of
 /// threads * vec. Fails naming the block that does not fit.
 FailureOr<int64_t> chooseVec(func::FuncOp kernel, int64_t threads,
-                            const DenseSet<Value>& replicated) {
+                             const DenseSet<Value>& replicated) {
   int64_t minBytes = 4;
   SmallVector<VectorType> blocks;
   kernel.walk([&](Operation* op) {
@@ -121,13 +121,15 @@ FailureOr<int64_t> chooseVec(func::FuncOp kernel, int64_t threads,
 /// layout a use needs, so it never needs a conversion.
 bool isSplat(Value v) {
   if (auto bc = v.getDefiningOp<vector::BroadcastOp>()) return !isa<VectorType>(bc.getSourceType());
-  if (auto cst = v.getDefiningOp<arith::ConstantOp>()) return isa<SplatElementsAttr>(cst.getValue());
+  if (auto cst = v.getDefiningOp<arith::ConstantOp>())
+    return isa<SplatElementsAttr>(cst.getValue());
   return false;
 }
 
 class LayoutAssignment {
  public:
-  LayoutAssignment(func::FuncOp kernel, WarpgroupStridedLayoutAttr strided, DenseSet<Value> replicated)
+  LayoutAssignment(func::FuncOp kernel, WarpgroupStridedLayoutAttr strided,
+                   DenseSet<Value> replicated)
       : kernel_(kernel),
         strided_(strided),
         replicated_(ReplicatedLayoutAttr::get(kernel.getContext())),
@@ -154,8 +156,8 @@ class LayoutAssignment {
     VectorType src = red.getSourceVectorType();
     SmallVector<bool> mask = red.getReductionMask();
     if (!isa<VectorType>(red.getDestType()) || replicatedValues_.contains(red.getSource()) ||
-        !isSplat(red.getAcc()) || !mask.back() ||
-        llvm::count(mask, true) != 1 || !strided_.rowsInAWarp(src))
+        !isSplat(red.getAcc()) || !mask.back() || llvm::count(mask, true) != 1 ||
+        !strided_.rowsInAWarp(src))
       return {};
     return StridedRowsLayoutAttr::get(strided_.getContext(), strided_.getThreads(),
                                       strided_.getVec(), src.getShape().back());
@@ -185,12 +187,12 @@ class LayoutAssignment {
       Attribute layout = rows.lookup(v);
       for (Operation* user : v.getUsers()) {
         if (user->getNumResults() != 1 || rows.contains(user->getResult(0))) continue;
-        bool elementwise = user->hasTrait<OpTrait::Elementwise>() &&
-                           isa<VectorType>(user->getResult(0).getType()) &&
-                           llvm::all_of(user->getOperands(), [&](Value o) {
-                             return !isa<VectorType>(o.getType()) || isSplat(o) ||
-                                    rows.lookup(o) == layout;
-                           });
+        bool elementwise =
+            user->hasTrait<OpTrait::Elementwise>() &&
+            isa<VectorType>(user->getResult(0).getType()) &&
+            llvm::all_of(user->getOperands(), [&](Value o) {
+              return !isa<VectorType>(o.getType()) || isSplat(o) || rows.lookup(o) == layout;
+            });
         if (elementwise || isa<vector::ShapeCastOp>(user)) {
           rows[user->getResult(0)] = layout;
           worklist.push_back(user->getResult(0));

@@ -60,9 +60,9 @@ SmallVector<Type> carryTypes(GpuLowering& g, Operation* loop) {
 LogicalResult lowerFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
   FailureOr<SmallVector<Value>> inits = carries(g, b, loop, loop.getInitArgs());
   if (failed(inits)) return failure();
-  auto lowered = scf::ForOp::create(b, loop.getLoc(), g.map.lookup(loop.getLowerBound()),
-                                    g.map.lookup(loop.getUpperBound()),
-                                    g.map.lookup(loop.getStep()), *inits);
+  auto lowered =
+      scf::ForOp::create(b, loop.getLoc(), g.map.lookup(loop.getLowerBound()),
+                         g.map.lookup(loop.getUpperBound()), g.map.lookup(loop.getStep()), *inits);
   g.map.map(loop.getInductionVar(), lowered.getInductionVar());
   for (auto [from, to] : llvm::zip(loop.getRegionIterArgs(), lowered.getRegionIterArgs()))
     g.map.map(from, to);

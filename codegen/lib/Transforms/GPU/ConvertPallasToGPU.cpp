@@ -32,8 +32,7 @@ void RuleRegistry::addFamily(StringRef description, std::function<bool(Operation
 }
 
 const Rule* RuleRegistry::find(Operation* op) const {
-  if (auto it = byName_.find(op->getName().getStringRef()); it != byName_.end())
-    return &it->second;
+  if (auto it = byName_.find(op->getName().getStringRef()); it != byName_.end()) return &it->second;
   for (const Family& f : families_)
     if (f.matches(op)) return &f.rule;
   return nullptr;
@@ -50,8 +49,7 @@ std::string RuleRegistry::known() const {
 // GpuLowering
 //===----------------------------------------------------------------------===//
 
-GpuLowering::GpuLowering(func::FuncOp kernel, gpu::GPUModuleOp gpuModule,
-                         const RuleRegistry& rules)
+GpuLowering::GpuLowering(func::FuncOp kernel, gpu::GPUModuleOp gpuModule, const RuleRegistry& rules)
     : kernel(kernel), gpuModule_(gpuModule), rules_(rules) {}
 
 Attribute GpuLowering::layoutOf(Value v) const {
@@ -75,8 +73,7 @@ Attribute GpuLowering::layoutOf(Value v) const {
 VectorType GpuLowering::threadType(VectorType block, Attribute layout) const {
   if (isa<ReplicatedLayoutAttr>(layout)) return flat(block);
   if (auto rows = dyn_cast<StridedRowsLayoutAttr>(layout))
-    return VectorType::get({rows.valuesPerThread(block.getNumElements())},
-                           block.getElementType());
+    return VectorType::get({rows.valuesPerThread(block.getNumElements())}, block.getElementType());
   auto s = cast<WarpgroupStridedLayoutAttr>(layout);
   return VectorType::get({s.fragmentSize(block)}, block.getElementType());
 }
@@ -94,11 +91,20 @@ Value GpuLowering::assemble(OpBuilder& b, Location loc, VectorType block,
   for (int64_t r = 0; r < runs(block); ++r) {
     SmallVector<Value> coords = unflatten(b, loc, runStart(b, loc, r), block.getShape());
     Value piece = run(r, coords);
-    acc = vector::InsertStridedSliceOp::create(b, loc, piece, acc,
-                                               ArrayRef<int64_t>{r * strided_.getVec()},
-                                               ArrayRef<int64_t>{1});
+    acc = vector::InsertStridedSliceOp::create(
+        b, loc, piece, acc, ArrayRef<int64_t>{r * strided_.getVec()}, ArrayRef<int64_t>{1});
   }
   return acc;
+}
+
+void GpuLowering::storeRunsToShared(OpBuilder& b, Location loc, Value frag, VectorType block,
+                                    Value buffer) {
+  const int64_t vec = strided_.getVec();
+  for (int64_t r = 0; r < runs(block); ++r) {
+    Value run = vector::ExtractStridedSliceOp::create(b, loc, frag, ArrayRef<int64_t>{r * vec},
+                                                      ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
+    vector::StoreOp::create(b, loc, run, buffer, ValueRange{runStart(b, loc, r)});
+  }
 }
 
 FailureOr<Value> GpuLowering::operandIn(OpBuilder& b, Location loc, Value v, Attribute layout) {
@@ -163,16 +169,11 @@ LogicalResult GpuLowering::run() {
   Location loc = kernel.getLoc();
   auto layouts = kernel->getAttrOfType<WarpgroupStridedLayoutAttr>("pallas.strided_layout");
   if (!layouts)
-    return kernel.emitError("kernel has no layouts; run pallas-assign-layouts before "
-                            "convert-pallas-to-gpu");
+    return kernel.emitError(
+        "kernel has no layouts; run pallas-assign-layouts before "
+        "convert-pallas-to-gpu");
   strided_ = layouts;
-  int floatOperands = 0, halfOperands = 0;
-  for (Type t : kernel.getArgumentTypes())
-    if (auto m = dyn_cast<MemRefType>(t); m && isa<FloatType>(m.getElementType())) {
-      ++floatOperands;
-      halfOperands += m.getElementType().isF16() || m.getElementType().isBF16();
-    }
-  approxTranscendentals = floatOperands > 0 && floatOperands == halfOperands;
+  approxTranscendentals = kernel->hasAttr("pallas.approx_math");  // set by the tracer
   const int64_t threads = strided_.getThreads();
   OpBuilder mb = OpBuilder::atBlockEnd(gpuModule_.getBody());
   auto f = gpu::GPUFuncOp::create(mb, loc, kernel.getSymName(), kernel.getFunctionType());
@@ -185,17 +186,17 @@ LogicalResult GpuLowering::run() {
   // spilling (rms_norm_residual_f16: 80 registers and 16 bytes of spills without it, 105
   // and none with it; layer_norm_residual_f32 needs 138).
   constexpr int64_t kMinThreadsPerSM = 384;
-  f->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
-             mb.getI32IntegerAttr(
-                 static_cast<int32_t>(std::max<int64_t>(1, kMinThreadsPerSM / threads))));
+  f->setAttr(
+      NVVM::NVVMDialect::getMinctasmAttrName(),
+      mb.getI32IntegerAttr(static_cast<int32_t>(std::max<int64_t>(1, kMinThreadsPerSM / threads))));
   func = f;
   Block& entry = f.getBody().front();
   for (auto [from, to] : llvm::zip(kernel.getArguments(), entry.getArguments())) map.map(from, to);
   OpBuilder b = OpBuilder::atBlockEnd(&entry);
   tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-  auto bytes = MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
-                               gpu::AddressSpaceAttr::get(b.getContext(),
-                                                          gpu::AddressSpace::Workgroup));
+  auto bytes =
+      MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
+                      gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
   auto base = gpu::DynamicSharedMemoryOp::create(b, loc, bytes);
   sharedBase_ = base;
   if (failed(lowerBlock(kernel.getBody().front(), b))) return failure();
@@ -244,8 +245,7 @@ struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUP
     gpu_lowering::populateSemaphoreRules(rules);
     gpu_lowering::populateLayoutConversionRules(rules);
     for (func::FuncOp k : kernels)
-      if (failed(gpu_lowering::GpuLowering(k, gpuModule, rules).run()))
-        return signalPassFailure();
+      if (failed(gpu_lowering::GpuLowering(k, gpuModule, rules).run())) return signalPassFailure();
   }
 };
 

@@ -65,9 +65,8 @@ class RuleRegistry {
 /// A Rule from a function taking the op's own class.
 template <typename OpT>
 Rule ruleFor(LogicalResult (*lower)(OpT, GpuLowering&, OpBuilder&)) {
-  return [lower](Operation* op, GpuLowering& g, OpBuilder& b) {
-    return lower(cast<OpT>(op), g, b);
-  };
+  return
+      [lower](Operation* op, GpuLowering& g, OpBuilder& b) { return lower(cast<OpT>(op), g, b); };
 }
 
 void populateLoadStoreRules(RuleRegistry& rules);
@@ -102,6 +101,9 @@ class GpuLowering {
   /// Builds a fragment of `block` from one vector<vec> per run.
   Value assemble(OpBuilder& b, Location loc, VectorType block,
                  function_ref<Value(int64_t r, SmallVector<Value>& coords)> run);
+  /// Stores strided fragment `frag` of `block` into 1-D shared `buffer`, each
+  /// run at its row-major position (no barrier).
+  void storeRunsToShared(OpBuilder& b, Location loc, Value frag, VectorType block, Value buffer);
   int64_t runs(VectorType block) const {
     return block.getNumElements() / (strided_.getThreads() * strided_.getVec());
   }
@@ -140,8 +142,8 @@ class GpuLowering {
   Value tid;  // gpu.thread_id x, index
   gpu::GPUFuncOp func;
   func::FuncOp kernel;
-  /// Every float operand of the kernel is f16 or bf16, so transcendentals may
-  /// be approximate (ElementwiseRules.cpp: relaxFloatSemantics).
+  /// The kernel's `pallas.approx_math`: every float input is f16 or bf16, so
+  /// transcendentals may be approximate (ElementwiseRules.cpp: relaxFloatSemantics).
   bool approxTranscendentals = false;
 
  private:

@@ -62,19 +62,11 @@ Value distribute(GpuLowering& g, OpBuilder& b, Location loc, Value src, VectorTy
 /// Worked example: vector<1x128xf32> in strided<threads = 128, vec = 1>:
 /// thread t writes element t; then each thread reads all 128.
 Value gather(GpuLowering& g, OpBuilder& b, Location loc, Value frag, VectorType type) {
-  const int64_t threads = g.strided().getThreads(), vec = g.strided().getVec();
   const int64_t n = type.getNumElements();
   Type et = type.getElementType();
   Value buffer =
       g.sharedBuffer(b, loc, n, et, SharedLifetime::kRule, 16, "strided to replicated conversion");
-  for (int64_t r = 0; r < g.runs(type); ++r) {
-    Value run = vector::ExtractStridedSliceOp::create(
-        b, loc, frag, ArrayRef<int64_t>{r * vec}, ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
-    Value at = arith::MulIOp::create(
-        b, loc, arith::AddIOp::create(b, loc, g.index(b, loc, r * threads), g.tid),
-        g.index(b, loc, vec));
-    vector::StoreOp::create(b, loc, run, buffer, ValueRange{at});
-  }
+  g.storeRunsToShared(b, loc, frag, type, buffer);
   gpu::BarrierOp::create(b, loc);
   Value all = vector::LoadOp::create(b, loc, GpuLowering::flat(type), buffer,
                                      ValueRange{g.index(b, loc, 0)});
@@ -94,10 +86,9 @@ Value spreadRows(GpuLowering& g, OpBuilder& b, Location loc, Value values, Vecto
   Value frag = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.threadType(target, g.strided())));
   for (int64_t r = 0; r < g.runs(target); ++r) {
     Value v = vector::ExtractOp::create(b, loc, values, ArrayRef<int64_t>{r});
-    frag = vector::InsertStridedSliceOp::create(b, loc,
-                                                vector::BroadcastOp::create(b, loc, runType, v),
-                                                frag, ArrayRef<int64_t>{r * vec},
-                                                ArrayRef<int64_t>{1});
+    frag = vector::InsertStridedSliceOp::create(
+        b, loc, vector::BroadcastOp::create(b, loc, runType, v), frag, ArrayRef<int64_t>{r * vec},
+        ArrayRef<int64_t>{1});
   }
   return frag;
 }

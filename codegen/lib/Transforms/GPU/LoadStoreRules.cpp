@@ -29,8 +29,7 @@ Value address(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords
 /// Coordinates of element j of a run starting at `coords` (runs lie along the last dim).
 SmallVector<Value> plus(OpBuilder& b, Location loc, ValueRange coords, int64_t j) {
   SmallVector<Value> out(coords.begin(), coords.end());
-  out.back() =
-      arith::AddIOp::create(b, loc, out.back(), arith::ConstantIndexOp::create(b, loc, j));
+  out.back() = arith::AddIOp::create(b, loc, out.back(), arith::ConstantIndexOp::create(b, loc, j));
   return out;
 }
 
@@ -46,13 +45,14 @@ struct RunAccess {
   Type et;
   int64_t vec = g.strided().getVec();
   /// One vector access: 16 bytes, or the whole run when it is smaller.
-  int64_t bytes = std::min<int64_t>(16, vec * et.getIntOrFloatBitWidth() / 8);
+  int64_t bytes = std::min<int64_t>(16, vec* et.getIntOrFloatBitWidth() / 8);
   int64_t perAccess = bytes * 8 / et.getIntOrFloatBitWidth();
 
   /// i1: the run at `coords` is inside the array and aligned for vector access.
   Value fastPath(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords) {
     Value inside = inBounds(b, loc, ref, coords, vec);
-    Value rem = arith::RemUIOp::create(b, loc, address(b, loc, ref, coords), g.index(b, loc, bytes));
+    Value rem =
+        arith::RemUIOp::create(b, loc, address(b, loc, ref, coords), g.index(b, loc, bytes));
     Value aligned =
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rem, g.index(b, loc, 0));
     return arith::AndIOp::create(b, loc, inside, aligned);
@@ -60,8 +60,8 @@ struct RunAccess {
 };
 
 LogicalResult lowerBlockOp(BlockOp blk, GpuLowering& g, OpBuilder& b) {
-  g.refs[blk.getResult()] = resolveBlock(b, blk.getLoc(), blk, g.map.lookup(blk.getArray()),
-                                         g.mapped(blk.getIndices()));
+  g.refs[blk.getResult()] =
+      resolveBlock(b, blk.getLoc(), blk, g.map.lookup(blk.getArray()), g.mapped(blk.getIndices()));
   return success();
 }
 
@@ -143,26 +143,35 @@ LogicalResult storeScalar(StoreOp store, GpuLowering& g, OpBuilder& b) {
   return success();
 }
 
+/// Register `reg` of the stored value's per-thread form goes to the value's
+/// element `flat` (row-major), where `mine` holds and the element is inside
+/// the array.
+void storeElement(StoreOp store, GpuLowering& g, OpBuilder& b, Value flat, Value mine,
+                  int64_t reg) {
+  Location loc = store.getLoc();
+  const BlockRef& ref = g.refs.at(store.getRef());
+  auto type = cast<VectorType>(store.getValue().getType());
+  SmallVector<Value> rc = unflatten(b, loc, flat, type.getShape());
+  SmallVector<Value> coords =
+      arrayCoords(b, loc, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()),
+                  type.getShape(), type.getShape(), rc);
+  Value write = arith::AndIOp::create(b, loc, mine, inBounds(b, loc, ref, coords));
+  scf::IfOp::create(b, loc, write, [&](OpBuilder& tb, Location l) {
+    Value v =
+        vector::ExtractOp::create(tb, l, g.map.lookup(store.getValue()), ArrayRef<int64_t>{reg});
+    memref::StoreOp::create(tb, l, v, ref.array, coords);
+    scf::YieldOp::create(tb, l);
+  });
+}
+
 /// A replicated value written element by element: element k by thread
 /// k % threads, skipping elements past the array edge.
 LogicalResult storeReplicated(StoreOp store, GpuLowering& g, OpBuilder& b) {
   Location loc = store.getLoc();
-  const BlockRef& ref = g.refs.at(store.getRef());
   auto type = cast<VectorType>(store.getValue().getType());
-  Value value = g.map.lookup(store.getValue());
-  for (int64_t k = 0; k < type.getNumElements(); ++k) {
-    SmallVector<Value> rc = unflatten(b, loc, g.index(b, loc, k), type.getShape());
-    SmallVector<Value> coords =
-        arrayCoords(b, loc, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()),
-                    type.getShape(), type.getShape(), rc);
-    Value mine = g.isThread(b, loc, k % g.strided().getThreads());
-    Value write = arith::AndIOp::create(b, loc, mine, inBounds(b, loc, ref, coords));
-    scf::IfOp::create(b, loc, write, [&](OpBuilder& tb, Location l) {
-      Value v = vector::ExtractOp::create(tb, l, value, ArrayRef<int64_t>{k});
-      memref::StoreOp::create(tb, l, v, ref.array, coords);
-      scf::YieldOp::create(tb, l);
-    });
-  }
+  for (int64_t k = 0; k < type.getNumElements(); ++k)
+    storeElement(store, g, b, g.index(b, loc, k), g.isThread(b, loc, k % g.strided().getThreads()),
+                 k);
   return success();
 }
 
@@ -172,28 +181,17 @@ LogicalResult storeReplicated(StoreOp store, GpuLowering& g, OpBuilder& b) {
 LogicalResult storeRows(StoreOp store, GpuLowering& g, OpBuilder& b) {
   Location loc = store.getLoc();
   auto layout = cast<StridedRowsLayoutAttr>(g.layoutOf(store.getValue()));
-  const BlockRef& ref = g.refs.at(store.getRef());
   auto type = cast<VectorType>(store.getValue().getType());
-  Value values = g.map.lookup(store.getValue());
   const int64_t lanes = layout.lanesPerRow(), rowsPerRun = layout.getThreads() / lanes;
-  Value gIndex = g.index(b, loc, lanes);
-  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                      arith::RemUIOp::create(b, loc, g.tid, gIndex),
-                                      g.index(b, loc, 0));
-  Value rowInRun = arith::DivUIOp::create(b, loc, g.tid, gIndex);
-  for (int64_t r = 0; r < layout.valuesPerThread(type.getNumElements()); ++r) {
-    Value row = arith::AddIOp::create(b, loc, g.index(b, loc, r * rowsPerRun), rowInRun);
-    SmallVector<Value> rc = unflatten(b, loc, row, type.getShape());
-    SmallVector<Value> coords =
-        arrayCoords(b, loc, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()),
-                    type.getShape(), type.getShape(), rc);
-    Value write = arith::AndIOp::create(b, loc, first, inBounds(b, loc, ref, coords));
-    scf::IfOp::create(b, loc, write, [&](OpBuilder& tb, Location l) {
-      Value v = vector::ExtractOp::create(tb, l, values, ArrayRef<int64_t>{r});
-      memref::StoreOp::create(tb, l, v, ref.array, coords);
-      scf::YieldOp::create(tb, l);
-    });
-  }
+  Value perRow = g.index(b, loc, lanes);
+  Value first =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                            arith::RemUIOp::create(b, loc, g.tid, perRow), g.index(b, loc, 0));
+  Value rowInRun = arith::DivUIOp::create(b, loc, g.tid, perRow);
+  for (int64_t r = 0; r < layout.valuesPerThread(type.getNumElements()); ++r)
+    storeElement(store, g, b,
+                 arith::AddIOp::create(b, loc, g.index(b, loc, r * rowsPerRun), rowInRun), first,
+                 r);
   return success();
 }
 
@@ -210,15 +208,15 @@ LogicalResult storeStrided(StoreOp store, GpuLowering& g, OpBuilder& b) {
     SmallVector<Value> coords =
         arrayCoords(b, loc, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()),
                     type.getShape(), type.getShape(), rc);
-    Value run = vector::ExtractStridedSliceOp::create(
-        b, loc, *frag, ArrayRef<int64_t>{r * vec}, ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
+    Value run = vector::ExtractStridedSliceOp::create(b, loc, *frag, ArrayRef<int64_t>{r * vec},
+                                                      ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
     scf::IfOp::create(
         b, loc, access.fastPath(b, loc, ref, coords),
         [&](OpBuilder& tb, Location l) {
           for (int64_t j = 0; j < vec; j += access.perAccess) {
-            Value piece = vector::ExtractStridedSliceOp::create(
-                tb, l, run, ArrayRef<int64_t>{j}, ArrayRef<int64_t>{access.perAccess},
-                ArrayRef<int64_t>{1});
+            Value piece = vector::ExtractStridedSliceOp::create(tb, l, run, ArrayRef<int64_t>{j},
+                                                                ArrayRef<int64_t>{access.perAccess},
+                                                                ArrayRef<int64_t>{1});
             vector::StoreOp::create(tb, l, piece, ref.array, plus(tb, l, coords, j),
                                     /*nontemporal=*/false, llvm::MaybeAlign(access.bytes));
           }
@@ -249,7 +247,7 @@ LogicalResult lowerStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
                        : g.isReplicated(store.getValue())           ? storeReplicated(store, g, b)
                        : isa_and_nonnull<StridedRowsLayoutAttr>(g.layoutOf(store.getValue()))
                            ? storeRows(store, g, b)
-                                                                    : storeStrided(store, g, b);
+                           : storeStrided(store, g, b);
   if (failed(done)) return failure();
   if (shared) gpu::BarrierOp::create(b, store.getLoc());
   return success();

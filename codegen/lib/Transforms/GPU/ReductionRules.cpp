@@ -75,8 +75,8 @@ LogicalResult lowerRowReductionInWarps(vector::MultiDimReductionOp red, GpuLower
   vector::CombiningKind kind = red.getKind();
   Value frag = g.map.lookup(red.getSource()), result = *acc;
   for (int64_t r = 0; r < g.runs(srcType); ++r) {
-    Value run = vector::ExtractStridedSliceOp::create(
-        b, loc, frag, ArrayRef<int64_t>{r * vec}, ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
+    Value run = vector::ExtractStridedSliceOp::create(b, loc, frag, ArrayRef<int64_t>{r * vec},
+                                                      ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
     Value v = vector::ReductionOp::create(b, loc, kind, run).getResult();
     v = butterfly(b, loc, kind, v, layout.lanesPerRow());
     Value seed = vector::ExtractOp::create(b, loc, *acc, ArrayRef<int64_t>{r});
@@ -101,7 +101,8 @@ LogicalResult lowerRowReduction(vector::MultiDimReductionOp red, GpuLowering& g,
   Type et = srcType.getElementType();
   if (et.getIntOrFloatBitWidth() != 32)
     return red.emitOpError("GPU reductions combine 32-bit values; cast the block to f32 first");
-  FailureOr<Value> acc = g.operandIn(b, loc, red.getAcc(), ReplicatedLayoutAttr::get(b.getContext()));
+  FailureOr<Value> acc =
+      g.operandIn(b, loc, red.getAcc(), ReplicatedLayoutAttr::get(b.getContext()));
   if (failed(acc)) return red.emitOpError("no GPU rule for this reduction's accumulator");
   const int64_t threads = g.strided().getThreads(), vec = g.strided().getVec();
   const int64_t cols = srcType.getShape().back(), runsPerRow = cols / vec;
@@ -109,8 +110,8 @@ LogicalResult lowerRowReduction(vector::MultiDimReductionOp red, GpuLowering& g,
   vector::CombiningKind kind = red.getKind();
   Value frag = g.map.lookup(red.getSource());
   auto runValue = [&](int64_t r) {
-    Value run = vector::ExtractStridedSliceOp::create(
-        b, loc, frag, ArrayRef<int64_t>{r * vec}, ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
+    Value run = vector::ExtractStridedSliceOp::create(b, loc, frag, ArrayRef<int64_t>{r * vec},
+                                                      ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
     return vector::ReductionOp::create(b, loc, kind, run).getResult();
   };
   Value c32 = g.index(b, loc, 32);
@@ -194,8 +195,7 @@ LogicalResult lowerRowReduction(vector::MultiDimReductionOp red, GpuLowering& g,
 ///  3. every thread reads the M results back.
 /// Worked example: [16, 128] f32 summed over dim 0: thread t adds elements
 /// t, 128 + t, ..., 15 * 128 + t of the block.
-LogicalResult lowerLeadingReduction(vector::MultiDimReductionOp red, GpuLowering& g,
-                                    OpBuilder& b) {
+LogicalResult lowerLeadingReduction(vector::MultiDimReductionOp red, GpuLowering& g, OpBuilder& b) {
   Location loc = red.getLoc();
   VectorType srcType = red.getSourceVectorType();
   ArrayRef<int64_t> shape = srcType.getShape();
@@ -203,14 +203,15 @@ LogicalResult lowerLeadingReduction(vector::MultiDimReductionOp red, GpuLowering
   Type et = srcType.getElementType();
   if (et.getIntOrFloatBitWidth() != 32)
     return red.emitOpError("GPU reductions combine 32-bit values; cast the block to f32 first");
-  const int64_t n = srcType.getNumElements(), threads = g.strided().getThreads(), vec = g.strided().getVec();
+  const int64_t n = srcType.getNumElements(), threads = g.strided().getThreads();
   const int64_t m = cast<VectorType>(red.getDestType()).getNumElements();
   constexpr int64_t kMaxKept = 256;  // every thread holds them all
   if (m > kMaxKept)
     return red.emitOpError("keeps ")
            << m << " elements, which every GPU thread would hold; at most " << kMaxKept
            << " (reduce a smaller block)";
-  FailureOr<Value> acc = g.operandIn(b, loc, red.getAcc(), ReplicatedLayoutAttr::get(b.getContext()));
+  FailureOr<Value> acc =
+      g.operandIn(b, loc, red.getAcc(), ReplicatedLayoutAttr::get(b.getContext()));
   if (failed(acc)) return red.emitOpError("no GPU rule for this reduction's accumulator");
   const int64_t rank = srcType.getRank();
   SmallVector<int64_t> strides(rank, 1);
@@ -225,20 +226,12 @@ LogicalResult lowerLeadingReduction(vector::MultiDimReductionOp red, GpuLowering
   }
   vector::CombiningKind kind = red.getKind();
 
-  Value source = g.sharedBuffer(b, loc, n, et, Scratch(red).lifetime(), 16,
-                                "leading-axis reduction source");
-  Value frag = g.map.lookup(red.getSource());
-  for (int64_t k = 0; k < g.runs(srcType); ++k) {
-    Value run = vector::ExtractStridedSliceOp::create(
-        b, loc, frag, ArrayRef<int64_t>{k * vec}, ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
-    Value at = arith::MulIOp::create(
-        b, loc, arith::AddIOp::create(b, loc, g.index(b, loc, k * threads), g.tid),
-        g.index(b, loc, vec));
-    vector::StoreOp::create(b, loc, run, source, ValueRange{at});
-  }
+  Value source =
+      g.sharedBuffer(b, loc, n, et, Scratch(red).lifetime(), 16, "leading-axis reduction source");
+  g.storeRunsToShared(b, loc, g.map.lookup(red.getSource()), srcType, source);
   gpu::BarrierOp::create(b, loc);
-  Value results = g.sharedBuffer(b, loc, m, et, Scratch(red).lifetime(), 16,
-                                 "leading-axis reduction results");
+  Value results =
+      g.sharedBuffer(b, loc, m, et, Scratch(red).lifetime(), 16, "leading-axis reduction results");
   for (int64_t k = 0; k * threads < m; ++k) {
     Value mi = arith::AddIOp::create(b, loc, g.index(b, loc, k * threads), g.tid);
     auto fold = [&](OpBuilder& fb, Location l) {
@@ -285,12 +278,13 @@ LogicalResult lowerReplicatedReduction(vector::MultiDimReductionOp red, GpuLower
   Value src = vector::ShapeCastOp::create(b, loc, srcType, g.map.lookup(red.getSource()));
   Value acc = g.map.lookup(red.getAcc());
   if (auto destType = dyn_cast<VectorType>(red.getDestType())) {
-    FailureOr<Value> flatAcc = g.operandIn(b, loc, red.getAcc(), ReplicatedLayoutAttr::get(b.getContext()));
+    FailureOr<Value> flatAcc =
+        g.operandIn(b, loc, red.getAcc(), ReplicatedLayoutAttr::get(b.getContext()));
     if (failed(flatAcc)) return red.emitOpError("no GPU rule for this reduction's accumulator");
     acc = vector::ShapeCastOp::create(b, loc, destType, *flatAcc);
   }
-  Value r = vector::MultiDimReductionOp::create(b, loc, src, acc, red.getReductionMask(),
-                                                red.getKind());
+  Value r =
+      vector::MultiDimReductionOp::create(b, loc, src, acc, red.getReductionMask(), red.getKind());
   if (auto destType = dyn_cast<VectorType>(red.getDestType()))
     r = vector::ShapeCastOp::create(b, loc, GpuLowering::flat(destType), r);
   g.map.map(red.getResult(), r);

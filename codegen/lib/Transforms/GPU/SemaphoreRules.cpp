@@ -21,8 +21,7 @@ Value elementPointer(OpBuilder& b, Location loc, Value memref, Value index) {
   auto type = cast<MemRefType>(memref.getType());
   Value element = arith::ConstantIndexOp::create(b, loc, type.getElementTypeBitWidth() / 8);
   Value linear = arith::AddIOp::create(b, loc, meta.getOffset(), index);
-  Value addr =
-      arith::AddIOp::create(b, loc, base, arith::MulIOp::create(b, loc, linear, element));
+  Value addr = arith::AddIOp::create(b, loc, base, arith::MulIOp::create(b, loc, linear, element));
   Value bits = arith::IndexCastUIOp::create(b, loc, b.getI64Type(), addr);
   return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext()), bits);
 }
@@ -98,27 +97,25 @@ void semaphoreWait(GpuLowering& g, OpBuilder& b, Location loc, Value semaphores,
     auto spin = scf::WhileOp::create(tb, l, TypeRange{}, ValueRange{});
     OpBuilder wb = OpBuilder::atBlockEnd(tb.createBlock(&spin.getBefore()));
     Type i32 = wb.getI32Type();
-    Value have =
-        LLVM::LoadOp::create(wb, l, i32, ptr, /*alignment=*/4, /*isVolatile=*/false,
-                             /*isNonTemporal=*/false, /*isInvariant=*/false,
-                             /*isInvariantGroup=*/false, LLVM::AtomicOrdering::monotonic);
+    Value have = LLVM::LoadOp::create(wb, l, i32, ptr, /*alignment=*/4, /*isVolatile=*/false,
+                                      /*isNonTemporal=*/false, /*isInvariant=*/false,
+                                      /*isInvariantGroup=*/false, LLVM::AtomicOrdering::monotonic);
     Value enough = arith::CmpIOp::create(wb, l, arith::CmpIPredicate::sge, have, value);
     auto take = scf::IfOp::create(
         wb, l, enough,
         [&](OpBuilder& ib, Location il) {
           Value rest = arith::SubIOp::create(ib, il, have, value);
-          auto cas = LLVM::AtomicCmpXchgOp::create(ib, il, ptr, have, rest,
-                                                   LLVM::AtomicOrdering::acq_rel,
-                                                   LLVM::AtomicOrdering::monotonic);
+          auto cas =
+              LLVM::AtomicCmpXchgOp::create(ib, il, ptr, have, rest, LLVM::AtomicOrdering::acq_rel,
+                                            LLVM::AtomicOrdering::monotonic);
           scf::YieldOp::create(
-              ib, il,
-              LLVM::ExtractValueOp::create(ib, il, cas, ArrayRef<int64_t>{1}).getResult());
+              ib, il, LLVM::ExtractValueOp::create(ib, il, cas, ArrayRef<int64_t>{1}).getResult());
         },
         [&](OpBuilder& eb, Location el) {
           scf::YieldOp::create(eb, el, arith::ConstantIntOp::create(eb, el, 0, 1).getResult());
         });
-    Value notYet = arith::XOrIOp::create(wb, l, take.getResult(0),
-                                         arith::ConstantIntOp::create(wb, l, 1, 1));
+    Value notYet =
+        arith::XOrIOp::create(wb, l, take.getResult(0), arith::ConstantIntOp::create(wb, l, 1, 1));
     scf::ConditionOp::create(wb, l, notYet, ValueRange{});
     OpBuilder ab = OpBuilder::atBlockEnd(tb.createBlock(&spin.getAfter()));
     scf::YieldOp::create(ab, l);
@@ -150,8 +147,8 @@ LogicalResult lowerSemaphoreRead(SemaphoreReadOp read, GpuLowering& g, OpBuilder
 /// Once per failing program, by thread 0 (see pallas.check).
 LogicalResult lowerCheck(CheckOp check, GpuLowering& g, OpBuilder& b) {
   Location loc = check.getLoc();
-  Value record = arith::AndIOp::create(b, loc, g.isThread(b, loc, 0),
-                                       g.map.lookup(check.getFailed()));
+  Value record =
+      arith::AndIOp::create(b, loc, g.isThread(b, loc, 0), g.map.lookup(check.getFailed()));
   scf::IfOp::create(b, loc, record, [&](OpBuilder& tb, Location l) {
     Value errors = g.map.lookup(check.getErrors());
     Value one = arith::ConstantIntOp::create(tb, l, tb.getI32Type(), 1);
