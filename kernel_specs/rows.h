@@ -371,6 +371,41 @@ void split_rows(const SplitRows& sem, const Value& cols, Whole whole, Stats stat
   });
 }
 
+/// The items of a split row (the q > 1 half of split_rows), for a kernel that
+/// only ever runs split rows (RowPath::kSplit).
+template <class Stats, class Apply>
+void split_row_items(const SplitRows& sem, const Value& cols, Stats stats, Apply apply) {
+  split_rows(
+      sem, cols, [](Value) {}, stats, apply);
+}
+
+//===----------------------------------------------------------------------===//
+// Row paths as kernel instances
+//
+// A row op's paths, each its own kernel (KernelSpec::variant), so that each
+// kernel's registers are those of its path; the entry point picks one from
+// the shape at run time, exactly as the paths were picked inside one kernel:
+//   kTile16, kTile4: short rows, a tile of rows per program (kTiles);
+//   kRow2048, kRow4096: a row per program, read once and kept in registers;
+//   kLongRow: a row per program, longer than kRowChunks chunks;
+//   kSplit: few long rows, each split over 2P work items (split_rows).
+// Worked example: 16384 x 4096 takes kRow4096 (Q = 1, 2048 < cols <= 4096);
+// 8 x 262144 takes kSplit (P = min(128, 64) = 64, Q = 128).
+//===----------------------------------------------------------------------===//
+
+enum RowPath { kTile16, kTile4, kRow2048, kRow4096, kLongRow, kSplit };
+inline std::vector<std::string> row_path_names() {
+  return {"tile16", "tile4", "row2048", "row4096", "long", "split"};
+}
+
+/// The path of a [rows, cols] launch: kSplit when Q > 1, else by row length.
+inline DimExpr row_path(const DimExpr& rows, const DimExpr& cols) {
+  DimExpr whole = le(items_per_row(rows, cols), 1);
+  DimExpr by_length = DimExpr(4) - le(cols, kRowChunks * kChunk) - le(cols, kChunk) -
+                      le(cols, kTiles[1].cols) - le(cols, kTiles[0].cols);
+  return whole * by_length + (DimExpr(1) - whole) * kSplit;
+}
+
 /// `for s in [0, parts): acc = f(slot, acc)` over a row's partials, in order.
 template <class F>
 std::vector<Value> fold_slots(const Value& base, const Value& parts, std::vector<double> inits,

@@ -9,93 +9,91 @@ using namespace pallas::edsl::rows;
 
 namespace {
 
-/// [rows, cols] x -> y on a (cdiv(rows, R), Q) grid (rows.h: R rows per
-/// program when short, Q programs per row when long, see split_rows), with
-/// the per-segment partials (max, sum of exp) of split rows in two workspaces.
-SplitRows declare_rows(KernelSpec& spec, DType T) {
+/// softmax or log_softmax, one kernel per row path (rows.h: RowPath), each
+/// given y = out(x, m, l) from the row statistics m = max(row) and
+/// l = sum(exp(row - m)):
+///   kTile16, kTile4: a tile of short rows, read once;
+///   kRow2048, kRow4096: a row in one program, read once, kept in registers;
+///   kLongRow: a row in one program: an online pass, then a second pass;
+///   kSplit: each statistics item folds its segment online, each apply item
+///   combines the segments' (m, l) and writes its segment.
+template <class Out>
+void row_softmax(KernelSpec& spec, DType T, Out out) {
   DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
   Operand x = spec.input("x", T, {rows, cols});
   Operand y = spec.output("y", T, {rows, cols});
-  DimExpr split = programs_per_row(rows, cols), items = items_per_row(rows, cols);
-  spec.workspace("partial_max", f32, rows * (items - split));  // empty unless rows are split
-  spec.workspace("partial_sum", f32, rows * (items - split));
-  SplitRows sem = declare_split_rows(spec, rows * min(items - split, 1));
-  spec.grid({cdiv(rows, rows_per_program(cols)), items});
+  const int path = spec.variant("path", row_path_names(), row_path(rows, cols));
   spec.block(x, {full, full}, all_rows);
   spec.block(y, {full, full}, all_rows);
-  return sem;
+  if (path == kTile16 || path == kTile4) {
+    const Tile t = kTiles[path == kTile16 ? 0 : 1];
+    spec.grid({cdiv(rows, t.rows)});
+    spec.body([=](Ref x, Ref y) {
+      Value cols = x.extent(1), first_row = program_id(0) * t.rows;
+      Value v = select(in_tile_row(t, cols), load_tile(x, t, first_row).cast(f32), kNegInf);
+      Value m = max(v, 1, /*keepdims=*/true);
+      store_tile(y, out(v, m, sum(exp_minus(v, m), 1, /*keepdims=*/true)).cast(T), first_row);
+    });
+    return;
+  }
+  if (path != kSplit) {
+    spec.grid({rows});
+    spec.body([=](Ref x, Ref y) {
+      Value cols = x.extent(1);
+      Row in{x, program_id(0)}, to{y, program_id(0)};
+      if (path == kLongRow) {
+        std::vector<Value> ml = segment_logsumexp(in, cols, Segment{index(0), num_chunks(cols)});
+        for_chunks(cols,
+                   [&](Value c) { to.store_chunk(out(in.chunk_f32(c), ml[0], ml[1]).cast(T), c); });
+        return;
+      }
+      const int64_t chunks = path == kRow2048 ? 1 : kRowChunks;
+      Value v = select(in_row(index(0), cols, chunks), in.chunk_f32(index(0), chunks), kNegInf);
+      Value m = max(v);
+      to.store_chunk(out(v, m, sum(exp_minus(v, m))).cast(T), index(0));
+    });
+    return;
+  }
+  // kSplit: Q = 2P items per row, with the segments' (max, sum of exp) in workspaces.
+  DimExpr split = programs_per_row(rows, cols), items = items_per_row(rows, cols);
+  spec.workspace("partial_max", f32, rows * split);
+  spec.workspace("partial_sum", f32, rows * split);
+  SplitRows sem = declare_split_rows(spec, rows);
+  spec.grid({rows, items});
+  spec.body([=](Ref x, Ref y, Ref pmax, Ref psum) {
+    Value cols = x.extent(1);
+    auto stats = [&](Value r, Segment seg, Value slot) {
+      std::vector<Value> ml = segment_logsumexp(Row{x, r}, cols, seg);
+      pmax.store_at(ml[0], {slot});
+      psum.store_at(ml[1], {slot});
+    };
+    auto apply = [&](Value r, Segment seg, Value base, Value parts) {
+      Value m = fold_slots(base, parts, {kNegInf}, [&](Value slot, std::vector<Value> acc) {
+        return std::vector<Value>{maximum(acc[0], pmax.load_scalar({slot}))};
+      })[0];
+      Value l = fold_slots(base, parts, {0.0}, [&](Value slot, std::vector<Value> acc) {
+        Value scale = exp_minus(pmax.load_scalar({slot}), m);
+        return std::vector<Value>{acc[0] + psum.load_scalar({slot}) * scale};
+      })[0];
+      Row in{x, r}, to{y, r};
+      for_segment(seg, [&](Value c) { to.store_chunk(out(in.chunk_f32(c), m, l).cast(T), c); });
+    };
+    split_row_items(sem, cols, stats, apply);
+  });
 }
 
 }  // namespace
 
-/// y = out(x, m, l) from the row statistics m = max(row), l = sum(exp(row - m)):
-///   short rows: a tile of rows, read once;
-///   a whole row in one program: one read of a row of at most kRowChunks
-///   chunks, else an online pass over the row (rows.h) and a second pass;
-///   a split row: each statistics item folds its segment online, each apply
-///   item combines the segments' (m, l) and writes its segment.
-template <class Out>
-void row_softmax(const SplitRows& sem, Ref x, Ref y, Ref pmax, Ref psum, DType T, Out out) {
-  Value cols = x.extent(1);
-  auto tile = [&](Tile t, Value first_row) {
-    Value v = select(in_tile_row(t, cols), load_tile(x, t, first_row).cast(f32), kNegInf);
-    Value m = max(v, 1, /*keepdims=*/true);
-    store_tile(y, out(v, m, sum(exp_minus(v, m), 1, /*keepdims=*/true)).cast(T), first_row);
-  };
-  auto whole_row = [&](Value r) {
-    Row in{x, r}, to{y, r};
-    by_row_length(
-        cols,
-        [&](int64_t chunks) {
-          Value v = select(in_row(index(0), cols, chunks), in.chunk_f32(index(0), chunks), kNegInf);
-          Value m = max(v);
-          to.store_chunk(out(v, m, sum(exp_minus(v, m))).cast(T), index(0));
-        },
-        [&] {
-          std::vector<Value> ml = segment_logsumexp(in, cols, Segment{index(0), num_chunks(cols)});
-          for_chunks(cols, [&](Value c) {
-            to.store_chunk(out(in.chunk_f32(c), ml[0], ml[1]).cast(T), c);
-          });
-        });
-  };
-  auto stats = [&](Value r, Segment seg, Value slot) {
-    std::vector<Value> ml = segment_logsumexp(Row{x, r}, cols, seg);
-    pmax.store_at(ml[0], {slot});
-    psum.store_at(ml[1], {slot});
-  };
-  auto apply = [&](Value r, Segment seg, Value base, Value parts) {
-    Value m = fold_slots(base, parts, {kNegInf}, [&](Value slot, std::vector<Value> acc) {
-      return std::vector<Value>{maximum(acc[0], pmax.load_scalar({slot}))};
-    })[0];
-    Value l = fold_slots(base, parts, {0.0}, [&](Value slot, std::vector<Value> acc) {
-      Value scale = exp_minus(pmax.load_scalar({slot}), m);
-      return std::vector<Value>{acc[0] + psum.load_scalar({slot}) * scale};
-    })[0];
-    Row in{x, r}, to{y, r};
-    for_segment(seg, [&](Value c) { to.store_chunk(out(in.chunk_f32(c), m, l).cast(T), c); });
-  };
-  split_rows(
-      sem, cols, [&](Value) { by_rows_per_program(cols, tile, whole_row); }, stats, apply);
-}
-
 // y = exp(x - max) / sum(exp(x - max))
 PALLAS_KERNEL(softmax) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  SplitRows sem = declare_rows(spec, T);
-  spec.body([=](Ref x, Ref y, Ref pmax, Ref psum) {
-    row_softmax(sem, x, y, pmax, psum, T,
-                [](Value v, Value m, Value l) { return exp_minus(v, m) * (1.0 / l); });
-  });
+  row_softmax(spec, T, [](Value v, Value m, Value l) { return exp_minus(v, m) * (1.0 / l); });
 }
 
 // y = x - max - log(sum(exp(x - max)))
 PALLAS_KERNEL(log_softmax) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  SplitRows sem = declare_rows(spec, T);
-  spec.body([=](Ref x, Ref y, Ref pmax, Ref psum) {
-    row_softmax(sem, x, y, pmax, psum, T,
-                [](Value v, Value m, Value l) { return v - (m + log(l)); });
-  });
+  row_softmax(spec, T, [](Value v, Value m, Value l) { return v - (m + log(l)); });
 }
 
 namespace {
@@ -133,12 +131,11 @@ void row_reduction(Reduction kind, const Semaphores& arrived, Ref x, Ref out, Re
   auto row = [&](Value r) {
     Row in{x, r};
     // Elements past the row end load as 0, which only a max must mask.
-    Value parts = fold_segment_elements(segment_of_row(cols), cols, {identity},
-                                        [&](Value c, std::vector<Value> acc, bool masked) {
-                                          Value v = chunk_or(in, c, cols, masked && !is_sum,
-                                                             identity);
-                                          return std::vector<Value>{combine(acc[0], v)};
-                                        })[0];
+    Value parts = fold_segment_elements(
+        segment_of_row(cols), cols, {identity}, [&](Value c, std::vector<Value> acc, bool masked) {
+          Value v = chunk_or(in, c, cols, masked && !is_sum, identity);
+          return std::vector<Value>{combine(acc[0], v)};
+        })[0];
     Value part = is_sum ? sum(parts) : max(parts);
     when(publish_partials(arrived, {{partials, part}}), [&] {
       Value total = fold_partials({identity}, [&](Value s, std::vector<Value> acc) {

@@ -75,8 +75,9 @@ std::string paramType(const OperandDecl& d) {
          ", " + std::to_string(d.shape.size()) + ">";
 }
 
-std::string signature(const edsl::KernelSpec& spec, bool with_default) {
-  std::string s = "pallas::Status " + spec.op() + "(";
+/// The typed entry point's declaration, named `fn` (the op unless given).
+std::string signature(const edsl::KernelSpec& spec, bool with_default, std::string fn = "") {
+  std::string s = "pallas::Status " + (fn.empty() ? spec.op() : fn) + "(";
   for (int i : entryParams(spec)) {
     const OperandDecl& d = spec.operands()[i];
     s += paramType(d) + " " + d.name + ", ";
@@ -200,7 +201,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
      << "_shared_bytes};\n\n}  // namespace\n\n";
 
   // The typed entry point.
-  os << "namespace pallas::kernels {\n\n" << signature(spec, false) << " {\n";
+  // An instance of a variant is launched by the op's entry point (emitDispatch).
+  const std::string fn = spec.variant_chooser() ? name + "_launch" : spec.op();
+  os << "namespace pallas::kernels {\n\n"
+     << (spec.variant_chooser() ? "static " : "") << signature(spec, false, fn) << " {\n";
   os << "  constexpr const char* kKernel = \"" << name << "\";\n";
   for (int i : entryParams(spec)) {
     const OperandDecl& d = ops[i];
@@ -322,13 +326,59 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
 
   // argv form and metadata.
   os << "pallas::Status " << name << "_argv(void* const* args, const pallas::Launch& launch) {\n"
-     << "  return " << spec.op() << "(";
+     << "  return " << fn << "(";
   int k = 0;
   for (int i : entryParams(spec))
     os << "*static_cast<const " << paramType(ops[i]) << "*>(args[" << k++ << "]), ";
   os << "launch);\n}\n\n";
   os << "const pallas::KernelMetadata& " << name << "_metadata() { return " << name
      << "_metadata_value; }\n\n}  // namespace pallas::kernels\n\n";
+}
+
+/// The entry point of an op with variants (KernelSpec::variant): binds the
+/// dims, evaluates the chooser and launches the chosen instance, which checks
+/// its arguments itself.
+void emitDispatch(std::ostringstream& os, const std::vector<const CompiledInstance*>& group) {
+  const edsl::KernelSpec& spec = *group.front()->kernel->spec;
+  const auto& ops = spec.operands();
+  os << "namespace pallas::kernels {\n\n" << signature(spec, false) << " {\n";
+  std::vector<bool> bound(spec.dim_names().size(), false);
+  for (int i : entryParams(spec))
+    for (size_t k = 0; k < ops[i].shape.size(); ++k) {
+      if (ops[i].shape[k].kind() != edsl::DimExpr::Kind::kDim) continue;
+      int dim = ops[i].shape[k].dim_index();
+      if (bound[dim]) continue;
+      bound[dim] = true;
+      os << "  [[maybe_unused]] const int64_t " << spec.dim_names()[dim] << " = " << ops[i].name
+         << ".shape(" << k << ");\n";
+    }
+  std::string params;
+  for (int i : entryParams(spec)) params += ops[i].name + ", ";
+  os << "  switch (" << spec.variant_chooser()->to_cpp() << ") {\n";
+  for (const CompiledInstance* inst : group)
+    os << "    case " << inst->kernel->spec->variant_index() << ":\n      return "
+       << inst->kernel->instance << "_launch(" << params << "launch);\n";
+  os << "  }\n  return pallas::Status::Error(pallas::StatusCode::kInvalidArgument,\n"
+     << "      \"" << spec.op() << ": no variant for these shapes (internal error)\");\n}\n\n"
+     << "}  // namespace pallas::kernels\n\n";
+}
+
+/// Instances grouped by their entry point (the same signature: variants).
+std::vector<std::vector<const CompiledInstance*>> entryGroups(
+    const std::vector<CompiledInstance>& instances) {
+  std::vector<std::vector<const CompiledInstance*>> groups;
+  std::vector<std::string> keys;
+  for (const CompiledInstance& inst : instances) {
+    std::string key = signature(*inst.kernel->spec, false);
+    auto it = std::find(keys.begin(), keys.end(), key);
+    if (it == keys.end()) {
+      keys.push_back(key);
+      groups.push_back({&inst});
+    } else {
+      groups[it - keys.begin()].push_back(&inst);
+    }
+  }
+  return groups;
 }
 
 }  // namespace
@@ -341,11 +391,16 @@ std::string emitHeader(const std::string& op, const std::string& spec_file,
      << "#include <pallas/dtype.h>\n#include <pallas/launch.h>\n#include <pallas/metadata.h>\n"
      << "#include <pallas/status.h>\n#include <pallas/tensor_view.h>\n\n"
      << "namespace pallas::kernels {\n\n";
+  std::vector<std::string> declared;
   for (const CompiledInstance& inst : instances) {
     const edsl::KernelSpec& spec = *inst.kernel->spec;
     const std::string& name = inst.kernel->instance;
     os << "/// " << name << ": grid " << gridText(spec) << ", " << spec.threads()
-       << " threads per program.\n";
+       << " threads per program";
+    if (spec.variant_chooser())
+      os << "; launched when " << spec.variant_chooser()->to_string() << " is "
+         << spec.variant_index();
+    os << ".\n";
     for (const OperandDecl& d : spec.operands()) {
       if (d.role == Role::kScratch) continue;
       os << "///   " << d.name << ": " << edsl::name(d.dtype) << " ";
@@ -357,7 +412,11 @@ std::string emitHeader(const std::string& op, const std::string& spec_file,
                                         : "output")
            << " " << shapeText(d) << "\n";
     }
-    os << "[[nodiscard]] " << signature(spec, true) << ";\n";
+    if (std::string typed = signature(spec, true);
+        std::find(declared.begin(), declared.end(), typed) == declared.end()) {
+      declared.push_back(typed);
+      os << "[[nodiscard]] " << typed << ";\n";
+    }
     os << "/// args[i] points at the i-th parameter of the typed entry point.\n";
     os << "[[nodiscard]] pallas::Status " << name
        << "_argv(void* const* args, const pallas::Launch& launch = {});\n";
@@ -387,6 +446,8 @@ std::string emitSource(const std::string& op, const std::string& spec_file,
      << "[[maybe_unused]] constexpr int64_t pallas_cdiv(int64_t a, int64_t b) { return (a + b - 1) "
         "/ b; }\n\n}  // namespace\n\n";
   for (const CompiledInstance& inst : instances) emitInstance(os, inst);
+  for (const auto& group : entryGroups(instances))
+    if (group.front()->kernel->spec->variant_chooser()) emitDispatch(os, group);
   return os.str();
 }
 

@@ -108,6 +108,7 @@ KernelSpec::KernelSpec(std::string op, std::vector<int> instance_choice)
 std::string KernelSpec::instance_name() const {
   std::string s = op_;
   for (DType d : chosen_) s += std::string("_") + name(d);
+  if (!variant_name_.empty()) s += "_" + variant_name_;
   return s;
 }
 
@@ -128,6 +129,19 @@ std::vector<DType> KernelSpec::dtype_params(const std::vector<std::string>& name
   const std::vector<DType>& picked = combinations.at(choice);
   chosen_.insert(chosen_.end(), picked.begin(), picked.end());
   return picked;
+}
+
+int KernelSpec::variant(const std::string& name, std::vector<std::string> options, DimExpr choose) {
+  if (options.empty()) fail("variant '" + name + "' has no options");
+  if (variant_chooser_) fail("variant '" + name + "': a spec has at most one variant");
+  int slot = params_seen_++;
+  int choice = slot < static_cast<int>(instance_choice_.size()) ? instance_choice_[slot] : 0;
+  num_instances_ *= static_cast<int>(options.size());
+  param_counts_.push_back(static_cast<int>(options.size()));
+  variant_chooser_ = std::move(choose);
+  variant_index_ = choice;
+  variant_name_ = options.at(choice);
+  return choice;
 }
 
 DType KernelSpec::dtype_param(const std::string& name, std::vector<DType> options) {

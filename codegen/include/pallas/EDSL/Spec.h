@@ -503,6 +503,13 @@ class KernelSpec {
   /// One instance per combination; returns this instance's dtypes.
   std::vector<DType> dtype_params(const std::vector<std::string>& names,
                                   std::vector<std::vector<DType>> combinations);
+  /// One kernel instance per option behind the same entry point, which picks
+  /// one at run time: `choose`, an expression of the dims, is the index of the
+  /// option to launch. Returns this instance's option, so that each instance
+  /// declares only its own path's grid, workspaces and body (and its kernel
+  /// holds only that path's code and registers). At most one per spec; the
+  /// instance is named after the option: softmax_bf16_tile16.
+  int variant(const std::string& name, std::vector<std::string> options, DimExpr choose);
   /// A run-time array dim, bound by the first operand using it.
   DimExpr dim(const std::string& name);
   Operand input(const std::string& name, DType dtype, std::vector<DimExpr> shape);
@@ -570,6 +577,9 @@ class KernelSpec {
   /// function's locals (captured by reference) are still alive.
   void set_body_hook(std::function<void(KernelSpec&)> hook) { on_body_ = std::move(hook); }
   std::vector<DType> instance_dtypes() const { return chosen_; }
+  /// The variant's chooser, when the spec declared one, and this instance's option.
+  const std::optional<DimExpr>& variant_chooser() const { return variant_chooser_; }
+  int variant_index() const { return variant_index_; }
   [[noreturn]] void fail(const std::string& message) const;
 
  private:
@@ -592,6 +602,9 @@ class KernelSpec {
   int params_seen_ = 0;
   int num_instances_ = 1;
   std::vector<DType> chosen_;
+  std::optional<DimExpr> variant_chooser_;
+  int variant_index_ = 0;
+  std::string variant_name_;
   std::vector<int> param_counts_;
   std::vector<OperandDecl> operands_;
   std::vector<std::string> dim_names_;
