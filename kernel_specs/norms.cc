@@ -17,6 +17,7 @@ struct NormOperands {
   Operand x, r, w, b, y, h;
   Scalar eps;
   SplitRows sem;
+  int path;  // this instance's RowPath
 };
 
 /// `partials` f32 workspaces hold each segment's statistics when rows are split.
@@ -31,11 +32,12 @@ NormOperands declare(KernelSpec& spec, DType T, bool residual, bool bias,
   o.eps = spec.scalar("eps", f32, /*min=*/0.0);
   o.y = spec.output("y", T, {rows, cols});
   if (residual) o.h = spec.output("h", T, {rows, cols});
+  o.path = spec.variant("path", row_path_names(), row_path(rows, cols));
   DimExpr split = programs_per_row(rows, cols), items = items_per_row(rows, cols);
   for (const std::string& name : partials)  // empty unless rows are split
-    spec.workspace(name, f32, rows * (items - split));
-  o.sem = declare_split_rows(spec, rows * min(items - split, 1));
-  spec.grid({cdiv(rows, rows_per_program(cols)), items});
+    spec.workspace(name, f32, o.path == kSplit ? rows * split : DimExpr(0));
+  o.sem = declare_split_rows(spec, o.path == kSplit ? rows : DimExpr(0));
+  spec.grid(row_path_grid(o.path, rows, cols));
   for (Operand op : {o.x, o.r, o.y, o.h})
     if (op.index >= 0) spec.block(op, {full, full}, all_rows);
   for (Operand op : {o.w, o.b})
@@ -112,7 +114,7 @@ Value elements_in(const Segment& seg, const Value& cols) {
 
 // ---- rms_norm: y = x * rsqrt(mean(x^2) + eps) * w ----
 
-void rms_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
+void rms_whole_row(const NormRow& n, const Value& cols, Scalar eps, int path) {
   auto scale_of = [&](const Value& squares) {
     return rsqrt(squares / cols.cast(f32) + Value(eps));
   };
@@ -124,13 +126,15 @@ void rms_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
         n.store(index(0), v, zero, scale_of(sum(v * v)));
       },
       [&] {
-        Value squares = sum(whole_row_elements(cols, {0.0}, [&](Value c, std::vector<Value> acc, bool) {
-          Value v = n.input(c, /*first=*/true);  // 0 past the row end
-          return std::vector<Value>{acc[0] + v * v};
-        })[0]);
+        Value squares =
+            sum(whole_row_elements(cols, {0.0}, [&](Value c, std::vector<Value> acc, bool) {
+              Value v = n.input(c, /*first=*/true);  // 0 past the row end
+              return std::vector<Value>{acc[0] + v * v};
+            })[0]);
         Value scale = scale_of(squares);
         for_chunks(cols, [&](Value c) { n.store(c, n.input(c, /*first=*/false), zero, scale); });
-      });
+      },
+      path);
 }
 
 void rms_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref y, const Ref* h, Ref squares,
@@ -150,15 +154,16 @@ void rms_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref y, const Re
   split_rows(
       o.sem, cols,
       [&](Value) {
-        by_rows_per_program(cols, tile, [&](Value i) { rms_whole_row(row(i), cols, o.eps); });
+        by_rows_per_program(
+            cols, tile, [&](Value i) { rms_whole_row(row(i), cols, o.eps, o.path); }, o.path);
       },
       [&](Value i, Segment seg, Value slot) {
         NormRow n = row(i);
-        Value part = sum(fold_segment_elements(seg, cols, {0.0},
-                                               [&](Value c, std::vector<Value> acc, bool) {
-                                                 Value v = n.input(c, /*first=*/true);
-                                                 return std::vector<Value>{acc[0] + v * v};
-                                               })[0]);
+        Value part =
+            sum(fold_segment_elements(seg, cols, {0.0}, [&](Value c, std::vector<Value> acc, bool) {
+              Value v = n.input(c, /*first=*/true);
+              return std::vector<Value>{acc[0] + v * v};
+            })[0]);
         squares.store_at(part, {slot});
       },
       [&](Value i, Segment seg, Value base, Value parts) {
@@ -170,13 +175,14 @@ void rms_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref y, const Re
         for_segment(seg, [&](Value c) {
           n.store(c, n.input(c, /*first=*/false), constant(0.0, f32), scale);
         });
-      });
+      },
+      o.path);
 }
 
 // ---- layer_norm: y = (x - mean) * rsqrt(var + eps) * w + b ----
 
 /// A whole row: the variance around the mean (a second pass) for accuracy.
-void layer_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
+void layer_whole_row(const NormRow& n, const Value& cols, Scalar eps, int path) {
   Value count = cols.cast(f32);
   by_row_length(
       cols,
@@ -187,12 +193,12 @@ void layer_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
         n.store(index(0), d, constant(0.0, f32), rsqrt(sum(d * d) / count + Value(eps)));
       },
       [&] {
-        Value mean = sum(whole_row_elements(cols, {0.0},
-                                            [&](Value c, std::vector<Value> acc, bool) {
-                                              return std::vector<Value>{
-                                                  acc[0] + n.input(c, /*first=*/true)};
-                                            })[0]) /
-                     count;
+        Value mean =
+            sum(whole_row_elements(cols, {0.0},
+                                   [&](Value c, std::vector<Value> acc, bool) {
+                                     return std::vector<Value>{acc[0] + n.input(c, /*first=*/true)};
+                                   })[0]) /
+            count;
         Value var = sum(whole_row_elements(cols, {0.0},
                                            [&](Value c, std::vector<Value> acc, bool masked) {
                                              Value d = n.input(c, false) - mean;
@@ -202,7 +208,8 @@ void layer_whole_row(const NormRow& n, const Value& cols, Scalar eps) {
                     count;
         Value scale = rsqrt(var + Value(eps));
         for_chunks(cols, [&](Value c) { n.store(c, n.input(c, /*first=*/false), mean, scale); });
-      });
+      },
+      path);
 }
 
 /// Chan et al.'s pairwise update: the (count, mean, M2) of two disjoint parts
@@ -236,7 +243,8 @@ void layer_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref b, Ref y,
   split_rows(
       o.sem, cols,
       [&](Value) {
-        by_rows_per_program(cols, tile, [&](Value i) { layer_whole_row(row(i), cols, o.eps); });
+        by_rows_per_program(
+            cols, tile, [&](Value i) { layer_whole_row(row(i), cols, o.eps, o.path); }, o.path);
       },
       [&](Value i, Segment seg, Value slot) {  // one read: each chunk's own two-pass stats
         NormRow n = row(i);
@@ -262,7 +270,8 @@ void layer_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref b, Ref y,
         NormRow n = row(i);
         for_segment(seg,
                     [&](Value c) { n.store(c, n.input(c, /*first=*/false), stats[1], scale); });
-      });
+      },
+      o.path);
 }
 
 }  // namespace

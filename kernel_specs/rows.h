@@ -22,6 +22,15 @@ namespace pallas::edsl::rows {
 /// f32 chunk, two per half-precision chunk.
 inline constexpr int64_t kChunk = 2048;
 
+/// The paths of a row op. Each is a kernel instance of its own
+/// (KernelSpec::variant; see "Row paths as kernel instances" below), and the
+/// helpers that pick a path at run time (by_rows_per_program, by_row_length,
+/// split_rows) emit only the given path's code when given one.
+enum RowPath { kTile16, kTile4, kRow2048, kRow4096, kLongRow, kSplit };
+inline std::vector<std::string> row_path_names() {
+  return {"tile16", "tile4", "row2048", "row4096", "long", "split"};
+}
+
 /// Program i sees row i, whole.
 inline Indices row_i(const ProgramIds& p) { return at(p[0], 0); }
 /// Every program sees the whole [cols] vector (weights, biases).
@@ -97,7 +106,16 @@ inline DimExpr rows_per_program(const DimExpr& cols) {
 /// `tile(t, first_row)` in a program of a short-row kernel (rows of at most
 /// 512: its tile's rows from first_row), else `row(program_id(0))`.
 template <class TileFn, class RowFn>
-void by_rows_per_program(const Value& cols, TileFn tile, RowFn row) {
+void by_rows_per_program(const Value& cols, TileFn tile, RowFn row, int path = -1) {
+  if (path == kTile16 || path == kTile4) {
+    const Tile& t = kTiles[path == kTile16 ? 0 : 1];
+    tile(t, program_id(0) * t.rows);
+    return;
+  }
+  if (path >= 0) {
+    row(program_id(0));
+    return;
+  }
   int64_t narrower = -1;
   for (const Tile& t : kTiles) {
     Value fits = cols <= index(t.cols);
@@ -150,7 +168,10 @@ inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 /// output (one chunk when it fits, so short rows leave fewer lanes idle);
 /// else `many()`, which reads a longer row again for the output.
 template <class Held, class Many>
-void by_row_length(const Value& cols, Held held, Many many) {
+void by_row_length(const Value& cols, Held held, Many many, int path = -1) {
+  if (path == kRow2048) return held(int64_t{1});
+  if (path == kRow4096) return held(kRowChunks);
+  if (path == kLongRow) return many();
   when(cols <= index(kChunk), [&] { held(int64_t{1}); });
   when(select(cols > index(kChunk), cols <= index(kRowChunks * kChunk), constant(0, DType::i1)),
        [&] { held(kRowChunks); });
@@ -342,9 +363,11 @@ inline SplitRows declare_split_rows(KernelSpec& spec, const DimExpr& rows) {
 ///                            the row has arrived; the row's partials are at
 ///                            slots base .. base + P - 1.
 template <class Whole, class Stats, class Apply>
-void split_rows(const SplitRows& sem, const Value& cols, Whole whole, Stats stats, Apply apply) {
+void split_rows(const SplitRows& sem, const Value& cols, Whole whole, Stats stats, Apply apply,
+                int path = -1) {
+  if (path >= 0 && path != kSplit) return whole(program_id(0));
   Value q = num_programs(1);
-  when(q == index(1), [&] { whole(program_id(0)); });
+  if (path < 0) when(q == index(1), [&] { whole(program_id(0)); });
   when(q > index(1), [&] {
     Value total = (num_programs(0) * q).cast(i32);
     Value ticket = sem.ticket.add(0, constant(1, i32));
@@ -376,7 +399,7 @@ void split_rows(const SplitRows& sem, const Value& cols, Whole whole, Stats stat
 template <class Stats, class Apply>
 void split_row_items(const SplitRows& sem, const Value& cols, Stats stats, Apply apply) {
   split_rows(
-      sem, cols, [](Value) {}, stats, apply);
+      sem, cols, [](Value) {}, stats, apply, kSplit);
 }
 
 //===----------------------------------------------------------------------===//
@@ -393,17 +416,19 @@ void split_row_items(const SplitRows& sem, const Value& cols, Stats stats, Apply
 // 8 x 262144 takes kSplit (P = min(128, 64) = 64, Q = 128).
 //===----------------------------------------------------------------------===//
 
-enum RowPath { kTile16, kTile4, kRow2048, kRow4096, kLongRow, kSplit };
-inline std::vector<std::string> row_path_names() {
-  return {"tile16", "tile4", "row2048", "row4096", "long", "split"};
-}
-
 /// The path of a [rows, cols] launch: kSplit when Q > 1, else by row length.
 inline DimExpr row_path(const DimExpr& rows, const DimExpr& cols) {
   DimExpr whole = le(items_per_row(rows, cols), 1);
   DimExpr by_length = DimExpr(4) - le(cols, kRowChunks * kChunk) - le(cols, kChunk) -
                       le(cols, kTiles[1].cols) - le(cols, kTiles[0].cols);
   return whole * by_length + (DimExpr(1) - whole) * kSplit;
+}
+
+/// The grid of `path` for [rows, cols]: a tile of rows, a row, or a row's Q items per program.
+inline std::vector<DimExpr> row_path_grid(int path, const DimExpr& rows, const DimExpr& cols) {
+  if (path == kTile16 || path == kTile4) return {cdiv(rows, kTiles[path == kTile16 ? 0 : 1].rows)};
+  if (path == kSplit) return {rows, items_per_row(rows, cols)};
+  return {rows};
 }
 
 /// `for s in [0, parts): acc = f(slot, acc)` over a row's partials, in order.

@@ -99,17 +99,31 @@ PALLAS_KERNEL(log_softmax) {
 namespace {
 /// [rows, cols] x -> [rows] out on a (cdiv(rows, R), P) grid (see rows.h),
 /// with one f32 partial per program; returns the semaphores the body arrives at.
-Semaphores declare_row_reduction(KernelSpec& spec, DType T) {
+/// Three kernel instances (KernelSpec::variant): tiles of 16 or 4 short rows,
+/// or rows (a row's segments over P programs).
+struct RowReduction {
+  Semaphores arrived;
+  int path;  // kTile16, kTile4, or kRow2048 standing for every row path
+};
+RowReduction declare_row_reduction(KernelSpec& spec, DType T) {
   DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
   Operand x = spec.input("x", T, {rows, cols});
   Operand out = spec.output("out", T, {rows});
+  const int variant =
+      spec.variant("path", {"tile16", "tile4", "rows"},
+                   DimExpr(2) - le(cols, kTiles[1].cols) - le(cols, kTiles[0].cols));
+  const int path = variant == 0 ? kTile16 : variant == 1 ? kTile4 : kRow2048;
+  const bool rows_path = path == kRow2048;
   DimExpr split = programs_per_row(rows, cols);
-  spec.workspace("partials", f32, rows * split);
-  Semaphores arrived = spec.semaphores("arrived", rows);
-  spec.grid({cdiv(rows, rows_per_program(cols)), split});
+  spec.workspace("partials", f32, rows_path ? rows * split : DimExpr(0));
+  Semaphores arrived = spec.semaphores("arrived", rows_path ? rows : DimExpr(0));
+  if (rows_path)
+    spec.grid({rows, split});
+  else
+    spec.grid(row_path_grid(path, rows, cols));
   spec.block(x, {full, full}, all_rows);
   spec.block(out, {full}, whole);
-  return arrived;
+  return {arrived, path};
 }
 
 enum class Reduction { kSum, kMax };
@@ -118,8 +132,9 @@ enum class Reduction { kSum, kMax };
 /// its last axis; a longer row folds its segment's chunks in order into one
 /// partial per element, reduces them once, and the row's last program folds
 /// the segments' partials in order.
-void row_reduction(Reduction kind, const Semaphores& arrived, Ref x, Ref out, Ref partials,
+void row_reduction(Reduction kind, const RowReduction& decl, Ref x, Ref out, Ref partials,
                    DType T) {
+  const Semaphores& arrived = decl.arrived;
   const bool is_sum = kind == Reduction::kSum;
   const double identity = is_sum ? 0.0 : kNegInf;  // also what masked elements become
   auto combine = [&](const Value& a, const Value& b) { return is_sum ? a + b : maximum(a, b); };
@@ -145,24 +160,24 @@ void row_reduction(Reduction kind, const Semaphores& arrived, Ref x, Ref out, Re
       finish_row(arrived);
     });
   };
-  by_rows_per_program(cols, tile, row);
+  by_rows_per_program(cols, tile, row, decl.path);
 }
 }  // namespace
 
 // out[r] = sum(x[r, :]), accumulated in f32 (segments in order, then their sums in order).
 PALLAS_KERNEL(row_sum) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  Semaphores arrived = declare_row_reduction(spec, T);
+  RowReduction decl = declare_row_reduction(spec, T);
   spec.body([=](Ref x, Ref out, Ref partials) {
-    row_reduction(Reduction::kSum, arrived, x, out, partials, T);
+    row_reduction(Reduction::kSum, decl, x, out, partials, T);
   });
 }
 
 // out[r] = max(x[r, :]); NaN propagates; an empty row gives -inf.
 PALLAS_KERNEL(row_max) {
   DType T = spec.dtype_param("T", {f32, f16, bf16});
-  Semaphores arrived = declare_row_reduction(spec, T);
+  RowReduction decl = declare_row_reduction(spec, T);
   spec.body([=](Ref x, Ref out, Ref partials) {
-    row_reduction(Reduction::kMax, arrived, x, out, partials, T);
+    row_reduction(Reduction::kMax, decl, x, out, partials, T);
   });
 }

@@ -205,7 +205,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   const std::string fn = spec.variant_chooser() ? name + "_launch" : spec.op();
   os << "namespace pallas::kernels {\n\n"
      << (spec.variant_chooser() ? "static " : "") << signature(spec, false, fn) << " {\n";
-  os << "  constexpr const char* kKernel = \"" << name << "\";\n";
+  // Messages name what the user called: the dtype instance, not the variant.
+  os << "  constexpr const char* kKernel = \"" << spec.entry_name() << "\";\n";
   for (int i : entryParams(spec)) {
     const OperandDecl& d = ops[i];
     if (d.role == Role::kScalar) continue;

@@ -105,11 +105,14 @@ std::string DimExpr::to_string() const { return print(false); }
 KernelSpec::KernelSpec(std::string op, std::vector<int> instance_choice)
     : op_(std::move(op)), instance_choice_(std::move(instance_choice)) {}
 
-std::string KernelSpec::instance_name() const {
+std::string KernelSpec::entry_name() const {
   std::string s = op_;
   for (DType d : chosen_) s += std::string("_") + name(d);
-  if (!variant_name_.empty()) s += "_" + variant_name_;
   return s;
+}
+
+std::string KernelSpec::instance_name() const {
+  return variant_name_.empty() ? entry_name() : entry_name() + "_" + variant_name_;
 }
 
 void KernelSpec::fail(const std::string& message) const {

@@ -558,6 +558,8 @@ class KernelSpec {
   // --- read by the tracer and the emitter ---
   const std::string& op() const { return op_; }
   std::string instance_name() const;
+  /// The instance name without the variant's option: "softmax_bf16".
+  std::string entry_name() const;
   int num_instances() const { return num_instances_; }
   const std::vector<int>& param_counts() const { return param_counts_; }
   const std::vector<OperandDecl>& operands() const { return operands_; }
