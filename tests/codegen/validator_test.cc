@@ -196,6 +196,43 @@ TEST(Validator, ValidSpecTracesOneKernelPerInstance) {
   EXPECT_EQ(kernels[2].instance, "conv_bf16_f32");
 }
 
+// A variant multiplies the instances (dtype-major), names them after its
+// options, and lets each declare its own grid; the chooser is kept for the
+// entry point.
+TEST(Validator, VariantsAreInstancesWithTheirOwnGrid) {
+  auto fn = [](KernelSpec& spec) {
+    DType T = spec.dtype_param("T", {f32, bf16});
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", T, {n});
+    Operand out = spec.output("out", T, {n});
+    int path = spec.variant("path", {"small", "large"}, DimExpr(1) - le(n, 256));
+    const int64_t block = path == 0 ? 256 : 1024;
+    spec.grid({cdiv(n, block)});
+    for (Operand o : {x, out}) spec.block(o, {Blocked{block}}, first);
+    spec.body([](Ref x, Ref out) { out.store(x.load()); });
+  };
+  mlir::MLIRContext context;
+  auto kernels = trace_spec("copy", fn, context);
+  ASSERT_EQ(kernels.size(), 4u);
+  EXPECT_EQ(kernels[0].instance, "copy_f32_small");
+  EXPECT_EQ(kernels[1].instance, "copy_f32_large");
+  EXPECT_EQ(kernels[3].instance, "copy_bf16_large");
+  EXPECT_EQ(kernels[3].spec->entry_name(), "copy_bf16");
+  EXPECT_EQ(kernels[3].spec->variant_index(), 1);
+  EXPECT_EQ(kernels[1].spec->grid_axes()[0].to_string(), "cdiv(n, 1024)");
+  ASSERT_TRUE(kernels[0].spec->variant_chooser());
+}
+
+TEST(Validator, OneVariantPerSpec) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    spec.variant("a", {"x", "y"}, 0);
+    spec.variant("b", {"x", "y"}, 0);
+  };
+  EXPECT_EQ(trace_error("two_variants", fn),
+            "spec 'two_variants_x': variant 'b': a spec has at most one variant");
+}
+
 TEST(Validator, EveryDimIsBoundByAnOperand) {
   auto fn = [](KernelSpec& spec) {
     DimExpr n = spec.dim("n"), k = spec.dim("k");
