@@ -13,6 +13,7 @@
 
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -43,9 +44,13 @@ inline Value num_chunks(const Value& cols) { return (cols + (kChunk - 1)) / kChu
 /// registers (32 f32 per thread of 128) between its statistics and its output.
 inline constexpr int64_t kRowChunks = 2;
 
-/// Chunks [c, c + chunks) of a row ref (or the [cols] weights), as f32.
-inline Value chunk_f32(const Ref& row, const Value& c, int64_t chunks = 1) {
-  return row.load_at({c * kChunk}, {chunks * kChunk}).cast(f32);
+/// Chunks [c, c + chunks) of a row ref (or the [cols] weights), as f32;
+/// elements past the row end read as `fill` when given, else 0.
+inline Value chunk_f32(const Ref& row, const Value& c, int64_t chunks = 1,
+                       std::optional<double> fill = {}) {
+  Value v = fill ? row.load_at({c * kChunk}, {chunks * kChunk}, *fill)
+                 : row.load_at({c * kChunk}, {chunks * kChunk});
+  return v.cast(f32);
 }
 
 /// Every program sees the whole [rows, cols] array and picks its row in the
@@ -59,10 +64,15 @@ struct Row {
 
   /// Chunks [c, c + chunks) in the operand's dtype; elements past the row end
   /// read as 0.
-  Value chunk(const Value& c, int64_t chunks = 1) const {
-    return reshape(array.load_at({index, c * kChunk}, {1, chunks * kChunk}), {chunks * kChunk});
+  Value chunk(const Value& c, int64_t chunks = 1, std::optional<double> fill = {}) const {
+    Value v = fill ? array.load_at({index, c * kChunk}, {1, chunks * kChunk}, *fill)
+                   : array.load_at({index, c * kChunk}, {1, chunks * kChunk});
+    return reshape(v, {chunks * kChunk});
   }
-  Value chunk_f32(const Value& c, int64_t chunks = 1) const { return chunk(c, chunks).cast(f32); }
+  /// As f32; elements past the row end read as `fill` when given, else 0.
+  Value chunk_f32(const Value& c, int64_t chunks = 1, std::optional<double> fill = {}) const {
+    return chunk(c, chunks, fill).cast(f32);
+  }
   /// Stores `v` (one or more chunks) from chunk c; elements past the row end
   /// are skipped.
   void store_chunk(const Value& v, const Value& c) const {
@@ -70,8 +80,11 @@ struct Row {
   }
 };
 
-/// Chunk `c` of a picked row, as f32.
-inline Value chunk_f32(const Row& row, const Value& c) { return row.chunk_f32(c); }
+/// Chunk `c` of a picked row, as f32 (`fill` past the row end when given).
+inline Value chunk_f32(const Row& row, const Value& c, int64_t chunks = 1,
+                       std::optional<double> fill = {}) {
+  return row.chunk_f32(c, chunks, fill);
+}
 
 //===----------------------------------------------------------------------===//
 // Short rows: several rows per program
@@ -135,6 +148,11 @@ inline Value in_tile_row(const Tile& t, const Value& cols) {
 /// past the array end and columns past the row end read as 0.
 inline Value load_tile(const Ref& array, const Tile& t, const Value& first_row) {
   return array.load_at({first_row, index(0)}, {t.rows, t.cols});
+}
+/// The same with `fill` outside the array (a column past the row end): a
+/// tile's max needs no mask.
+inline Value load_tile(const Ref& array, const Tile& t, const Value& first_row, double fill) {
+  return array.load_at({first_row, index(0)}, {t.rows, t.cols}, fill);
 }
 inline void store_tile(const Ref& array, const Value& v, const Value& first_row) {
   array.store_at(v, {first_row, index(0)});
@@ -262,11 +280,10 @@ std::vector<Value> fold_segment_elements(const Segment& seg, const Value& cols,
 }
 
 /// The elements of chunk c of `x` (a row Ref or a Row) as f32, with `fill` past
-/// the row end when `masked`.
+/// the row end when `masked` (a padded load: no per-element mask).
 template <class RowOf>
-Value chunk_or(const RowOf& x, const Value& c, const Value& cols, bool masked, double fill) {
-  Value v = chunk_f32(x, c);
-  return masked ? select(in_row(c, cols), v, fill) : v;
+Value chunk_or(const RowOf& x, const Value& c, const Value&, bool masked, double fill) {
+  return masked ? chunk_f32(x, c, 1, fill) : chunk_f32(x, c);
 }
 
 /// One pass over a segment: {m, l} with m its maximum and l = sum(exp(x - m)),

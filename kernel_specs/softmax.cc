@@ -30,7 +30,7 @@ void row_softmax(KernelSpec& spec, DType T, Out out) {
     spec.grid({cdiv(rows, t.rows)});
     spec.body([=](Ref x, Ref y) {
       Value cols = x.extent(1), first_row = program_id(0) * t.rows;
-      Value v = select(in_tile_row(t, cols), load_tile(x, t, first_row).cast(f32), kNegInf);
+      Value v = load_tile(x, t, first_row, kNegInf).cast(f32);  // -inf past each row
       Value m = max(v, 1, /*keepdims=*/true);
       store_tile(y, out(v, m, sum(exp_minus(v, m), 1, /*keepdims=*/true)).cast(T), first_row);
     });
@@ -48,7 +48,7 @@ void row_softmax(KernelSpec& spec, DType T, Out out) {
         return;
       }
       const int64_t chunks = path == kRow2048 ? 1 : kRowChunks;
-      Value v = select(in_row(index(0), cols, chunks), in.chunk_f32(index(0), chunks), kNegInf);
+      Value v = in.chunk_f32(index(0), chunks, kNegInf);  // -inf past the row end
       Value m = max(v);
       to.store_chunk(out(v, m, sum(exp_minus(v, m))).cast(T), index(0));
     });
@@ -140,7 +140,7 @@ void row_reduction(Reduction kind, const RowReduction& decl, Ref x, Ref out, Ref
   auto combine = [&](const Value& a, const Value& b) { return is_sum ? a + b : maximum(a, b); };
   Value cols = x.extent(1);
   auto tile = [&](Tile t, Value first_row) {
-    Value v = select(in_tile_row(t, cols), load_tile(x, t, first_row).cast(f32), identity);
+    Value v = load_tile(x, t, first_row, identity).cast(f32);  // identity past each row
     out.store_at((is_sum ? sum(v, 1) : max(v, 1)).cast(T), {first_row});
   };
   auto row = [&](Value r) {

@@ -126,6 +126,9 @@ LogicalResult LoadOp::verify() {
   VectorType result = getResult().getType();
   if (result.getElementType() != ref.getElementType())
     return emitOpError() << "result element type differs from the ref's";
+  if (auto padding = getPaddingAttr(); padding && padding.getType() != ref.getElementType())
+    return emitOpError() << "padding " << padding << " is not of the element type "
+                         << ref.getElementType();
   // Numpy broadcasting from the slice shape to the result shape.
   ArrayRef<int64_t> sizes = getSizes();
   int64_t lead = result.getRank() - static_cast<int64_t>(sizes.size());
@@ -135,6 +138,11 @@ LogicalResult LoadOp::verify() {
       return emitOpError() << "slice dim " << d << " of extent " << sizes[d]
                            << " cannot broadcast to " << result.getShape()[lead + d];
   return success();
+}
+
+TypedAttr LoadOp::getPaddingOrZero() {
+  if (auto padding = getPaddingAttr()) return padding;
+  return cast<TypedAttr>(Builder(getContext()).getZeroAttr(getResult().getType().getElementType()));
 }
 
 void LoadOp::getEffects(

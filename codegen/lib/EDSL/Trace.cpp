@@ -118,7 +118,25 @@ Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes,
     if (size <= 0) fail("load_at of '" + name() + "': slice sizes must be positive");
   auto result = VectorType::get(sizes, type.getElementType());
   llvm::SmallVector<int64_t> zeros(sizes.size(), 0);
-  return wrap(mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, dynamic, zeros, sizes));
+  return wrap(
+      mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, dynamic, zeros, sizes, nullptr));
+}
+
+Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes, double fill,
+                   std::source_location where) const {
+  Located here(where);
+  Value v = load_at(offsets, std::move(sizes), where);
+  auto load = unwrap(v).getDefiningOp<mlir::pallas::LoadOp>();
+  mlir::Type et = ref_type(ref_state(impl_, operand_).ref).getElementType();
+  if (llvm::isa<mlir::FloatType>(et)) {
+    load.setPaddingAttr(b().getFloatAttr(et, fill));
+  } else {
+    if (fill != static_cast<double>(static_cast<int64_t>(fill)))
+      fail("load_at of '" + name() + "': fill " + std::to_string(fill) +
+           " is not an integer but the operand is " + edsl::name(dtype()));
+    load.setPaddingAttr(b().getIntegerAttr(et, static_cast<int64_t>(fill)));
+  }
+  return v;
 }
 
 void Ref::store_at(const Value& value, const std::vector<Idx>& offsets,
@@ -166,7 +184,8 @@ Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes,
            " is outside the block extent " + std::to_string(type.getShape()[d]));
   auto result = VectorType::get(sizes, type.getElementType());
   return wrap(
-      mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, mlir::ValueRange{}, offsets, sizes));
+      mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, mlir::ValueRange{}, offsets, sizes,
+                                   /*padding=*/nullptr));
 }
 
 void Ref::store(const Value& value, std::source_location where) const {

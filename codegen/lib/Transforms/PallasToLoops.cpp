@@ -319,16 +319,15 @@ class HostLowering {
           arrayCoords(nb, l, ref, load.getOffsets(), mapped(load.getDynamicOffsets()),
                       load.getSizes(), type.getShape(), ivs);
       Value inside = inBounds(nb, l, ref, coords);
-      Type et = type.getElementType();
       auto branch = scf::IfOp::create(
           nb, l, inside,
           [&](OpBuilder& tb, Location tl) {
             scf::YieldOp::create(tb, tl,
                                  memref::LoadOp::create(tb, tl, ref.array, coords).getResult());
           },
-          [&](OpBuilder& eb, Location el) {  // masked: outside the array reads 0
-            scf::YieldOp::create(eb, el,
-                                 arith::ConstantOp::create(eb, el, eb.getZeroAttr(et)).getResult());
+          [&](OpBuilder& eb, Location el) {  // masked: outside the array reads the padding
+            scf::YieldOp::create(
+                eb, el, arith::ConstantOp::create(eb, el, load.getPaddingOrZero()).getResult());
           });
       memref::StoreOp::create(nb, l, branch.getResult(0), out, ivs);
     });

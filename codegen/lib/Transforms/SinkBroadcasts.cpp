@@ -20,7 +20,7 @@ struct BroadcastOfLoad : OpRewritePattern<vector::BroadcastOp> {
     if (!load) return failure();
     rewriter.replaceOpWithNewOp<LoadOp>(op, op.getResultVectorType(), load.getRef(),
                                         load.getDynamicOffsets(), load.getOffsets(),
-                                        load.getSizes());
+                                        load.getSizes(), load.getPaddingAttr());
     return success();
   }
 };

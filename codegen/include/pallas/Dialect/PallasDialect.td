@@ -12,6 +12,8 @@
 
 include "mlir/IR/OpBase.td"
 include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Pallas_Dialect : Dialect {
@@ -102,14 +104,21 @@ def Pallas_LoadOp : Pallas_Op<"load", [DeclareOpInterfaceMethods<MemoryEffectsOp
     ref dim), the dynamic one. The result may have a larger shape than the
     slice: the slice is broadcast to it with numpy rules (trailing dims
     aligned, slice dims of extent 1 stretched). Elements outside the array
-    read as zero (slices with dynamic offsets are bounded by the array, not
-    the block).
+    read as `padding` (Pallas' `other`), zero when it is absent (slices with
+    dynamic offsets are bounded by the array, not the block). A max over a
+    row loaded with `padding = -inf` needs no mask: only the GPU's edge runs,
+    which it reads element by element anyway, see the padding.
   }];
   let arguments = (ins Pallas_RefType:$ref, Variadic<Index>:$dynamic_offsets,
-                       DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes);
+                       DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes,
+                       OptionalAttr<TypedAttrInterface>:$padding);
   let results = (outs AnyVectorOfNonZeroRank:$result);
   let assemblyFormat = "$ref `[` $offsets `]` `[` $sizes `]` (`plus` `(` $dynamic_offsets^ `)`)? attr-dict `:` type($ref) `->` type($result)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// What elements outside the array read as: `padding`, or zero.
+    ::mlir::TypedAttr getPaddingOrZero();
+  }];
 }
 
 def Pallas_StoreOp : Pallas_Op<"store", [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {

@@ -436,6 +436,10 @@ class Ref {
   /// constants), one per block dim; elements past the array edge read as 0.
   Value load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes,
                 std::source_location where = std::source_location::current()) const;
+  /// The same, with elements past the array edge reading as `fill` (Pallas'
+  /// `other`): a max over a row loaded with fill -inf needs no mask.
+  Value load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes, double fill,
+                std::source_location where = std::source_location::current()) const;
   /// Stores `value` (a block, or a scalar: one element) at run-time `offsets`;
   /// elements past the array edge are skipped.
   void store_at(const Value& value, const std::vector<Idx>& offsets,

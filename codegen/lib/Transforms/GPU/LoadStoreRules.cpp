@@ -81,7 +81,7 @@ LogicalResult lowerLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
     SmallVector<Value> coords =
         arrayCoords(b, loc, ref, load.getOffsets(), g.mapped(load.getDynamicOffsets()),
                     load.getSizes(), type.getShape(), rc);
-    Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
+    Value fill = arith::ConstantOp::create(b, loc, load.getPaddingOrZero());
     if (!contiguous) {  // the whole run reads one element (a stretched dim)
       auto one = scf::IfOp::create(
           b, loc, inBounds(b, loc, ref, coords),
@@ -89,7 +89,7 @@ LogicalResult lowerLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
             scf::YieldOp::create(tb, l,
                                  memref::LoadOp::create(tb, l, ref.array, coords).getResult());
           },
-          [&](OpBuilder& eb, Location l) { scf::YieldOp::create(eb, l, zero); });
+          [&](OpBuilder& eb, Location l) { scf::YieldOp::create(eb, l, fill); });
       return vector::BroadcastOp::create(b, loc, runType, one.getResult(0));
     }
     auto branch = scf::IfOp::create(
@@ -115,10 +115,7 @@ LogicalResult lowerLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
                   scf::YieldOp::create(ib, il,
                                        memref::LoadOp::create(ib, il, ref.array, cj).getResult());
                 },
-                [&](OpBuilder& ob, Location ol) {
-                  scf::YieldOp::create(
-                      ob, ol, arith::ConstantOp::create(ob, ol, ob.getZeroAttr(et)).getResult());
-                });
+                [&](OpBuilder& ob, Location ol) { scf::YieldOp::create(ob, ol, fill); });
             run = vector::InsertOp::create(eb, l, one.getResult(0), run, ArrayRef<int64_t>{j});
           }
           scf::YieldOp::create(eb, l, run);
