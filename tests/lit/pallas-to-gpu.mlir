@@ -155,3 +155,17 @@ func.func @carry_changes_form(%x: memref<?x?xf32, strided<[?, 1]>>, %y: memref<?
   }
   return
 }
+
+// -----
+
+// An op on blocks without a rule is an error naming it and every rule of the
+// registry (GpuLowering.h), not a silent clone.
+func.func @no_rule(%x: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %c0 = arith.constant 0 : index
+  %rx = pallas.block %x[%i, %c0] {block_shape = array<i64: 8, 256>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<8x256xf32>
+  %v = pallas.load %rx[[0, 0]] [[8, 256]] : !pallas.ref<8x256xf32> -> vector<8x256xf32>
+  // expected-error @+1 {{no GPU lowering rule for vector.transpose; known rules: arith.constant, pallas.block, pallas.check, pallas.convert_layout, pallas.iota, pallas.load,}}
+  %t = vector.transpose %v, [1, 0] : vector<8x256xf32> to vector<256x8xf32>
+  return
+}

@@ -38,32 +38,40 @@ def PallasAssignLayouts : Pass<"pallas-assign-layouts", "ModuleOp"> {
        narrowest element type the kernel moves, halved until it divides every
        block's last dim and threads * vec divides every block's size. Written
        on the kernel as `pallas.strided_layout`.
-    2. Replicated values: results of reductions that keep dims, what is
-       computed from them alone, splats too small to spread over the threads
-       (or seeding kept-dims reductions); loop carries follow their init.
-       Every other block value is strided. Each op with vector results gets
-       `pallas.layouts`, one entry per result (loops: per carry).
-    3. Conversions: a broadcast of a replicated value to a strided block
-       becomes `pallas.convert_layout` (which broadcasts); an elementwise
-       operand, a loop init or yield, or a kept-dims reduction's accumulator
-       in another layout than its use gets one. Splats never need one: they
-       are made again in each use's layout.
+    2. Per-row and replicated values. A kept-dims reduction of the last axis
+       of a strided block whose rows lie in one warp is `strided_rows` (each
+       row's value stays in that row's lanes), with what is computed from such
+       values alone, when every use of them is elementwise, a shape cast, a
+       broadcast back over their block, or a store. Other kept-dims results,
+       what is computed from them alone, and splats too small to spread over
+       the threads (or seeding kept-dims reductions) are `replicated`; loop
+       carries follow their init. Every other block value is strided. Each op
+       with vector results gets `pallas.layouts`, one entry per result (loops:
+       per carry).
+    3. Conversions: a broadcast of a per-row or replicated value over a
+       strided block becomes `pallas.convert_layout` (which broadcasts); an
+       elementwise operand, a loop init or yield, or a kept-dims reduction's
+       accumulator in another layout than its use gets one. Splats never need
+       one: they are made again in each use's layout.
 
-    Before (a softmax row tile, 16 rows of 128, f32):
+    Before (a softmax row tile, 16 rows of 128, f32: a row is 32 runs of 4,
+    one warp):
     ```mlir
     %m = vector.multi_reduction <maximumf>, %x, %init [1] : vector<16x128xf32> to vector<16xf32>
     %c = vector.shape_cast %m : vector<16xf32> to vector<16x1xf32>
     %b = vector.broadcast %c : vector<16x1xf32> to vector<16x128xf32>
     %d = arith.subf %x, %b : vector<16x128xf32>
     ```
-    After:
+    After (`#S` is `#pallas.strided<threads = 128, vec = 4>`, `#R` is
+    `#pallas.strided_rows<threads = 128, vec = 4, cols = 128>`):
     ```mlir
-    %m = vector.multi_reduction ... {pallas.layouts = [#pallas.replicated]}
-    %c = vector.shape_cast %m {pallas.layouts = [#pallas.replicated]} ...
-    %b = pallas.convert_layout %c {from = #pallas.replicated,
-            to = #pallas.strided<threads = 128, vec = 4>, ...} : vector<16x1xf32> to vector<16x128xf32>
-    %d = arith.subf %x, %b {pallas.layouts = [#pallas.strided<threads = 128, vec = 4>]}
+    %m = vector.multi_reduction ... {pallas.layouts = [#R]}
+    %c = vector.shape_cast %m {pallas.layouts = [#R]} ...
+    %b = pallas.convert_layout %c {from = #R, to = #S, ...} : vector<16x1xf32> to vector<16x128xf32>
+    %d = arith.subf %x, %b {pallas.layouts = [#S]}
     ```
+    With 4 rows of 512 (a row spans the whole program) the statistics are
+    `#pallas.replicated` and the conversion goes through shared memory.
     A block whose size is not a multiple of the threads is an error naming it.
   }];
   let options = [
@@ -90,7 +98,8 @@ def ConvertPallasToGPU : Pass<"convert-pallas-to-gpu", "ModuleOp"> {
     16-byte accesses, each warp touching 512 contiguous bytes. Loads and
     stores of a run use 16-byte vector accesses when the run is inside the
     array and its address is 16-byte aligned, and masked scalar accesses
-    otherwise. A replicated value is a vector<N> in every thread.
+    otherwise. A strided_rows value is one value per run of its block (the
+    run's row's), and a replicated value is a vector<N> in every thread.
 
     Shared memory (scratch, reduction slots, conversions) is one
     `gpu.dynamic_shared_memory` buffer; every buffer is a `memref.view` at an
