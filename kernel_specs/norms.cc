@@ -120,7 +120,7 @@ void rms_whole_row(const NormRow& n, const Value& cols, Scalar eps, int path) {
   };
   Value zero = constant(0.0, f32);
   by_row_length(
-      cols,
+      path,
       [&](int64_t chunks) {
         Value v = n.input(index(0), /*first=*/true, chunks);
         n.store(index(0), v, zero, scale_of(sum(v * v)));
@@ -133,8 +133,7 @@ void rms_whole_row(const NormRow& n, const Value& cols, Scalar eps, int path) {
             })[0]);
         Value scale = scale_of(squares);
         for_chunks(cols, [&](Value c) { n.store(c, n.input(c, /*first=*/false), zero, scale); });
-      },
-      path);
+      });
 }
 
 void rms_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref y, const Ref* h, Ref squares,
@@ -152,10 +151,10 @@ void rms_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref y, const Re
             rsqrt(sum(v * v, 1, /*keepdims=*/true) / cols.cast(f32) + Value(o.eps)));
   };
   split_rows(
-      o.sem, cols,
+      o.path, o.sem, cols,
       [&](Value) {
-        by_rows_per_program(
-            cols, tile, [&](Value i) { rms_whole_row(row(i), cols, o.eps, o.path); }, o.path);
+        by_rows_per_program(o.path, tile,
+                            [&](Value i) { rms_whole_row(row(i), cols, o.eps, o.path); });
       },
       [&](Value i, Segment seg, Value slot) {
         NormRow n = row(i);
@@ -175,8 +174,7 @@ void rms_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref y, const Re
         for_segment(seg, [&](Value c) {
           n.store(c, n.input(c, /*first=*/false), constant(0.0, f32), scale);
         });
-      },
-      o.path);
+      });
 }
 
 // ---- layer_norm: y = (x - mean) * rsqrt(var + eps) * w + b ----
@@ -185,7 +183,7 @@ void rms_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref y, const Re
 void layer_whole_row(const NormRow& n, const Value& cols, Scalar eps, int path) {
   Value count = cols.cast(f32);
   by_row_length(
-      cols,
+      path,
       [&](int64_t chunks) {  // one read, kept in registers
         Value v = n.input(index(0), /*first=*/true, chunks);
         Value mean = sum(v) / count;
@@ -208,8 +206,7 @@ void layer_whole_row(const NormRow& n, const Value& cols, Scalar eps, int path) 
                     count;
         Value scale = rsqrt(var + Value(eps));
         for_chunks(cols, [&](Value c) { n.store(c, n.input(c, /*first=*/false), mean, scale); });
-      },
-      path);
+      });
 }
 
 /// Chan et al.'s pairwise update: the (count, mean, M2) of two disjoint parts
@@ -241,10 +238,10 @@ void layer_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref b, Ref y,
     n.store(d, constant(0.0, f32), rsqrt(sum(d * d, 1, /*keepdims=*/true) / count + Value(o.eps)));
   };
   split_rows(
-      o.sem, cols,
+      o.path, o.sem, cols,
       [&](Value) {
-        by_rows_per_program(
-            cols, tile, [&](Value i) { layer_whole_row(row(i), cols, o.eps, o.path); }, o.path);
+        by_rows_per_program(o.path, tile,
+                            [&](Value i) { layer_whole_row(row(i), cols, o.eps, o.path); });
       },
       [&](Value i, Segment seg, Value slot) {  // one read: each chunk's own two-pass stats
         NormRow n = row(i);
@@ -270,8 +267,7 @@ void layer_body(const NormOperands& o, Ref x, const Ref* r, Ref w, Ref b, Ref y,
         NormRow n = row(i);
         for_segment(seg,
                     [&](Value c) { n.store(c, n.input(c, /*first=*/false), stats[1], scale); });
-      },
-      o.path);
+      });
 }
 
 }  // namespace

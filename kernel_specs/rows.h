@@ -24,9 +24,8 @@ namespace pallas::edsl::rows {
 inline constexpr int64_t kChunk = 2048;
 
 /// The paths of a row op. Each is a kernel instance of its own
-/// (KernelSpec::variant; see "Row paths as kernel instances" below), and the
-/// helpers that pick a path at run time (by_rows_per_program, by_row_length,
-/// split_rows) emit only the given path's code when given one.
+/// (KernelSpec::variant; see "Row paths as kernel instances" below), and
+/// by_rows_per_program, by_row_length and split_rows emit its code only.
 enum RowPath { kTile16, kTile4, kRow2048, kRow4096, kLongRow, kSplit };
 inline std::vector<std::string> row_path_names() {
   return {"tile16", "tile4", "row2048", "row4096", "long", "split"};
@@ -93,7 +92,8 @@ inline Value chunk_f32(const Row& row, const Value& c, int64_t chunks = 1,
 // chunk idle, so a program takes a tile of R rows x C columns instead, the
 // narrowest of kTiles that holds the row (2048 elements, like a chunk). Row
 // statistics are reductions along the tile's last axis with keepdims, which
-// the GPU holds replicated in every thread.
+// the GPU keeps in each row's lanes when a row lies in one warp (16 x 128;
+// the strided_rows layout), else replicated in every thread (4 x 512).
 //
 // Worked example: 1000 rows of 100 elements: C = 128, R = 16, so
 // cdiv(1000, 16) = 63 programs; program 62 has rows 992..999, and its 8 rows
@@ -105,38 +105,16 @@ struct Tile {
 };
 inline constexpr Tile kTiles[] = {{16, 128}, {4, 512}};  // narrowest first
 
-/// R: the rows of the narrowest tile holding a row of `cols`; 1 for longer
-/// rows: 1 + (16 - 4) le(cols, 128) + (4 - 1) le(cols, 512).
-inline DimExpr rows_per_program(const DimExpr& cols) {
-  DimExpr r = 1;
-  for (size_t i = 0; i < std::size(kTiles); ++i) {
-    int64_t wider = i + 1 < std::size(kTiles) ? kTiles[i + 1].rows : 1;
-    r = r + (kTiles[i].rows - wider) * le(cols, kTiles[i].cols);
-  }
-  return r;
-}
-
-/// `tile(t, first_row)` in a program of a short-row kernel (rows of at most
-/// 512: its tile's rows from first_row), else `row(program_id(0))`.
+/// For a tile path (kTile16, kTile4), `tile(t, first_row)`: the program's
+/// tile of rows from first_row; for the others `row(program_id(0))`.
 template <class TileFn, class RowFn>
-void by_rows_per_program(const Value& cols, TileFn tile, RowFn row, int path = -1) {
+void by_rows_per_program(int path, TileFn tile, RowFn row) {
   if (path == kTile16 || path == kTile4) {
     const Tile& t = kTiles[path == kTile16 ? 0 : 1];
     tile(t, program_id(0) * t.rows);
     return;
   }
-  if (path >= 0) {
-    row(program_id(0));
-    return;
-  }
-  int64_t narrower = -1;
-  for (const Tile& t : kTiles) {
-    Value fits = cols <= index(t.cols);
-    if (narrower >= 0) fits = select(cols > index(narrower), fits, constant(0, DType::i1));
-    when(fits, [&] { tile(t, program_id(0) * t.rows); });
-    narrower = t.cols;
-  }
-  when(cols > index(narrower), [&] { row(program_id(0)); });
+  row(program_id(0));
 }
 
 /// i1 [R, C]: which elements of a tile lie inside their row.
@@ -181,19 +159,14 @@ void for_chunks(const Value& cols, F f) {
 
 inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-/// `held(chunks)` when the row fits in `chunks` chunks, at most kRowChunks:
-/// it is read once and kept in registers between its statistics and its
-/// output (one chunk when it fits, so short rows leave fewer lanes idle);
-/// else `many()`, which reads a longer row again for the output.
+/// A whole row's path: `held(chunks)` for kRow2048 (1 chunk) and kRow4096
+/// (kRowChunks): the row is read once and kept in registers between its
+/// statistics and its output; `many()` for kLongRow, which reads the row
+/// again for the output.
 template <class Held, class Many>
-void by_row_length(const Value& cols, Held held, Many many, int path = -1) {
-  if (path == kRow2048) return held(int64_t{1});
-  if (path == kRow4096) return held(kRowChunks);
+void by_row_length(int path, Held held, Many many) {
   if (path == kLongRow) return many();
-  when(cols <= index(kChunk), [&] { held(int64_t{1}); });
-  when(select(cols > index(kChunk), cols <= index(kRowChunks * kChunk), constant(0, DType::i1)),
-       [&] { held(kRowChunks); });
-  when(cols > index(kRowChunks * kChunk), [&] { many(); });
+  held(path == kRow2048 ? int64_t{1} : kRowChunks);
 }
 
 //===----------------------------------------------------------------------===//
@@ -372,51 +345,47 @@ inline SplitRows declare_split_rows(KernelSpec& spec, const DimExpr& rows) {
           spec.semaphores("done", rows)};
 }
 
-/// The body of a split-rows kernel on a (rows, Q) grid, for rows of `cols`:
-///   whole(row):              Q = 1, program r does row r;
+/// The items of a split row, on a (rows, Q) grid with Q = 2P > 1:
 ///   stats(row, seg, slot):   a statistics item: segment `seg`'s partials to
 ///                            the workspaces at `slot`;
 ///   apply(row, seg, base, P): an apply item, once every statistics item of
 ///                            the row has arrived; the row's partials are at
 ///                            slots base .. base + P - 1.
-template <class Whole, class Stats, class Apply>
-void split_rows(const SplitRows& sem, const Value& cols, Whole whole, Stats stats, Apply apply,
-                int path = -1) {
-  if (path >= 0 && path != kSplit) return whole(program_id(0));
+template <class Stats, class Apply>
+void split_row_items(const SplitRows& sem, const Value& cols, Stats stats, Apply apply) {
   Value q = num_programs(1);
-  if (path < 0) when(q == index(1), [&] { whole(program_id(0)); });
-  when(q > index(1), [&] {
-    Value total = (num_programs(0) * q).cast(i32);
-    Value ticket = sem.ticket.add(0, constant(1, i32));
-    when(ticket == total - constant(1, i32), [&] {  // every ticket is taken: back to 0
-      sem.ticket.add(0, constant(0, i32) - total);
-    });
-    Value t = ticket.cast(DType::index);
-    Value row = t / q, item = t - row * q, parts = q / 2;
-    Value parts_i32 = parts.cast(i32);
-    when(item < parts, [&] {
-      stats(row, segment(cols, item, parts), row * parts + item);
-      sem.ready.signal(row);
-    });
-    when(item >= parts, [&] {
-      while_loop([&](std::vector<Value>) { return sem.ready.read(row) < parts_i32; },
-                 [](std::vector<Value> none) { return none; }, {});
-      apply(row, segment(cols, item - parts, parts), row * parts, parts);
-      Value finished = sem.done.add(row, constant(1, i32));
-      when(finished == parts_i32 - constant(1, i32), [&] {  // the row's last: both back to 0
-        sem.ready.add(row, constant(0, i32) - parts_i32);
-        sem.done.add(row, constant(0, i32) - parts_i32);
-      });
+  Value total = (num_programs(0) * q).cast(i32);
+  Value ticket = sem.ticket.add(0, constant(1, i32));
+  when(ticket == total - constant(1, i32), [&] {  // every ticket is taken: back to 0
+    sem.ticket.add(0, constant(0, i32) - total);
+  });
+  Value t = ticket.cast(DType::index);
+  Value row = t / q, item = t - row * q, parts = q / 2;
+  Value parts_i32 = parts.cast(i32);
+  when(item < parts, [&] {
+    stats(row, segment(cols, item, parts), row * parts + item);
+    sem.ready.signal(row);
+  });
+  when(item >= parts, [&] {
+    while_loop([&](std::vector<Value>) { return sem.ready.read(row) < parts_i32; },
+               [](std::vector<Value> none) { return none; }, {});
+    apply(row, segment(cols, item - parts, parts), row * parts, parts);
+    Value finished = sem.done.add(row, constant(1, i32));
+    when(finished == parts_i32 - constant(1, i32), [&] {  // the row's last: both back to 0
+      sem.ready.add(row, constant(0, i32) - parts_i32);
+      sem.done.add(row, constant(0, i32) - parts_i32);
     });
   });
 }
 
-/// The items of a split row (the q > 1 half of split_rows), for a kernel that
-/// only ever runs split rows (RowPath::kSplit).
-template <class Stats, class Apply>
-void split_row_items(const SplitRows& sem, const Value& cols, Stats stats, Apply apply) {
-  split_rows(
-      sem, cols, [](Value) {}, stats, apply, kSplit);
+/// The body of a row path whose output needs the whole row's statistics:
+/// `whole(row)` (program r does row r) for every path but kSplit, whose
+/// programs are split_row_items.
+template <class Whole, class Stats, class Apply>
+void split_rows(int path, const SplitRows& sem, const Value& cols, Whole whole, Stats stats,
+                Apply apply) {
+  if (path != kSplit) return whole(program_id(0));
+  split_row_items(sem, cols, stats, apply);
 }
 
 //===----------------------------------------------------------------------===//

@@ -160,7 +160,7 @@ void row_reduction(Reduction kind, const RowReduction& decl, Ref x, Ref out, Ref
       finish_row(arrived);
     });
   };
-  by_rows_per_program(cols, tile, row, decl.path);
+  by_rows_per_program(decl.path, tile, row);
 }
 }  // namespace
 

@@ -227,10 +227,11 @@ PALLAS_KERNEL(big_scratch) {
       copies.store_at(v + i.cast(i32).cast(f32), {i * 2048});
       return std::vector<Value>{};
     });
-    Value total = fori(index(0), index(19), {broadcast_to(constant(0, f32), {2048})},
-                       [&](Value i, std::vector<Value> acc) {
-                         return std::vector<Value>{acc[0] + copies.load_at({i * 2048 + 1024}, {2048})};
-                       })[0];
+    Value total =
+        fori(index(0), index(19), {broadcast_to(constant(0, f32), {2048})},
+             [&](Value i, std::vector<Value> acc) {
+               return std::vector<Value>{acc[0] + copies.load_at({i * 2048 + 1024}, {2048})};
+             })[0];
     out.store(total);
   });
 }

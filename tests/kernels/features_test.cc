@@ -3,6 +3,7 @@
 
 #include "test_support.h"
 
+#include <pallas/kernels/big_scratch.h>
 #include <pallas/kernels/block_prefix_chain.h>
 #include <pallas/kernels/block_prefix_tickets.h>
 #include <pallas/kernels/block_stats.h>
@@ -12,7 +13,6 @@
 #include <pallas/kernels/power.h>
 #include <pallas/kernels/row_sums_sequential.h>
 #include <pallas/kernels/scratch_and_while.h>
-#include <pallas/kernels/big_scratch.h>
 #include <pallas/kernels/swap_halves.h>
 #include <pallas/kernels/tile_column_softmax_16x128.h>
 #include <pallas/kernels/tile_column_softmax_8x256.h>

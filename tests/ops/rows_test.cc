@@ -301,7 +301,7 @@ TEST(Status, NormWeightLengthMismatch) {
 // orders: the emulator finds no race, no out-of-bounds access and no deadlock,
 // and the results match the reference under each order.
 TEST(RowPathsEmulator, EveryPathUnderRandomSchedules) {
-  const std::vector<RowShape> paths = {{37, 100, 0},  {13, 300, 5},  {600, 1500, 0},
+  const std::vector<RowShape> paths = {{37, 100, 0},   {13, 300, 5},   {600, 1500, 0},
                                        {530, 3000, 1}, {520, 5000, 0}, {2, 10000, 3}};
   for (uint64_t seed : {3, 11}) {
     SCOPED_TRACE("schedule " + std::to_string(seed));

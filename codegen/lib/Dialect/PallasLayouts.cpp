@@ -91,9 +91,6 @@ LogicalResult TiledLayoutAttr::verify(function_ref<InFlightDiagnostic()> emitErr
   }
   for (int64_t d : warpDims.asArrayRef())
     if (d >= 0) return emitError() << "tiled layout: warp dim " << d << " must be negative";
-  int64_t lanes = 1;
-  for (int64_t d : laneDims.asArrayRef())
-    if (d > 0) lanes *= d;  // replication; the dims' extents are checked per shape
   if (vectorDim >= 0) return emitError() << "tiled layout: vector_dim must be negative";
   SmallVector<int64_t> named(warpDims.asArrayRef());
   for (int64_t d : laneDims.asArrayRef())
@@ -103,7 +100,6 @@ LogicalResult TiledLayoutAttr::verify(function_ref<InFlightDiagnostic()> emitErr
   if (std::adjacent_find(named.begin(), named.end()) != named.end())
     return emitError()
            << "tiled layout: a tiled dim is named twice among warp, lane and vector dims";
-  (void)lanes;
   return success();
 }
 

@@ -183,9 +183,9 @@ Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes,
            std::to_string(offsets[d] + sizes[d]) + ") of block dim " + std::to_string(d) +
            " is outside the block extent " + std::to_string(type.getShape()[d]));
   auto result = VectorType::get(sizes, type.getElementType());
-  return wrap(
-      mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, mlir::ValueRange{}, offsets, sizes,
-                                   /*padding=*/nullptr));
+  return wrap(mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, mlir::ValueRange{}, offsets,
+                                           sizes,
+                                           /*padding=*/nullptr));
 }
 
 void Ref::store(const Value& value, std::source_location where) const {

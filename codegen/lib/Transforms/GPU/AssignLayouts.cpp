@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Splats.h"
 #include "pallas/Dialect/PallasDialect.h"
 #include "pallas/Transforms/Passes.h"
 
@@ -74,9 +75,7 @@ DenseSet<Value> inferReplicated(func::FuncOp kernel, int64_t threads) {
         if (!isa<VectorType>(v.getType())) continue;
         if (replicated.contains(v)) {
           any = true;
-        } else if (!(v.getDefiningOp<vector::BroadcastOp>() &&
-                     !isa<VectorType>(v.getDefiningOp<vector::BroadcastOp>().getSourceType())) &&
-                   !v.getDefiningOp<arith::ConstantOp>()) {
+        } else if (!isSplat(v)) {
           all = false;
         }
       }
@@ -115,15 +114,6 @@ FailureOr<int64_t> chooseVec(func::FuncOp kernel, int64_t threads,
     }
   }
   return vec;
-}
-
-/// A splat (splat constant or broadcast scalar) is made again in whatever
-/// layout a use needs, so it never needs a conversion.
-bool isSplat(Value v) {
-  if (auto bc = v.getDefiningOp<vector::BroadcastOp>()) return !isa<VectorType>(bc.getSourceType());
-  if (auto cst = v.getDefiningOp<arith::ConstantOp>())
-    return isa<SplatElementsAttr>(cst.getValue());
-  return false;
 }
 
 class LayoutAssignment {

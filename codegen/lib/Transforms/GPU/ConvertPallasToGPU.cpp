@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "GpuLowering.h"
+#include "Splats.h"
 #include "pallas/Transforms/Passes.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -109,6 +110,7 @@ void GpuLowering::storeRunsToShared(OpBuilder& b, Location loc, Value frag, Vect
 
 FailureOr<Value> GpuLowering::operandIn(OpBuilder& b, Location loc, Value v, Attribute layout) {
   if (layoutOf(v) == layout) return map.lookup(v);
+  if (!isSplat(v)) return failure();
   VectorType type = threadType(cast<VectorType>(v.getType()), layout);
   if (auto bc = v.getDefiningOp<vector::BroadcastOp>(); bc && !isa<VectorType>(bc.getSourceType()))
     return vector::BroadcastOp::create(b, loc, type, map.lookup(bc.getSource())).getResult();
