@@ -53,7 +53,9 @@ an EXIT) over forward edges is taken (address order is a topological order;
 a back edge continues to where the loop's head exits, so a loop is one trip
 through its body). Its weight, in this order: more bytes moved by 16-byte
 global accesses, fewer by narrower ones (so a 16-byte run is preferred to its
-masked fallback), fewer instructions; where no path has a 16-byte access, more
+masked fallback), more instructions (a branch around compute, such as a
+hand-written kernel's `if (in_row[i])` around vector i's arithmetic, is taken
+by every thread of a full row); where no path has a 16-byte access, more
 bytes moved. The main path is the candidate path that moves the most bytes
 with 16-byte accesses; ties go to one with a loop, then to fewer
 instructions. For the norms and softmax that is the 4096-element row held in
@@ -487,13 +489,16 @@ def heaviest_path(blocks: list[Block], stats: list[PathStats], instrs: list[Inst
     forward edges, from `first` to `last`, or to an EXIT on the way, or to the
     last block reached. Weight, in this order: more bytes moved by 16-byte
     global accesses, fewer bytes moved by narrower ones (a 16-byte run is
-    preferred to its masked fallback), fewer instructions; for a kernel with no
-    16-byte access on any path, more bytes moved, then fewer instructions."""
+    preferred to its masked fallback), more instructions (a branch around
+    compute, such as a hand-written kernel's `if (in_row[i])` around the exp
+    of vector i, is taken by every thread with a full row: skipping it is the
+    exception, not the main path); for a kernel with no 16-byte access on any
+    path, more bytes moved, then more instructions."""
     path = _heaviest(blocks, stats, instrs, first, last, removed,
-                     lambda s: s.bytes16 * 10**12 - (s.bytes_all - s.bytes16) * 10**6 - s.instrs)
+                     lambda s: s.bytes16 * 10**12 - (s.bytes_all - s.bytes16) * 10**6 + s.instrs)
     if not any(stats[x].bytes16 for x in path):  # no 16-byte access on any path: the busiest
         path = _heaviest(blocks, stats, instrs, first, last, removed,
-                         lambda s: s.bytes_all * 10**6 - s.instrs)
+                         lambda s: s.bytes_all * 10**6 + s.instrs)
     return path
 
 

@@ -6,10 +6,10 @@
 extern "C" {
 float __nv_expf(float x) { return std::exp(x); }
 float __nv_exp2f(float x) { return std::exp2(x); }
-// What the GPU computes (ex2.approx.ftz.f32 of x * log2(e), rounded to f32
-// first: that rounding is most of its error), with subnormal results flushed.
-float __nv_fast_expf(float x) {
-  float r = std::exp2(x * 1.4426950408889634f);
+// ex2.approx.ftz.f32 (the approximate exp of half-precision kernels,
+// ElementwiseRules.cpp: lowerApproxExp): 2^x with subnormal results flushed.
+float pallas_emu_ex2_approx_ftz(float x) {
+  float r = std::exp2(x);
   return std::fpclassify(r) == FP_SUBNORMAL ? 0.0f : r;
 }
 float __nv_expm1f(float x) { return std::expm1(x); }

@@ -33,10 +33,14 @@ func.func @copy_f32(%x: memref<?xf32>, %out: memref<?xf32>) attributes {pallas.k
 
 // A kernel that moves bf16 uses 8-element runs (16 bytes of bf16) for all its
 // blocks, so the f32 values computed from them share the layout: each f32 run
-// is two 16-byte accesses.
+// is two 16-byte accesses. bf16 -> f32 unpacks 32-bit words: the low half
+// shifted up, the high half masked, one instruction per element.
 // CHECK-LABEL: gpu.func @widen
 // CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<?xbf16>, vector<8xbf16>
-// CHECK: arith.extf %{{.*}} : vector<16xbf16> to vector<16xf32>
+// CHECK: %[[W:.*]] = vector.bitcast %{{.*}} : vector<16xbf16> to vector<8xi32>
+// CHECK-DAG: arith.shli %[[W]], %{{.*}} : vector<8xi32>
+// CHECK-DAG: arith.andi %[[W]], %{{.*}} : vector<8xi32>
+// CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15] : vector<8xf32>, vector<8xf32>
 // CHECK-COUNT-2: vector.store %{{.*}} {alignment = 16 : i64} : memref<?xf32>, vector<4xf32>
 func.func @widen(%x: memref<?xbf16>, %out: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
   %i = pallas.program_id 0
@@ -45,6 +49,33 @@ func.func @widen(%x: memref<?xbf16>, %out: memref<?xf32>) attributes {pallas.ker
   %v = pallas.load %rx[[0]] [[2048]] : !pallas.ref<2048xbf16> -> vector<2048xbf16>
   %w = arith.extf %v : vector<2048xbf16> to vector<2048xf32>
   pallas.store %w, %ro[[0]] : vector<2048xf32>, !pallas.ref<2048xf32>
+  return
+}
+
+// -----
+
+// With half-precision inputs only (pallas.approx_math), exp(a - b) is one
+// FMA with log2(e) folded in and one ex2.approx.ftz per element; a plain
+// exp(x) is a multiply and the ex2.
+// CHECK-LABEL: gpu.func @approx_exp
+// CHECK: %[[NEG:.*]] = arith.negf %{{.*}} fastmath<contract>
+// CHECK: %[[S:.*]] = math.fma %{{.*}}, %{{.*}}, %[[NEG]] fastmath<contract> : vector<16xf32>
+// CHECK-COUNT-16: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
+// CHECK: arith.mulf %{{.*}}, %{{.*}} fastmath<contract> : vector<16xf32>
+// CHECK-COUNT-16: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
+// CHECK-NOT: math.exp
+func.func @approx_exp(%x: memref<?xbf16>, %out: memref<?xbf16>) attributes {pallas.kernel, pallas.approx_math, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %rx = pallas.block %x[%i] {block_shape = array<i64: 2048>, squeezed = array<i1: false>} : memref<?xbf16> -> !pallas.ref<2048xbf16>
+  %ro = pallas.block %out[%i] {block_shape = array<i64: 2048>, squeezed = array<i1: false>} : memref<?xbf16> -> !pallas.ref<2048xbf16>
+  %v = pallas.load %rx[[0]] [[2048]] : !pallas.ref<2048xbf16> -> vector<2048xbf16>
+  %w = arith.extf %v : vector<2048xbf16> to vector<2048xf32>
+  %c = arith.constant dense<1.5> : vector<2048xf32>
+  %d = arith.subf %w, %c : vector<2048xf32>
+  %e = math.exp %d : vector<2048xf32>
+  %f = math.exp %e : vector<2048xf32>
+  %y = arith.truncf %f : vector<2048xf32> to vector<2048xbf16>
+  pallas.store %y, %ro[[0]] : vector<2048xbf16>, !pallas.ref<2048xbf16>
   return
 }
 
@@ -165,7 +196,7 @@ func.func @no_rule(%x: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kern
   %c0 = arith.constant 0 : index
   %rx = pallas.block %x[%i, %c0] {block_shape = array<i64: 8, 256>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<8x256xf32>
   %v = pallas.load %rx[[0, 0]] [[8, 256]] : !pallas.ref<8x256xf32> -> vector<8x256xf32>
-  // expected-error @+1 {{no GPU lowering rule for vector.transpose; known rules: arith.constant, pallas.block, pallas.check, pallas.convert_layout, pallas.iota, pallas.load,}}
+  // expected-error @+1 {{no GPU lowering rule for vector.transpose; known rules: arith.constant, arith.extf, math.exp, pallas.block, pallas.check, pallas.convert_layout, pallas.iota, pallas.load,}}
   %t = vector.transpose %v, [1, 0] : vector<8x256xf32> to vector<256x8xf32>
   return
 }

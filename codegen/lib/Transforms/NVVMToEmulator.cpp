@@ -286,6 +286,14 @@ class Rewriter {
       return check(loc, cas.getPtr(), cas.getVal().getType(),
                    emu::kAccessStore | emu::kAccessAtomic);
     }
+    if (auto intrinsic = dyn_cast<LLVM::CallIntrinsicOp>(op);
+        intrinsic && intrinsic.getIntrin().starts_with("llvm.nvvm.")) {
+      if (intrinsic.getIntrin() != "llvm.nvvm.ex2.approx.ftz.f32")
+        return op->emitOpError("no emulator rule for ") << intrinsic.getIntrin();
+      replace(op, call(loc, "pallas_emu_ex2_approx_ftz", intrinsic.getResult(0).getType(),
+                       intrinsic.getArgs()));
+      return success();
+    }
     if (isa<LLVM::InlineAsmOp>(op)) return op->emitOpError("inline PTX has no emulator rule");
     if (isa<NVVM::NVVMDialect>(op->getDialect()))
       return op->emitOpError("no emulator rule for this NVVM operation");

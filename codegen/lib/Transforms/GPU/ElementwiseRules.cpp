@@ -8,6 +8,7 @@
 
 #include "GpuLowering.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 
 namespace mlir::pallas::gpu_lowering {
@@ -16,17 +17,14 @@ namespace {
 /// Fast-math flags the GPU code may use:
 ///  - `contract` on every float op, so a * b + c becomes one FFMA (it rounds
 ///    once instead of twice: never less accurate);
-///  - `afn` on exp and exp2 when every float input of the kernel is half
-///    precision (`pallas.approx_math`): exp becomes ex2.approx of x * log2(e)
-///    (__nv_fast_expf, ~1e-7 relative for moderate x) instead of libdevice's
-///    8-instruction expf, far below the inputs' own precision (2^-9, 2^-12).
+///  - `afn` on exp2 when every float input of the kernel is half precision
+///    (`pallas.approx_math`; exp has its own rule below, lowerApproxExp).
 void relaxFloatSemantics(Operation* op, GpuLowering& g) {
   auto fastMath = dyn_cast<arith::ArithFastMathInterface>(op);
   if (!fastMath) return;
   arith::FastMathFlags flags = arith::FastMathFlags::contract;
   if (auto current = fastMath.getFastMathFlagsAttr()) flags = flags | current.getValue();
-  if (g.approxTranscendentals && isa<math::ExpOp, math::Exp2Op>(op))
-    flags = flags | arith::FastMathFlags::afn;
+  if (g.approxTranscendentals && isa<math::Exp2Op>(op)) flags = flags | arith::FastMathFlags::afn;
   op->setAttr(fastMath.getFastMathAttrName(),
               arith::FastMathFlagsAttr::get(op->getContext(), flags));
 }
@@ -56,6 +54,92 @@ LogicalResult lowerElementwise(Operation* op, GpuLowering& g, OpBuilder& b) {
   Operation* lowered = b.create(state);
   relaxFloatSemantics(lowered, g);
   for (auto [from, to] : llvm::zip(op->getResults(), lowered->getResults())) g.map.map(from, to);
+  return success();
+}
+
+/// exp(x) of a kernel whose float inputs are all f16 or bf16
+/// (`pallas.approx_math`), as a hand-written CUDA kernel computes it: one FFMA
+/// and one MUFU.EX2 per element,
+///
+///   exp(a - b) = ex2.approx.ftz(fma(a, log2e, -(b * log2e)))
+///   exp(x)     = ex2.approx.ftz(x * log2e)
+///
+/// where b (softmax's row maximum, a per-row value broadcast over the row) is
+/// the same in every element, so b * log2e is computed once. ex2.approx has
+/// 2 ulp of error and the fold adds about |b| * 2^-24 to the exponent, both far
+/// below the inputs' own precision (2^-8, 2^-11). `.ftz` flushes results
+/// below 2^-126 to 0: without it ptxas adds a range check and two multiplies
+/// per element. Such results are below any f16 or bf16 normal number, and an
+/// exp of the inputs' scale that small only ever feeds a sum or a product.
+/// The emulator computes the same (emulator/src/libdevice.cc).
+LogicalResult lowerApproxExp(math::ExpOp exp, GpuLowering& g, OpBuilder& b) {
+  auto block = dyn_cast<VectorType>(exp.getType());
+  if (!g.approxTranscendentals || !block || !block.getElementType().isF32())
+    return lowerElementwise(exp, g, b);
+  Location loc = exp.getLoc();
+  Attribute layout = g.layoutOf(exp.getResult());
+  Type f32 = b.getF32Type();
+  VectorType type = g.threadType(block, layout);
+  auto log2e = arith::ConstantOp::create(b, loc, SplatElementsAttr::get(type, b.getF32FloatAttr(1.4426950408889634f)));
+  auto contract = arith::FastMathFlagsAttr::get(b.getContext(), arith::FastMathFlags::contract);
+
+  Value scaled;
+  if (auto sub = exp.getOperand().getDefiningOp<arith::SubFOp>()) {
+    FailureOr<Value> lhs = g.operandIn(b, loc, sub.getLhs(), layout);
+    FailureOr<Value> rhs = g.operandIn(b, loc, sub.getRhs(), layout);
+    if (succeeded(lhs) && succeeded(rhs)) {
+      Value bias = arith::NegFOp::create(b, loc, arith::MulFOp::create(b, loc, *rhs, log2e), contract);
+      scaled = math::FmaOp::create(b, loc, *lhs, log2e, bias, contract);
+    }
+  }
+  if (!scaled) {
+    FailureOr<Value> x = g.operandIn(b, loc, exp.getOperand(), layout);
+    if (failed(x)) return lowerElementwise(exp, g, b);  // names the layout mismatch
+    scaled = arith::MulFOp::create(b, loc, *x, log2e, contract);
+  }
+  auto ex2 = b.getStringAttr("llvm.nvvm.ex2.approx.ftz.f32");
+  SmallVector<Value> elements;
+  for (int64_t i = 0; i < type.getNumElements(); ++i) {
+    Value x = vector::ExtractOp::create(b, loc, scaled, i);
+    elements.push_back(LLVM::CallIntrinsicOp::create(b, loc, f32, ex2, ValueRange{x}).getResult(0));
+  }
+  g.map.map(exp.getResult(), vector::FromElementsOp::create(b, loc, type, elements).getResult());
+  return success();
+}
+
+/// bf16 -> f32 is a 16-bit shift of the bits. A per-thread vector of bf16
+/// pairs is unpacked 32 bits at a time, each element with one instruction:
+///
+///   word = hi:lo (two bf16)   lo -> f32: word << 16   hi -> f32: word & 0xffff0000
+///
+/// where LLVM's generic fpext extracts the high half first (PRMT, then a
+/// shift: two instructions). Exact, like any bf16 -> f32 conversion.
+LogicalResult lowerExtF(arith::ExtFOp ext, GpuLowering& g, OpBuilder& b) {
+  auto block = dyn_cast<VectorType>(ext.getType());
+  if (!block || !block.getElementType().isF32() ||
+      !getElementTypeOrSelf(ext.getIn().getType()).isBF16())
+    return lowerElementwise(ext, g, b);
+  Location loc = ext.getLoc();
+  Attribute layout = g.layoutOf(ext.getResult());
+  VectorType type = g.threadType(block, layout);
+  const int64_t n = type.getNumElements();
+  FailureOr<Value> in = g.operandIn(b, loc, ext.getIn(), layout);
+  if (failed(in) || n % 2 != 0) return lowerElementwise(ext, g, b);
+  Type i32 = b.getI32Type();
+  auto wordsType = VectorType::get({n / 2}, i32);
+  Value words = vector::BitCastOp::create(b, loc, wordsType, *in);
+  auto splat = [&](uint32_t v) {
+    return arith::ConstantOp::create(
+        b, loc, SplatElementsAttr::get(wordsType, b.getI32IntegerAttr(static_cast<int32_t>(v))));
+  };
+  auto asF32 = [&](Value w) {
+    return vector::BitCastOp::create(b, loc, VectorType::get({n / 2}, b.getF32Type()), w);
+  };
+  Value lo = asF32(arith::ShLIOp::create(b, loc, words, splat(16)));
+  Value hi = asF32(arith::AndIOp::create(b, loc, words, splat(0xffff0000u)));
+  SmallVector<int64_t> interleave;
+  for (int64_t k = 0; k < n / 2; ++k) interleave.append({k, n / 2 + k});
+  g.map.map(ext.getResult(), vector::ShuffleOp::create(b, loc, lo, hi, interleave).getResult());
   return success();
 }
 
@@ -112,6 +196,8 @@ LogicalResult lowerShapeCast(vector::ShapeCastOp cast, GpuLowering& g, OpBuilder
 
 void populateElementwiseRules(RuleRegistry& rules) {
   rules.add(arith::ConstantOp::getOperationName(), ruleFor(lowerConstant));
+  rules.add(math::ExpOp::getOperationName(), ruleFor(lowerApproxExp));
+  rules.add(arith::ExtFOp::getOperationName(), ruleFor(lowerExtF));
   rules.add(vector::BroadcastOp::getOperationName(), ruleFor(lowerBroadcast));
   rules.add(vector::ShapeCastOp::getOperationName(), ruleFor(lowerShapeCast));
   rules.addFamily(

@@ -57,6 +57,28 @@ struct RunAccess {
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rem, g.index(b, loc, 0));
     return arith::AndIOp::create(b, loc, inside, aligned);
   }
+
+  /// The edge test of a run's elements, computed once per run for its
+  /// element-by-element path: element j is inside the array iff every dim
+  /// but the last is in bounds and j < room = extent - start along the last
+  /// dim (signed; negative past the end). Each element then costs one compare
+  /// with a constant rather than its own index. Example: a row of 4100 and a
+  /// run of 8 at 4096: room 4, elements 0..3 are inside.
+  struct Edge {
+    Value leading;  // i1
+    Value room;     // index
+  };
+  Edge edge(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords) {
+    Edge e;
+    e.leading = inBounds(b, loc, ref, coords.drop_back());
+    e.room = arith::SubIOp::create(b, loc, ref.extents.back(), coords.back());
+    return e;
+  }
+  Value inside(OpBuilder& b, Location loc, const Edge& e, int64_t j) {
+    Value inRow =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, g.index(b, loc, j), e.room);
+    return arith::AndIOp::create(b, loc, e.leading, inRow);
+  }
 };
 
 LogicalResult lowerBlockOp(BlockOp blk, GpuLowering& g, OpBuilder& b) {
@@ -107,10 +129,11 @@ LogicalResult lowerLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
         },
         [&](OpBuilder& eb, Location l) {  // edge or misaligned: element by element
           Value run = arith::ConstantOp::create(eb, l, eb.getZeroAttr(runType));
+          RunAccess::Edge edge = access.edge(eb, l, ref, coords);
           for (int64_t j = 0; j < vec; ++j) {
             SmallVector<Value> cj = plus(eb, l, coords, j);
             auto one = scf::IfOp::create(
-                eb, l, inBounds(eb, l, ref, cj),
+                eb, l, access.inside(eb, l, edge, j),
                 [&](OpBuilder& ib, Location il) {
                   scf::YieldOp::create(ib, il,
                                        memref::LoadOp::create(ib, il, ref.array, cj).getResult());
@@ -220,9 +243,10 @@ LogicalResult storeStrided(StoreOp store, GpuLowering& g, OpBuilder& b) {
           scf::YieldOp::create(tb, l);
         },
         [&](OpBuilder& eb, Location l) {
+          RunAccess::Edge edge = access.edge(eb, l, ref, coords);
           for (int64_t j = 0; j < vec; ++j) {
             SmallVector<Value> cj = plus(eb, l, coords, j);
-            scf::IfOp::create(eb, l, inBounds(eb, l, ref, cj), [&](OpBuilder& ib, Location il) {
+            scf::IfOp::create(eb, l, access.inside(eb, l, edge, j), [&](OpBuilder& ib, Location il) {
               Value v = vector::ExtractOp::create(ib, il, run, ArrayRef<int64_t>{j});
               memref::StoreOp::create(ib, il, v, ref.array, cj);
               scf::YieldOp::create(ib, il);
