@@ -72,12 +72,23 @@ struct Row {
   Value chunk_f32(const Value& c, int64_t chunks = 1, std::optional<double> fill = {}) const {
     return chunk(c, chunks, fill).cast(f32);
   }
+  /// Full chunk c (inside the row: c < cols / kChunk), as f32.
+  Value full_chunk_f32(const Value& c) const {
+    return reshape(array.load_inside({index, c * kChunk}, {1, kChunk}), {kChunk}).cast(f32);
+  }
   /// Stores `v` (one or more chunks) from chunk c; elements past the row end
   /// are skipped.
   void store_chunk(const Value& v, const Value& c) const {
     array.store_at(reshape(v, {1, v.shape()[0]}), {index, c * kChunk});
   }
 };
+
+/// Full chunk `c` of a row Ref (c < cols / kChunk), as f32: the GPU tests no
+/// row end in it.
+inline Value full_chunk_f32(const Ref& row, const Value& c) {
+  return row.load_inside({c * kChunk}, {kChunk}).cast(f32);
+}
+inline Value full_chunk_f32(const Row& row, const Value& c) { return row.full_chunk_f32(c); }
 
 /// Chunk `c` of a picked row, as f32 (`fill` past the row end when given).
 inline Value chunk_f32(const Row& row, const Value& c, int64_t chunks = 1,
@@ -253,10 +264,11 @@ std::vector<Value> fold_segment_elements(const Segment& seg, const Value& cols,
 }
 
 /// The elements of chunk c of `x` (a row Ref or a Row) as f32, with `fill` past
-/// the row end when `masked` (a padded load: no per-element mask).
+/// the row end when `masked` (a padded load: no per-element mask); a chunk
+/// that is not `masked` is a full one (fold_segment_elements).
 template <class RowOf>
 Value chunk_or(const RowOf& x, const Value& c, const Value&, bool masked, double fill) {
-  return masked ? chunk_f32(x, c, 1, fill) : chunk_f32(x, c);
+  return masked ? chunk_f32(x, c, 1, fill) : full_chunk_f32(x, c);
 }
 
 /// One pass over a segment: {m, l} with m its maximum and l = sum(exp(x - m)),

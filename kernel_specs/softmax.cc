@@ -145,10 +145,10 @@ void row_reduction(Reduction kind, const RowReduction& decl, Ref x, Ref out, Ref
   };
   auto row = [&](Value r) {
     Row in{x, r};
-    // Elements past the row end load as 0, which only a max must mask.
+    // Elements past the row end of the last, partial chunk read as the identity.
     Value parts = fold_segment_elements(
         segment_of_row(cols), cols, {identity}, [&](Value c, std::vector<Value> acc, bool masked) {
-          Value v = chunk_or(in, c, cols, masked && !is_sum, identity);
+          Value v = chunk_or(in, c, cols, masked, identity);
           return std::vector<Value>{combine(acc[0], v)};
         })[0];
     Value part = is_sum ? sum(parts) : max(parts);

@@ -9,8 +9,12 @@
 // CHECK: %[[TID:.*]] = gpu.thread_id x
 // CHECK: %[[BID:.*]] = gpu.block_id x
 // CHECK: arith.muli %[[TID]], %c4
+// The alignment test: the line start (pointer and offset) and the offset
+// along the line, each masked with 15.
 // CHECK: memref.extract_aligned_pointer_as_index
-// CHECK: arith.remui %{{.*}}, %c16
+// CHECK: arith.andi %{{.*}}, %c15
+// CHECK: arith.andi %{{.*}}, %c15
+// CHECK: arith.ori
 // CHECK: scf.if
 // CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<?xf32>, vector<4xf32>
 // CHECK: } else {
@@ -49,6 +53,31 @@ func.func @widen(%x: memref<?xbf16>, %out: memref<?xf32>) attributes {pallas.ker
   %v = pallas.load %rx[[0]] [[2048]] : !pallas.ref<2048xbf16> -> vector<2048xbf16>
   %w = arith.extf %v : vector<2048xbf16> to vector<2048xf32>
   pallas.store %w, %ro[[0]] : vector<2048xf32>, !pallas.ref<2048xf32>
+  return
+}
+
+// -----
+
+// A slice the spec knows is inside the row (inside_last_dim: a full chunk)
+// tests only alignment before its 16-byte loads, not the row end; its
+// element-by-element path for misaligned rows still tests each element
+// against the room left in the row.
+// CHECK-LABEL: gpu.func @inside_row
+// CHECK-NOT: arith.cmpi ule
+// CHECK: arith.ori
+// CHECK-NEXT: %[[ALIGNED:.*]] = arith.cmpi eq
+// CHECK-NEXT: %[[FAST:.*]] = arith.andi %true, %[[ALIGNED]]
+// CHECK-NEXT: scf.if %[[FAST]]
+// CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<?xf32>, vector<4xf32>
+// CHECK: } else {
+// CHECK: arith.subi
+// CHECK: arith.cmpi slt
+func.func @inside_row(%x: memref<?xf32>, %out: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %rx = pallas.block %x[%i] {block_shape = array<i64: 2048>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<2048xf32>
+  %ro = pallas.block %out[%i] {block_shape = array<i64: 2048>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<2048xf32>
+  %v = pallas.load %rx[[0]] [[2048]] {inside_last_dim} : !pallas.ref<2048xf32> -> vector<2048xf32>
+  pallas.store %v, %ro[[0]] : vector<2048xf32>, !pallas.ref<2048xf32>
   return
 }
 

@@ -122,6 +122,14 @@ Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes,
       mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, dynamic, zeros, sizes, nullptr));
 }
 
+Value Ref::load_inside(const std::vector<Idx>& offsets, std::vector<int64_t> sizes,
+                       std::source_location where) const {
+  Located here(where);
+  Value v = load_at(offsets, std::move(sizes), where);
+  unwrap(v).getDefiningOp<mlir::pallas::LoadOp>().setInsideLastDim(true);
+  return v;
+}
+
 Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes, double fill,
                    std::source_location where) const {
   Located here(where);

@@ -108,10 +108,17 @@ def Pallas_LoadOp : Pallas_Op<"load", [DeclareOpInterfaceMethods<MemoryEffectsOp
     dynamic offsets are bounded by the array, not the block). A max over a
     row loaded with `padding = -inf` needs no mask: only the GPU's edge runs,
     which it reads element by element anyway, see the padding.
+
+    `inside_last_dim` says the spec knows the slice lies inside the array
+    along its last dim (a loop over the full chunks of a row): the GPU then
+    tests only alignment and the leading dims per run, not the row end. The
+    host lowering keeps its masks and the emulator checks every access, so a
+    wrong promise is an out-of-bounds report there, not a silent read.
   }];
   let arguments = (ins Pallas_RefType:$ref, Variadic<Index>:$dynamic_offsets,
                        DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes,
-                       OptionalAttr<TypedAttrInterface>:$padding);
+                       OptionalAttr<TypedAttrInterface>:$padding,
+                       UnitAttr:$inside_last_dim);
   let results = (outs AnyVectorOfNonZeroRank:$result);
   let assemblyFormat = "$ref `[` $offsets `]` `[` $sizes `]` (`plus` `(` $dynamic_offsets^ `)`)? attr-dict `:` type($ref) `->` type($result)";
   let hasVerifier = 1;

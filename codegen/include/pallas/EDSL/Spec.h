@@ -440,6 +440,12 @@ class Ref {
   /// `other`): a max over a row loaded with fill -inf needs no mask.
   Value load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes, double fill,
                 std::source_location where = std::source_location::current()) const;
+  /// load_at of a slice the spec knows lies inside the array along the last
+  /// dim (the full chunks of a row, before its last partial one): the GPU
+  /// skips the row-end test of each 16-byte run. The emulator checks every
+  /// access, so a slice that is not inside fails there.
+  Value load_inside(const std::vector<Idx>& offsets, std::vector<int64_t> sizes,
+                    std::source_location where = std::source_location::current()) const;
   /// Stores `value` (a block, or a scalar: one element) at run-time `offsets`;
   /// elements past the array edge are skipped.
   void store_at(const Value& value, const std::vector<Idx>& offsets,
