@@ -275,16 +275,27 @@ Value chunk_or(const RowOf& x, const Value& c, const Value&, bool masked, double
 /// online per element (each element position keeps its own running pair,
 /// rescaled when its maximum grows), combined across elements once at the end.
 /// `x` is a row Ref or a Row.
+///
+/// The running maxima start at half the lowest float, not -inf, so they are
+/// finite from the start and exp(x - m) needs no -inf guard (exp_minus) per
+/// element: an element of -inf (or past the row end) gives exp(-inf) = 0, a
+/// running pair still at its start gives 0 * exp(start - m) = 0. A segment
+/// with no element above the start gives m = start and l = 0, so m + log(l)
+/// is -inf as before, and softmax's 0 / 0 is NaN as before. Half, because the
+/// approximate exp of half-precision kernels computes m * log2(e) (the FMA
+/// fold of ElementwiseRules.cpp), which must stay finite: at the lowest float
+/// it overflows to -inf and exp(start - start) becomes ex2(inf).
 template <class RowOf>
 std::vector<Value> segment_logsumexp(const RowOf& x, const Value& cols, const Segment& seg) {
+  const double lowest = std::numeric_limits<float>::lowest() / 2;
   std::vector<Value> ml = fold_segment_elements(
-      seg, cols, {kNegInf, 0.0}, [&](Value c, std::vector<Value> acc, bool masked) {
+      seg, cols, {lowest, 0.0}, [&](Value c, std::vector<Value> acc, bool masked) {
         Value v = chunk_or(x, c, cols, masked, kNegInf);
         Value m = maximum(acc[0], v);
-        return std::vector<Value>{m, acc[1] * exp_minus(acc[0], m) + exp_minus(v, m)};
+        return std::vector<Value>{m, acc[1] * exp(acc[0] - m) + exp(v - m)};
       });
   Value m = max(ml[0]);
-  return {m, sum(ml[1] * exp_minus(ml[0], m))};
+  return {m, sum(ml[1] * exp(ml[0] - m))};
 }
 
 /// Writes this program's partials (one value per workspace, at r * P + s) and
@@ -427,6 +438,22 @@ inline std::vector<DimExpr> row_path_grid(int path, const DimExpr& rows, const D
   if (path == kTile16 || path == kTile4) return {cdiv(rows, kTiles[path == kTile16 ? 0 : 1].rows)};
   if (path == kSplit) return {rows, items_per_row(rows, cols)};
   return {rows};
+}
+
+/// Threads per program of `path` for inputs of dtype T, where each element
+/// of the row comes with `operands` row-length inputs (softmax 1; the norms 2,
+/// x and their weights; the residual norms 3): 256 where 128 would leave a
+/// thread more live values than fit in 96 registers, else 128. A 4096-element
+/// row held in registers is 16 elements per thread instead of 32 (f32, or
+/// with weights); a chunk loop carrying per-element f32 partials with
+/// libdevice's exact expf (f32), or reading two rows and writing a third (the
+/// residual norms), is 8 elements per thread instead of 16. The bound is
+/// tested (status_test.cc: KernelMetadata registers) and the SASS report
+/// (bench/sass_report.py) shows each path's registers.
+inline int row_path_threads(int path, DType T, int operands = 1) {
+  if (path == kRow4096) return (T == f32 || operands > 1) ? 256 : 128;
+  if (path == kLongRow || path == kSplit) return (T == f32 || operands > 2) ? 256 : 128;
+  return 128;
 }
 
 /// `for s in [0, parts): acc = f(slot, acc)` over a row's partials, in order.

@@ -23,6 +23,7 @@ void row_softmax(KernelSpec& spec, DType T, Out out) {
   Operand x = spec.input("x", T, {rows, cols});
   Operand y = spec.output("y", T, {rows, cols});
   const int path = spec.variant("path", row_path_names(), row_path(rows, cols));
+  spec.threads(row_path_threads(path, T));
   spec.block(x, {full, full}, all_rows);
   spec.block(y, {full, full}, all_rows);
   if (path == kTile16 || path == kTile4) {

@@ -270,14 +270,24 @@ TEST(Metadata, EveryKernelHasSpillFreeCubinsForBothTargets) {
   };
   for (const KernelMetadata* m : all) {
     SCOPED_TRACE(m->name);
-    EXPECT_EQ(m->threads_per_program, 128);
+    // rows.h row_path_threads: 256 threads for a 4096-element row held in
+    // registers in f32 or by a norm, and for chunk loops in f32 or of the
+    // residual norms; else 128.
+    const std::string name = m->name;
+    const bool f32 = name.find("_f32") != std::string::npos;
+    const bool norm = name.find("norm_") != std::string::npos;
+    const bool loop = name.ends_with("_long") || name.ends_with("_split");
+    const bool wide = (name.ends_with("_row4096") && (f32 || norm)) ||
+                      name == "cross_entropy_f32" ||
+                      (loop && (f32 || name.find("_residual_") != std::string::npos));
+    EXPECT_EQ(m->threads_per_program, wide ? 256 : 128);
     ASSERT_EQ(m->targets.size(), 2u);
     EXPECT_STREQ(m->targets[0].arch, "sm_90a");
     EXPECT_TRUE(m->targets[0].arch_specific);
     EXPECT_STREQ(m->targets[1].arch, "sm_80");
     for (const TargetMetadata& t : m->targets) {
       EXPECT_GT(t.registers, 0) << t.arch;
-      EXPECT_LE(t.registers, 255) << t.arch;
+      EXPECT_LE(t.registers, 96) << t.arch;  // 5+ programs of 128 threads per SM
       EXPECT_EQ(t.spill_stores, 0) << t.arch;
       EXPECT_EQ(t.spill_loads, 0) << t.arch;
       EXPECT_GT(t.cubin_bytes, 1000u) << t.arch;
