@@ -132,6 +132,20 @@ REFERENCE_FOR = {
     "row_sum": ("7row_sumILi128EE", "row_sum<128>"),
     "cross_entropy": ("13cross_entropyILi128EE", "cross_entropy<128>"),
 }
+# Paths of ours with a reference of their own shape: a 2048-element row held
+# by 128 threads (two 16-byte vectors per thread instead of four).
+REFERENCE_FOR_PATH = {
+    ("softmax", "row2048"): ("12softmax_heldILi128ELi2ELb0E", "softmax_held<128,2,false>"),
+    ("log_softmax", "row2048"): ("12softmax_heldILi128ELi2ELb1E", "softmax_held<128,2,true>"),
+    ("rms_norm", "row2048"): ("9norm_heldILi128ELi2ELb0E", "norm_held<128,2,false>"),
+    ("layer_norm", "row2048"): ("9norm_heldILi128ELi2ELb1E", "norm_held<128,2,true>"),
+}
+
+
+def reference_for(op: str, instance: str) -> tuple[str, str] | None:
+    """(mangled-name fragment, short name) of the reference for our instance."""
+    path = instance.rsplit("_", 1)[-1]
+    return REFERENCE_FOR_PATH.get((op, path), REFERENCE_FOR.get(op))
 
 
 class ToolMissing(Exception):
@@ -852,18 +866,14 @@ def main(argv: list[str] | None = None) -> int:
           "SASS addresses; instr, elems: in the region, per thread\n")
 
     # 1. Ours next to the reference, bf16.
-    by_frag = {}
-    for op, (frag, short) in REFERENCE_FOR.items():
-        match = [r for r in refs if frag in r.instance]
-        if match:
-            by_frag[op] = (match[0], short)
     cmp_rows = []
     for k in ours:
         if k.dtype == "bf16" and k.op in REFERENCE_FOR:
             cmp_rows.append(row(k))
-            if k.op in by_frag:
-                r, short = by_frag[k.op]
-                rr = row(r)
+            frag, short = reference_for(k.op, k.instance)
+            match = [r for r in refs if frag in r.instance]
+            if match:
+                rr = row(match[0])
                 rr[0] = f"  ref {short}"
                 cmp_rows.append(rr)
     if cmp_rows:

@@ -12,6 +12,11 @@ float pallas_emu_ex2_approx_ftz(float x) {
   float r = std::exp2(x);
   return std::fpclassify(r) == FP_SUBNORMAL ? 0.0f : r;
 }
+// lg2.approx.ftz.f32 (the approximate log of half-precision kernels,
+// ElementwiseRules.cpp: lowerApproxLog): a subnormal input reads as 0.
+float pallas_emu_lg2_approx_ftz(float x) {
+  return std::log2(std::fpclassify(x) == FP_SUBNORMAL ? 0.0f : x);
+}
 float __nv_expm1f(float x) { return std::expm1(x); }
 float __nv_logf(float x) { return std::log(x); }
 float __nv_log2f(float x) { return std::log2(x); }

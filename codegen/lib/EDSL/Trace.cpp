@@ -301,6 +301,11 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   func->setAttr(mlir::pallas::kGridRankAttrName,
                 builder.getI32IntegerAttr(static_cast<int32_t>(spec.grid_axes().size())));
   func->setAttr("pallas.threads", builder.getI64IntegerAttr(spec.threads()));
+  if (spec.max_registers() != 0 && (spec.max_registers() < 24 || spec.max_registers() > 255))
+    spec.fail("max_registers(" + std::to_string(spec.max_registers()) +
+              "): ptxas takes a register bound between 24 and 255");
+  if (spec.max_registers() > 0)
+    func->setAttr("pallas.max_registers", builder.getI64IntegerAttr(spec.max_registers()));
   // Approximate transcendentals (ex2.approx exp) are allowed when every float
   // input is half precision: their error (~1e-7 relative) is far below the
   // inputs' own (2^-9 for bf16), whatever the output dtype.

@@ -10,6 +10,7 @@
 
 #include "pallas/emulator/abi.h"
 
+#include "llvm/ADT/StringSwitch.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/AttrTypeSubElements.h"
 #include "mlir/Interfaces/DataLayoutInterfaces.h"
@@ -288,10 +289,12 @@ class Rewriter {
     }
     if (auto intrinsic = dyn_cast<LLVM::CallIntrinsicOp>(op);
         intrinsic && intrinsic.getIntrin().starts_with("llvm.nvvm.")) {
-      if (intrinsic.getIntrin() != "llvm.nvvm.ex2.approx.ftz.f32")
-        return op->emitOpError("no emulator rule for ") << intrinsic.getIntrin();
-      replace(op, call(loc, "pallas_emu_ex2_approx_ftz", intrinsic.getResult(0).getType(),
-                       intrinsic.getArgs()));
+      StringRef emulated = llvm::StringSwitch<StringRef>(intrinsic.getIntrin())
+                               .Case("llvm.nvvm.ex2.approx.ftz.f32", "pallas_emu_ex2_approx_ftz")
+                               .Case("llvm.nvvm.lg2.approx.ftz.f", "pallas_emu_lg2_approx_ftz")
+                               .Default("");
+      if (emulated.empty()) return op->emitOpError("no emulator rule for ") << intrinsic.getIntrin();
+      replace(op, call(loc, emulated, intrinsic.getResult(0).getType(), intrinsic.getArgs()));
       return success();
     }
     if (isa<LLVM::InlineAsmOp>(op)) return op->emitOpError("inline PTX has no emulator rule");

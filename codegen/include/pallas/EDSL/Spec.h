@@ -564,6 +564,11 @@ class KernelSpec {
   void body(F&& f);
   /// Threads per program on the GPU (a multiple of 32; default one warpgroup).
   void threads(int count) { threads_ = count; }
+  /// A register bound per thread for ptxas (PTX .maxnreg, CUDA's
+  /// __launch_bounds__ register cap); 0, the default, lets ptxas choose within
+  /// the budget of three programs per SM. ptxas spills rather than exceed it,
+  /// and the build's SASS checks fail on any spill (tests/sass).
+  void max_registers(int count) { max_registers_ = count; }
 
   // --- read by the tracer and the emitter ---
   const std::string& op() const { return op_; }
@@ -580,6 +585,7 @@ class KernelSpec {
     return axis < semantics_.size() ? semantics_[axis] : Semantics::kParallel;
   }
   int threads() const { return threads_; }
+  int max_registers() const { return max_registers_; }
   /// The messages of spec.check(), in declaration order.
   const std::vector<std::string>& check_messages() const { return checks_; }
   const std::function<void(std::span<const Ref>)>& body_fn() const { return body_; }
@@ -623,6 +629,7 @@ class KernelSpec {
   std::vector<DimExpr> grid_;
   std::vector<Semantics> semantics_;
   int threads_ = 128;
+  int max_registers_ = 0;
   std::vector<std::string> checks_;
   int errors_operand_ = -1;
   std::function<void(std::span<const Ref>)> body_;

@@ -187,10 +187,16 @@ LogicalResult GpuLowering::run() {
   // 128 threads) to keep to instead of its own occupancy target, which it reaches by
   // spilling (rms_norm_residual_f16: 80 registers and 16 bytes of spills without it, 105
   // and none with it; layer_norm_residual_f32 needs 138).
+  // A spec's own bound (KernelSpec::max_registers, `pallas.max_registers`)
+  // replaces it.
   constexpr int64_t kMinThreadsPerSM = 384;
-  f->setAttr(
-      NVVM::NVVMDialect::getMinctasmAttrName(),
-      mb.getI32IntegerAttr(static_cast<int32_t>(std::max<int64_t>(1, kMinThreadsPerSM / threads))));
+  if (auto cap = kernel->getAttrOfType<IntegerAttr>("pallas.max_registers"))
+    f->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
+               mb.getI32IntegerAttr(static_cast<int32_t>(cap.getInt())));
+  else
+    f->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
+               mb.getI32IntegerAttr(
+                   static_cast<int32_t>(std::max<int64_t>(1, kMinThreadsPerSM / threads))));
   func = f;
   Block& entry = f.getBody().front();
   for (auto [from, to] : llvm::zip(kernel.getArguments(), entry.getArguments())) map.map(from, to);
