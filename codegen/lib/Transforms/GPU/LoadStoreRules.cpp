@@ -86,15 +86,19 @@ struct RunAccess {
   /// run of 8 at 4096: room 4, elements 0..3 are inside.
   struct Edge {
     Value leading;  // i1
-    Value room;     // index
+    Value room;     // index; null when the slice is known inside the row
   };
-  Edge edge(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords) {
+  /// With `insideLastDim` (pallas.load's promise) a run taking this path is
+  /// only misaligned, and the row end is not tested (no room).
+  Edge edge(OpBuilder& b, Location loc, const BlockRef& ref, ValueRange coords,
+            bool insideLastDim = false) {
     Edge e;
     e.leading = inBounds(b, loc, ref, coords.drop_back());
-    e.room = arith::SubIOp::create(b, loc, ref.extents.back(), coords.back());
+    if (!insideLastDim) e.room = arith::SubIOp::create(b, loc, ref.extents.back(), coords.back());
     return e;
   }
   Value inside(OpBuilder& b, Location loc, const Edge& e, int64_t j) {
+    if (!e.room) return e.leading;
     Value inRow =
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, g.index(b, loc, j), e.room);
     return arith::AndIOp::create(b, loc, e.leading, inRow);
@@ -149,7 +153,7 @@ LogicalResult lowerLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
         },
         [&](OpBuilder& eb, Location l) {  // edge or misaligned: element by element
           Value run = arith::ConstantOp::create(eb, l, eb.getZeroAttr(runType));
-          RunAccess::Edge edge = access.edge(eb, l, ref, coords);
+          RunAccess::Edge edge = access.edge(eb, l, ref, coords, load.getInsideLastDim());
           for (int64_t j = 0; j < vec; ++j) {
             SmallVector<Value> cj = plus(eb, l, coords, j);
             auto one = scf::IfOp::create(
