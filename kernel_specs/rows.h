@@ -247,15 +247,18 @@ inline Value exp_minus(const Value& x, const Value& m) {
 /// the loop and the caller reduces the accumulators once, after it. Chunks
 /// wholly inside the row run with `masked` false; the row's last, partial
 /// chunk (when the segment has it) runs alone with `masked` true, and `f`
-/// masks its elements past the row end there (they load as 0).
+/// masks its elements past the row end there (they load as 0). The
+/// accumulators are [kChunk] unless `carry_shape` says otherwise (one value
+/// per group of a chunk: segment_logsumexp).
 ///
 /// Worked example: cols = 5000, the whole row as one segment [0, 3): chunks 0
 /// and 1 unmasked, chunk 2 (elements 4096..6143, of which 904 in the row) masked.
 template <class F>
 std::vector<Value> fold_segment_elements(const Segment& seg, const Value& cols,
-                                         std::vector<double> inits, F f) {
+                                         std::vector<double> inits, F f,
+                                         std::vector<int64_t> carry_shape = {kChunk}) {
   std::vector<Value> carry;
-  for (double v : inits) carry.push_back(broadcast_to(constant(v, f32), {kChunk}));
+  for (double v : inits) carry.push_back(broadcast_to(constant(v, f32), carry_shape));
   Value inside = maximum(minimum(cols / kChunk, seg.end), seg.first);  // end of the full chunks
   carry = fori(seg.first, inside, carry,
                [&](Value c, std::vector<Value> acc) { return f(c, acc, false); });
@@ -271,29 +274,44 @@ Value chunk_or(const RowOf& x, const Value& c, const Value&, bool masked, double
   return masked ? chunk_f32(x, c, 1, fill) : full_chunk_f32(x, c);
 }
 
+/// The elements of one 16-byte run of dtype T: 8 of bf16 or f16, 4 of f32.
+/// The GPU's strided layout gives a run to one thread, so a reduction over
+/// each run of a chunk reshaped to [kChunk / run, run] stays in that thread.
+inline int64_t run_elements(DType T) { return T == f32 ? 4 : 8; }
+inline DType dtype_of(const Ref& x) { return x.dtype(); }
+inline DType dtype_of(const Row& x) { return x.array.dtype(); }
+
 /// One pass over a segment: {m, l} with m its maximum and l = sum(exp(x - m)),
-/// online per element (each element position keeps its own running pair,
-/// rescaled when its maximum grows), combined across elements once at the end.
-/// `x` is a row Ref or a Row.
+/// online per group of a chunk, as a hand-written kernel folds a 16-byte
+/// vector at a time: each group of `run` elements (one 16-byte run, which one
+/// thread holds) keeps a running pair (m_g, l_g); a chunk first takes each
+/// group's maximum, then rescales l_g once and adds the group's exps:
+///
+///   m' = max(m_g, max_k v_k)     l' = l_g * exp(m_g - m') + sum_k exp(v_k - m')
+///
+/// so one exp per element plus one per group, rather than two per element.
+/// The groups are combined once at the end. `x` is a row Ref or a Row.
 ///
 /// The running maxima start at half the lowest float, not -inf, so they are
-/// finite from the start and exp(x - m) needs no -inf guard (exp_minus) per
-/// element: an element of -inf (or past the row end) gives exp(-inf) = 0, a
-/// running pair still at its start gives 0 * exp(start - m) = 0. A segment
-/// with no element above the start gives m = start and l = 0, so m + log(l)
-/// is -inf as before, and softmax's 0 / 0 is NaN as before. Half, because the
+/// finite from the start and exp(x - m) needs no -inf guard (exp_minus): an
+/// element of -inf (or past the row end) gives exp(-inf) = 0, a running pair
+/// still at its start gives 0 * exp(start - m) = 0. A segment with no element
+/// above the start gives m = start and l = 0, so m + log(l) is -inf as
+/// before, and softmax's 0 / 0 is NaN as before. Half, because the
 /// approximate exp of half-precision kernels computes m * log2(e) (the FMA
-/// fold of ElementwiseRules.cpp), which must stay finite: at the lowest float
-/// it overflows to -inf and exp(start - start) becomes ex2(inf).
+/// fold of ElementwiseRules.cpp), which must stay finite.
 template <class RowOf>
 std::vector<Value> segment_logsumexp(const RowOf& x, const Value& cols, const Segment& seg) {
   const double lowest = std::numeric_limits<float>::lowest() / 2;
+  const int64_t run = run_elements(dtype_of(x)), groups = kChunk / run;
   std::vector<Value> ml = fold_segment_elements(
-      seg, cols, {lowest, 0.0}, [&](Value c, std::vector<Value> acc, bool masked) {
-        Value v = chunk_or(x, c, cols, masked, kNegInf);
-        Value m = maximum(acc[0], v);
-        return std::vector<Value>{m, acc[1] * exp(acc[0] - m) + exp(v - m)};
-      });
+      seg, cols, {lowest, 0.0},
+      [&](Value c, std::vector<Value> acc, bool masked) {
+        Value v = reshape(chunk_or(x, c, cols, masked, kNegInf), {groups, run});
+        Value m = maximum(acc[0], max(v, 1, /*keepdims=*/true));
+        return std::vector<Value>{m, acc[1] * exp(acc[0] - m) + sum(exp(v - m), 1, true)};
+      },
+      {groups, 1});
   Value m = max(ml[0]);
   return {m, sum(ml[1] * exp(ml[0] - m))};
 }

@@ -115,3 +115,51 @@ func.func @odd_block(%x: memref<?xf32>) attributes {pallas.kernel, pallas.grid_r
   %v = pallas.load %rx[[0]] [[100]] : !pallas.ref<100xf32> -> vector<100xf32>
   return
 }
+
+// -----
+
+// A chunk loop keeping a running maximum per 8-element run (segment_logsumexp
+// in kernel_specs/rows.h): each [2048] bf16 chunk is reshaped to [256, 8], so
+// a run is a row of one lane. The row maxima, the carry started from a splat
+// and the loop's result all take strided_rows: the loop moves nothing across
+// threads. Only the final reduction of the carry to a scalar does (a warp
+// butterfly and one barrier, outside the loop).
+// CHECK-LABEL: func.func @running_max_per_run
+// CHECK: scf.for {{.*}} -> (vector<256x1xf32>)
+// CHECK: vector.multi_reduction <maximumf>, {{.*}} {pallas.layouts = [#pallas.strided_rows<threads = 128, vec = 8, cols = 8>]} [1]
+// CHECK: arith.maximumf {{.*}} {pallas.layouts = [#pallas.strided_rows<threads = 128, vec = 8, cols = 8>]}
+// CHECK-NOT: pallas.convert_layout
+// CHECK: } {pallas.layouts = [#pallas.strided_rows<threads = 128, vec = 8, cols = 8>]}
+// CHECK: vector.multi_reduction <maximumf>, {{.*}} [0, 1] : vector<256x1xf32> to f32
+// GPU-LABEL: gpu.func @running_max_per_run
+// GPU: scf.for {{.*}} -> (vector<2xf32>)
+// GPU-NOT: gpu.barrier
+// GPU: scf.yield
+// GPU: gpu.shuffle xor
+// GPU: gpu.barrier
+// GPU-NOT: gpu.barrier
+// GPU: gpu.return
+func.func @running_max_per_run(%x: memref<?xbf16>, %out: memref<?xf32>, %n: index) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2048 = arith.constant 2048 : index
+  %rx = pallas.block %x[%c0] {block_shape = array<i64: -9223372036854775808>, squeezed = array<i1: false>} : memref<?xbf16> -> !pallas.ref<?xbf16>
+  %ro = pallas.block %out[%i] {block_shape = array<i64: 1>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<1xf32>
+  %lowest = arith.constant dense<-1.0e+38> : vector<256x1xf32>
+  %ninf = arith.constant dense<0xFF800000> : vector<256xf32>
+  %m = scf.for %c = %c0 to %n step %c1 iter_args(%acc = %lowest) -> (vector<256x1xf32>) {
+    %off = arith.muli %c, %c2048 : index
+    %v = pallas.load %rx[[0]] [[2048]] plus(%off) {inside_last_dim} : !pallas.ref<?xbf16> -> vector<2048xbf16>
+    %w = arith.extf %v : vector<2048xbf16> to vector<2048xf32>
+    %r = vector.shape_cast %w : vector<2048xf32> to vector<256x8xf32>
+    %mx = vector.multi_reduction <maximumf>, %r, %ninf [1] : vector<256x8xf32> to vector<256xf32>
+    %mx1 = vector.shape_cast %mx : vector<256xf32> to vector<256x1xf32>
+    %next = arith.maximumf %acc, %mx1 : vector<256x1xf32>
+    scf.yield %next : vector<256x1xf32>
+  }
+  %init = arith.constant 0xFF800000 : f32
+  %total = vector.multi_reduction <maximumf>, %m, %init [0, 1] : vector<256x1xf32> to f32
+  pallas.store %total, %ro[[0]] : f32, !pallas.ref<1xf32>
+  return
+}

@@ -286,15 +286,15 @@ Value reshape(const Value& x, std::vector<int64_t> shape, std::source_location w
   mlir::Value v = unwrap(x);
   auto type = llvm::dyn_cast<VectorType>(v.getType());
   if (!type) fail("reshape of a scalar");
-  auto without_ones = [](llvm::ArrayRef<int64_t> dims) {
-    std::vector<int64_t> kept;
-    for (int64_t d : dims)
-      if (d != 1) kept.push_back(d);
-    return kept;
-  };
-  if (shape.empty() || without_ones(type.getShape()) != without_ones(shape))
-    fail("reshape " + shape_str(shape_of(v)) + " to " + shape_str(shape) +
-         ": only dims of extent 1 may be added or dropped");
+  int64_t count = 1;
+  for (int64_t d : shape) {
+    if (d <= 0) fail("reshape " + shape_str(shape_of(v)) + " to " + shape_str(shape) +
+                     ": extents must be positive");
+    count *= d;
+  }
+  if (shape.empty() || count != type.getNumElements())
+    fail("reshape " + shape_str(shape_of(v)) + " to " + shape_str(shape) + ": " +
+         std::to_string(type.getNumElements()) + " elements into " + std::to_string(count));
   if (type.getShape() == llvm::ArrayRef<int64_t>(shape)) return x;
   auto to = VectorType::get(shape, type.getElementType());
   return wrap(mlir::vector::ShapeCastOp::create(b(), loc(), to, v).getResult());

@@ -18,9 +18,10 @@ struct BroadcastOfLoad : OpRewritePattern<vector::BroadcastOp> {
   LogicalResult matchAndRewrite(vector::BroadcastOp op, PatternRewriter& rewriter) const override {
     auto load = op.getSource().getDefiningOp<LoadOp>();
     if (!load) return failure();
-    rewriter.replaceOpWithNewOp<LoadOp>(op, op.getResultVectorType(), load.getRef(),
-                                        load.getDynamicOffsets(), load.getOffsets(),
-                                        load.getSizes(), load.getPaddingAttr());
+    auto wide = rewriter.replaceOpWithNewOp<LoadOp>(op, op.getResultVectorType(), load.getRef(),
+                                                    load.getDynamicOffsets(), load.getOffsets(),
+                                                    load.getSizes(), load.getPaddingAttr());
+    wide.setInsideLastDim(load.getInsideLastDim());
     return success();
   }
 };
@@ -45,15 +46,27 @@ struct BroadcastOfIota : OpRewritePattern<vector::BroadcastOp> {
   }
 };
 
+/// Whether `v` is computed elementwise from a load or an iota, which a
+/// broadcast can be folded into.
+bool fromLoadOrIota(Value v) {
+  Operation* def = v.getDefiningOp();
+  if (!def) return false;
+  if (isa<LoadOp, IotaOp>(def)) return true;
+  if (auto bc = dyn_cast<vector::BroadcastOp>(def)) return fromLoadOrIota(bc.getSource());
+  return def->hasTrait<OpTrait::Elementwise>() && llvm::any_of(def->getOperands(), fromLoadOrIota);
+}
+
 /// broadcast(f(a, b) : S) : R  ->  f(broadcast(a) : R, broadcast(b) : R)
-/// for elementwise ops, so that the broadcast reaches the loads.
+/// for elementwise ops over a load or an iota, so that the broadcast reaches
+/// it. Other elementwise ops keep their size: a per-row statistic (a running
+/// maximum of row maxima, say) is computed once per row, then broadcast.
 struct BroadcastOfElementwise : OpRewritePattern<vector::BroadcastOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(vector::BroadcastOp op, PatternRewriter& rewriter) const override {
     auto srcType = dyn_cast<VectorType>(op.getSource().getType());
     Operation* def = op.getSource().getDefiningOp();
     if (!srcType || !def || !def->hasTrait<OpTrait::Elementwise>() || def->getNumResults() != 1 ||
-        def->getNumRegions() != 0)
+        def->getNumRegions() != 0 || !fromLoadOrIota(op.getSource()))
       return failure();
     ArrayRef<int64_t> shape = op.getResultVectorType().getShape();
     SmallVector<Value> operands;

@@ -282,8 +282,11 @@ select(const Value& cond, N a, const Value& b,
 /// Broadcasts numpy-style (trailing dims aligned, extent-1 dims stretched).
 Value broadcast_to(const Value& x, std::vector<int64_t> shape,
                    std::source_location where = std::source_location::current());
-/// The same elements in `shape`, which may only add or drop dims of extent 1
-/// (a [1, 2048] slice of a 2-D ref as a [2048] row, and back).
+/// The same elements, in row-major order, in `shape` of the same element
+/// count: a [1, 2048] slice of a 2-D ref as a [2048] row, or a [2048] chunk
+/// as [256, 8], whose reductions over axis 1 fold each 16-byte run of bf16
+/// in the thread that holds it (the GPU's layouts are defined on the
+/// flattened block, so a reshape moves no data).
 Value reshape(const Value& x, std::vector<int64_t> shape,
               std::source_location where = std::source_location::current());
 /// A block of `shape` whose elements are their coordinate along `dimension`.

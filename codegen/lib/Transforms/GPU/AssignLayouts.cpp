@@ -28,7 +28,8 @@ namespace {
 /// are replicated when their element count is not a multiple of `threads`
 /// (too small to distribute), or when they only seed reductions that keep
 /// dims (whose results are replicated). Loop-carried values follow their init.
-DenseSet<Value> inferReplicated(func::FuncOp kernel, int64_t threads) {
+DenseSet<Value> inferReplicatedAssuming(func::FuncOp kernel, int64_t threads,
+                                        const DenseSet<Value>& assumedCarries) {
   DenseSet<Value> replicated;
   auto small = [&](Type t) {
     auto vt = dyn_cast<VectorType>(t);
@@ -56,7 +57,8 @@ DenseSet<Value> inferReplicated(func::FuncOp kernel, int64_t threads) {
         replicated.insert(cst.getResult());
     } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
       for (auto [i, init] : llvm::enumerate(loop.getInitArgs()))
-        if (replicated.contains(init)) {
+        if (replicated.contains(init) || assumedCarries.contains(loop.getRegionIterArgs()[i])) {
+          if (isSplat(init)) replicated.insert(init);  // adapts to any layout: no say in vec
           replicated.insert(loop.getRegionIterArgs()[i]);
           replicated.insert(loop.getResult(i));
         }
@@ -79,10 +81,41 @@ DenseSet<Value> inferReplicated(func::FuncOp kernel, int64_t threads) {
           all = false;
         }
       }
-      if (any && all) replicated.insert(op->getResult(0));
+      if (any && all) {
+        replicated.insert(op->getResult(0));
+        // Its splat operands adapt to the layout: they have no say in vec.
+        for (Value v : op->getOperands())
+          if (isa<VectorType>(v.getType()) && isSplat(v)) replicated.insert(v);
+      }
     }
   });
   return replicated;
+}
+
+/// inferReplicated's loop carries: a carry that starts as a splat is
+/// replicated when what the loop body yields for it is, which depends on the
+/// carry itself (a running maximum of row maxima: m' = max(m, max(x, 1))).
+/// Every such carry is first assumed replicated; a carry whose yield turns
+/// out not to be is dropped and the inference runs again, until none is.
+DenseSet<Value> inferReplicated(func::FuncOp kernel, int64_t threads) {
+  DenseSet<Value> assumed;
+  kernel.walk([&](scf::ForOp loop) {
+    for (auto [i, init] : llvm::enumerate(loop.getInitArgs()))
+      if (isa<VectorType>(init.getType()) && isSplat(init))
+        assumed.insert(loop.getRegionIterArgs()[i]);
+  });
+  while (true) {
+    DenseSet<Value> replicated = inferReplicatedAssuming(kernel, threads, assumed);
+    SmallVector<Value> wrong;
+    for (Value carry : assumed) {
+      auto arg = cast<BlockArgument>(carry);
+      auto loop = cast<scf::ForOp>(arg.getOwner()->getParentOp());
+      Value yielded = loop.getBody()->getTerminator()->getOperand(arg.getArgNumber() - 1);
+      if (!replicated.contains(yielded)) wrong.push_back(carry);
+    }
+    if (wrong.empty()) return replicated;
+    for (Value carry : wrong) assumed.erase(carry);
+  }
 }
 
 /// Picks the strided layout's `vec` for a kernel: 16 bytes of the narrowest
@@ -156,45 +189,84 @@ class LayoutAssignment {
   /// Row statistics that never leave their rows' warps get strided_rows
   /// (PallasLayouts.td) instead of replicated: the kept-dims reductions of
   /// rowsLayoutFor, and elementwise ops and shape casts of them alone (with
-  /// splats). It is chosen for the kernel's row statistics all together,
+  /// splats), and loop carries started from a splat that such values are
+  /// yielded to. It is chosen for the kernel's row statistics all together,
   /// when every use of them is one of those, a broadcast back over their
-  /// block (a conversion in registers) or a store; otherwise all stay
-  /// replicated.
+  /// block (a conversion in registers), a reduction of all of them to a
+  /// scalar, or a store; otherwise all stay replicated.
   /// Worked example: softmax's tile keeps m = max(x, 1), s = sum(exp(x - m), 1)
   /// and x / s: m, s and the broadcasts qualify, so no shared memory is used.
+  /// A chunk loop reshaped to [256, 8] keeps a running (m, l) per 8-element
+  /// run in loop carries: they qualify too, and stay in each run's thread.
   void chooseRowLayouts() {
     DenseMap<Value, Attribute> rows;
     SmallVector<Value> worklist;
-    kernel_.walk([&](vector::MultiDimReductionOp red) {
-      if (StridedRowsLayoutAttr layout = rowsLayoutFor(red)) {
-        rows[red.getResult()] = layout;
-        worklist.push_back(red.getResult());
-      }
+    bool conflict = false;
+    auto add = [&](Value v, Attribute layout) {
+      auto [it, inserted] = rows.try_emplace(v, layout);
+      if (inserted) worklist.push_back(v);
+      conflict |= it->second != layout;
+    };
+    // Loop carries that may take a row layout: replicated ones (started from
+    // a splat, or from another loop's carry: a segment's full chunks, then its
+    // last one; checked below).
+    DenseSet<Value> carries;
+    kernel_.walk([&](scf::ForOp loop) {
+      for (Value arg : loop.getRegionIterArgs())
+        if (replicatedValues_.contains(arg)) carries.insert(arg);
     });
-    // What is computed from them alone.
+    auto addCarry = [&](scf::ForOp loop, unsigned i, Attribute layout) {
+      add(loop.getRegionIterArgs()[i], layout);
+      add(loop.getResult(i), layout);
+    };
+    auto isFreeCarry = [&](Value v) { return carries.contains(v) && !rows.contains(v); };
+    kernel_.walk([&](vector::MultiDimReductionOp red) {
+      if (StridedRowsLayoutAttr layout = rowsLayoutFor(red)) add(red.getResult(), layout);
+    });
+    // What is computed from them alone, and the carries they are yielded to.
     while (!worklist.empty()) {
       Value v = worklist.pop_back_val();
       Attribute layout = rows.lookup(v);
-      for (Operation* user : v.getUsers()) {
+      for (OpOperand& use : v.getUses()) {
+        Operation* user = use.getOwner();
+        if (isa<scf::YieldOp>(user)) {
+          auto loop = dyn_cast<scf::ForOp>(user->getParentOp());
+          if (loop && carries.contains(loop.getRegionIterArgs()[use.getOperandNumber()]))
+            addCarry(loop, use.getOperandNumber(), layout);
+          continue;
+        }
+        if (auto loop = dyn_cast<scf::ForOp>(user)) {  // the init of another loop's carry
+          unsigned i = use.getOperandNumber() - loop.getNumControlOperands();
+          if (carries.contains(loop.getRegionIterArgs()[i])) addCarry(loop, i, layout);
+          continue;
+        }
         if (user->getNumResults() != 1 || rows.contains(user->getResult(0))) continue;
         bool elementwise =
             user->hasTrait<OpTrait::Elementwise>() &&
             isa<VectorType>(user->getResult(0).getType()) &&
             llvm::all_of(user->getOperands(), [&](Value o) {
-              return !isa<VectorType>(o.getType()) || isSplat(o) || rows.lookup(o) == layout;
+              return !isa<VectorType>(o.getType()) || isSplat(o) || rows.lookup(o) == layout ||
+                     isFreeCarry(o);
             });
         if (elementwise || isa<vector::ShapeCastOp>(user)) {
-          rows[user->getResult(0)] = layout;
-          worklist.push_back(user->getResult(0));
+          for (Value o : user->getOperands())
+            if (isFreeCarry(o)) {
+              auto arg = cast<BlockArgument>(o);
+              addCarry(cast<scf::ForOp>(arg.getOwner()->getParentOp()), arg.getArgNumber() - 1,
+                       layout);
+            }
+          add(user->getResult(0), layout);
         }
       }
     }
+    if (conflict) return;
     // Every use must take the layout.
     for (auto& [v, layout] : rows) {
       auto rowsLayout = cast<StridedRowsLayoutAttr>(layout);
       int64_t rowCount = cast<VectorType>(v.getType()).getNumElements();
-      for (Operation* user : v.getUsers()) {
-        if (user->getNumResults() == 1 && rows.contains(user->getResult(0))) continue;
+      for (OpOperand& use : v.getUses()) {
+        Operation* user = use.getOwner();
+        if (user->getNumResults() == 1 && rows.lookup(user->getResult(0)) == layout) continue;
         if (auto store = dyn_cast<StoreOp>(user); store && store.getValue() == v) continue;
         if (auto bc = dyn_cast<vector::BroadcastOp>(user)) {
           VectorType to = bc.getResultVectorType();
@@ -202,7 +274,24 @@ class LayoutAssignment {
               to.getNumElements() == rowCount * rowsLayout.getCols())
             continue;
         }
+        if (auto red = dyn_cast<vector::MultiDimReductionOp>(user);
+            red && red.getSource() == v && !isa<VectorType>(red.getDestType()))
+          continue;  // the whole value to a scalar
+        if (auto loop = dyn_cast<scf::ForOp>(user->getParentOp()); loop && isa<scf::YieldOp>(user) &&
+            rows.lookup(loop.getResult(use.getOperandNumber())) == layout)
+          continue;
+        if (auto loop = dyn_cast<scf::ForOp>(user);
+            loop && use.getOperandNumber() >= loop.getNumControlOperands() &&
+            rows.lookup(loop.getResult(use.getOperandNumber() - loop.getNumControlOperands())) ==
+                layout)
+          continue;
         return;  // a use that needs the values elsewhere: keep them replicated
+      }
+      // A carry starts from a splat or from a value in the same layout.
+      if (auto arg = dyn_cast<BlockArgument>(v)) {
+        auto loop = cast<scf::ForOp>(arg.getOwner()->getParentOp());
+        Value init = loop.getInitArgs()[arg.getArgNumber() - loop.getNumInductionVars()];
+        if (!isSplat(init) && rows.lookup(init) != layout) return;
       }
     }
     for (auto& [v, layout] : rows) replicatedValues_.erase(v);

@@ -32,6 +32,18 @@ struct Scratch {
   }
 };
 
+/// Whether combining a value with itself gives it back (max, min, and, or).
+bool isIdempotent(vector::CombiningKind kind) {
+  using K = vector::CombiningKind;
+  switch (kind) {
+    case K::MAXIMUMF: case K::MINIMUMF: case K::MAXNUMF: case K::MINNUMF: case K::MAXSI:
+    case K::MINSI: case K::MAXUI: case K::MINUI: case K::AND: case K::OR:
+      return true;
+    default:
+      return false;
+  }
+}
+
 /// shfl.xor butterfly over lanes within aligned groups of `width` lanes:
 /// afterwards every lane holds its group's combination.
 Value butterfly(OpBuilder& b, Location loc, vector::CombiningKind kind, Value v, int64_t width) {
@@ -310,6 +322,19 @@ LogicalResult lowerReduction(vector::MultiDimReductionOp red, GpuLowering& g, Op
   vector::CombiningKind kind = red.getKind();
   Value local =
       vector::ReductionOp::create(b, loc, kind, g.map.lookup(red.getSource())).getResult();
+  // Per-row values (strided_rows) are held by each of their row's g lanes:
+  // a sum takes them from the row's first lane only.
+  if (auto rows = dyn_cast_or_null<StridedRowsLayoutAttr>(g.layoutOf(red.getSource()));
+      rows && rows.lanesPerRow() > 1 && !isIdempotent(kind)) {
+    if (kind != vector::CombiningKind::ADD)
+      return red.emitOpError("the GPU reduces per-row values to a scalar by add, max or min only");
+    Value firstLane = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::eq,
+        arith::RemUIOp::create(b, loc, g.tid, g.index(b, loc, rows.lanesPerRow())),
+        g.index(b, loc, 0));
+    local = arith::SelectOp::create(b, loc, firstLane, local,
+                                    arith::ConstantOp::create(b, loc, b.getZeroAttr(et)));
+  }
   Value width = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 32);
   for (int32_t offset = 16; offset >= 1; offset /= 2) {
     Value o = arith::ConstantIntOp::create(b, loc, b.getI32Type(), offset);
