@@ -208,6 +208,37 @@ PALLAS_KERNEL(row_sums_sequential) {
   });
 }
 
+// The sum of n elements in chunks of 2048: the full chunks with
+// Ref::load_inside (no row-end test on the GPU), the last partial one with a
+// masked load. Its planted twin promises that every chunk is inside, the
+// partial one too: the host still masks it (and gets the sum right), the
+// emulator reports the read past the end (features_test.cc).
+template <bool kOverpromise>
+void chunk_sum(KernelSpec& spec) {
+  DimExpr n = spec.dim("n");
+  Operand x = spec.input("x", f32, {n});
+  Operand out = spec.output("out", f32, {1});
+  spec.grid({1});
+  spec.block(x, {full}, [](const ProgramIds&) { return at(0); });
+  spec.block(out, {full}, [](const ProgramIds&) { return at(0); });
+  spec.body([](Ref x, Ref out) {
+    Value chunks = (x.extent(0) + index(2047)) / index(2048);
+    Value whole = kOverpromise ? chunks : x.extent(0) / index(2048);
+    auto add = [](bool inside, Ref& x) {
+      return [inside, &x](Value c, std::vector<Value> acc) {
+        Value v = inside ? x.load_inside({c * 2048}, {2048}) : x.load_at({c * 2048}, {2048});
+        return std::vector<Value>{acc[0] + v};
+      };
+    };
+    std::vector<Value> acc = fori(index(0), whole, {broadcast_to(constant(0, f32), {2048})},
+                                  add(true, x));
+    acc = fori(whole, chunks, acc, add(false, x));
+    out.store_at(sum(acc[0]), {index(0)});
+  });
+}
+PALLAS_KERNEL(chunk_sum_inside) { chunk_sum<false>(spec); }
+PALLAS_KERNEL(chunk_sum_overpromise) { chunk_sum<true>(spec); }  // planted
+
 // 160 KiB of scratch per program (far above the 48 KiB a CUDA program gets
 // without opting in): 20 copies of the program's 2048-element block, copy i
 // plus i, then 19 reads each straddling two copies, so threads read what

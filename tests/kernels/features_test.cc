@@ -7,6 +7,8 @@
 #include <pallas/kernels/block_prefix_chain.h>
 #include <pallas/kernels/block_prefix_tickets.h>
 #include <pallas/kernels/block_stats.h>
+#include <pallas/kernels/chunk_sum_inside.h>
+#include <pallas/kernels/chunk_sum_overpromise.h>
 #include <pallas/kernels/coordinates.h>
 #include <pallas/kernels/int_mix.h>
 #include <pallas/kernels/math_zoo.h>
@@ -305,6 +307,39 @@ TEST_P(FeaturesTest, ArbitraryAxisAccumulatesInScratch) {
       double want = 0;
       for (int64_t c = 0; c < sh.cols; ++c) want += x.host()[r * sh.stride + c];
       ASSERT_EQ(out.host()[r], static_cast<float>(want)) << "row " << r;
+    }
+  }
+}
+
+// Full chunks loaded with Ref::load_inside, the last one masked; a planted
+// twin that calls the partial chunk inside too is caught by the emulator.
+TEST_P(FeaturesTest, LoadInsideIsCheckedByTheEmulator) {
+  for (int64_t n : {1, 2048, 5000, 6144}) {
+    uint32_t seed = fresh_seed();
+    SCOPED_TRACE("n=" + std::to_string(n) + " seed=" + std::to_string(seed));
+    std::mt19937 rng(seed);
+    Array<float> x(GetParam(), n), out(GetParam(), 1);
+    std::uniform_int_distribution<int> dist(-1000, 1000);
+    for (float& v : x.host()) v = static_cast<float>(dist(rng)) / 8;  // exact sums
+    double want = 0;
+    for (float v : x.host()) want += v;
+    x.upload();
+    for (bool planted : {false, true}) {
+      if (planted && GetParam() == Backend::kCuda) continue;  // it would read past the end
+      out.poison();
+      out.upload();
+      TensorView<const float, 1> in(x.data(), {n});
+      TensorView<float, 1> to(out.data(), {1});
+      Status s = planted ? kernels::chunk_sum_overpromise(in, to, launch())
+                         : kernels::chunk_sum_inside(in, to, launch());
+      if (planted && GetParam() == Backend::kEmulator && n % 2048 != 0) {
+        EXPECT_EQ(s.code(), StatusCode::kEmulatorCheckFailed);
+        EXPECT_NE(s.message().find("out-of-bounds load"), std::string::npos) << s.message();
+        continue;
+      }
+      ASSERT_TRUE(s.ok()) << (planted ? "planted: " : "") << s.message();
+      out.download();
+      EXPECT_EQ(out.host()[0], static_cast<float>(want)) << (planted ? "planted" : "");
     }
   }
 }
