@@ -18,7 +18,6 @@ PALLAS_KERNEL(cross_entropy) {
   Operand labels = spec.input("labels", i32, {rows});
   Check label_in_vocab = spec.check("operand 'labels' element {0} is {1}, outside [0, {2})");
   Operand loss = spec.output("loss", f32, {rows});
-  spec.threads(rows::row_path_threads(kLongRow, T));  // f32: 256, as softmax's chunk loops
   DimExpr split = programs_per_row(rows, vocab);
   spec.workspace("partial_max", f32, rows * split);
   spec.workspace("partial_sum", f32, rows * split);

@@ -463,14 +463,15 @@ inline std::vector<DimExpr> row_path_grid(int path, const DimExpr& rows, const D
 /// x and their weights; the residual norms 3): 256 where 128 would leave a
 /// thread more live values than fit in 96 registers, else 128. A 4096-element
 /// row held in registers is 16 elements per thread instead of 32 (f32, or
-/// with weights); a chunk loop carrying per-element f32 partials with
-/// libdevice's exact expf (f32), or reading two rows and writing a third (the
-/// residual norms), is 8 elements per thread instead of 16. The bound is
-/// tested (status_test.cc: KernelMetadata registers) and the SASS report
-/// (bench/sass_report.py) shows each path's registers.
+/// with weights); a chunk loop carrying per-element f32 moments (the norms in
+/// f32) or reading two rows and writing a third (the residual norms) is 8
+/// elements per thread instead of 16. softmax's and cross_entropy's loops
+/// carry one (max, sum) pair per 16-byte run (segment_logsumexp) and fit at
+/// 128. The bound is tested (status_test.cc: KernelMetadata registers) and the
+/// SASS report (bench/sass_report.py) shows each path's registers.
 inline int row_path_threads(int path, DType T, int operands = 1) {
   if (path == kRow4096) return (T == f32 || operands > 1) ? 256 : 128;
-  if (path == kLongRow || path == kSplit) return (T == f32 || operands > 2) ? 256 : 128;
+  if (path == kLongRow || path == kSplit) return ((T == f32 && operands > 1) || operands > 2) ? 256 : 128;
   return 128;
 }
 
