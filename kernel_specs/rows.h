@@ -471,7 +471,8 @@ inline std::vector<DimExpr> row_path_grid(int path, const DimExpr& rows, const D
 /// SASS report (bench/sass_report.py) shows each path's registers.
 inline int row_path_threads(int path, DType T, int operands = 1) {
   if (path == kRow4096) return (T == f32 || operands > 1) ? 256 : 128;
-  if (path == kLongRow || path == kSplit) return ((T == f32 && operands > 1) || operands > 2) ? 256 : 128;
+  if (path == kLongRow || path == kSplit)
+    return ((T == f32 && operands > 1) || operands > 2) ? 256 : 128;
   return 128;
 }
 

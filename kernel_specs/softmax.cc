@@ -150,11 +150,11 @@ void row_reduction(Reduction kind, const RowReduction& decl, Ref x, Ref out, Ref
   auto row = [&](Value r) {
     Row in{x, r};
     // Elements past the row end of the last, partial chunk read as the identity.
-    Value parts = fold_segment_elements(
-        segment_of_row(cols), cols, {identity}, [&](Value c, std::vector<Value> acc, bool masked) {
-          Value v = chunk_or(in, c, cols, masked, identity);
-          return std::vector<Value>{combine(acc[0], v)};
-        })[0];
+    Value parts = fold_segment_elements(segment_of_row(cols), cols, {identity},
+                                        [&](Value c, std::vector<Value> acc, bool masked) {
+                                          Value v = chunk_or(in, c, cols, masked, identity);
+                                          return std::vector<Value>{combine(acc[0], v)};
+                                        })[0];
     Value part = is_sum ? sum(parts) : max(parts);
     when(publish_partials(arrived, {{partials, part}}), [&] {
       Value total = fold_partials({identity}, [&](Value s, std::vector<Value> acc) {

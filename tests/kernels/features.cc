@@ -230,8 +230,8 @@ void chunk_sum(KernelSpec& spec) {
         return std::vector<Value>{acc[0] + v};
       };
     };
-    std::vector<Value> acc = fori(index(0), whole, {broadcast_to(constant(0, f32), {2048})},
-                                  add(true, x));
+    std::vector<Value> acc =
+        fori(index(0), whole, {broadcast_to(constant(0, f32), {2048})}, add(true, x));
     acc = fori(whole, chunks, acc, add(false, x));
     out.store_at(sum(acc[0]), {index(0)});
   });

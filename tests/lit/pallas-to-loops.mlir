@@ -1,4 +1,4 @@
-// RUN: pallas-opt %s --convert-pallas-to-loops | FileCheck %s
+// RUN: pallas-opt %s --split-input-file --verify-diagnostics --convert-pallas-to-loops | FileCheck %s
 
 // The host form: grid loops around the body, one stack buffer per block
 // value, one loop nest per block op, masked loads and stores at the edge.
@@ -30,5 +30,19 @@ func.func @scale(%x: memref<?xf32>, %out: memref<?xf32>, %s: f32) attributes {pa
   %sv = vector.broadcast %s : f32 to vector<1024xf32>
   %w = arith.mulf %v, %sv : vector<1024xf32>
   pallas.store %w, %ro[[0]] : vector<1024xf32>, !pallas.ref<1024xf32>
+  return
+}
+
+// -----
+
+// An op on blocks without a host rule is an error naming it and the rules the
+// host lowering has (ProgramSkeleton.h, shared with the GPU lowering).
+func.func @no_host_rule(%x: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32} {
+  %i = pallas.program_id 0
+  %c0 = arith.constant 0 : index
+  %rx = pallas.block %x[%i, %c0] {block_shape = array<i64: 8, 256>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<8x256xf32>
+  %v = pallas.load %rx[[0, 0]] [[8, 256]] : !pallas.ref<8x256xf32> -> vector<8x256xf32>
+  // expected-error @+1 {{no host lowering rule for vector.transpose; known rules: pallas.block, pallas.load,}}
+  %t = vector.transpose %v, [1, 0] : vector<8x256xf32> to vector<256x8xf32>
   return
 }

@@ -288,8 +288,9 @@ Value reshape(const Value& x, std::vector<int64_t> shape, std::source_location w
   if (!type) fail("reshape of a scalar");
   int64_t count = 1;
   for (int64_t d : shape) {
-    if (d <= 0) fail("reshape " + shape_str(shape_of(v)) + " to " + shape_str(shape) +
-                     ": extents must be positive");
+    if (d <= 0)
+      fail("reshape " + shape_str(shape_of(v)) + " to " + shape_str(shape) +
+           ": extents must be positive");
     count *= d;
   }
   if (shape.empty() || count != type.getNumElements())

@@ -293,7 +293,8 @@ class Rewriter {
                                .Case("llvm.nvvm.ex2.approx.ftz.f32", "pallas_emu_ex2_approx_ftz")
                                .Case("llvm.nvvm.lg2.approx.ftz.f", "pallas_emu_lg2_approx_ftz")
                                .Default("");
-      if (emulated.empty()) return op->emitOpError("no emulator rule for ") << intrinsic.getIntrin();
+      if (emulated.empty())
+        return op->emitOpError("no emulator rule for ") << intrinsic.getIntrin();
       replace(op, call(loc, emulated, intrinsic.getResult(0).getType(), intrinsic.getArgs()));
       return success();
     }

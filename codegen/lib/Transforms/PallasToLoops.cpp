@@ -20,6 +20,7 @@
 
 #include "BlockIndexing.h"
 #include "ErrorRecord.h"
+#include "ProgramSkeleton.h"
 #include "pallas/Transforms/Passes.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -105,14 +106,7 @@ class HostLowering {
 
   LogicalResult lowerOp(Operation* op, OpBuilder& b) {
     Location loc = op->getLoc();
-    if (auto pid = dyn_cast<ProgramIdOp>(op)) {
-      map_.map(pid.getResult(), programIds_[pid.getAxis()]);
-      return success();
-    }
-    if (auto np = dyn_cast<NumProgramsOp>(op)) {
-      map_.map(np.getResult(), grid_[np.getAxis()]);
-      return success();
-    }
+    if (lowerGridOp(op, map_, b, gridCoordinates_)) return success();
     if (auto blk = dyn_cast<BlockOp>(op)) {
       SmallVector<Value> indices;
       for (Value v : blk.getIndices()) indices.push_back(map_.lookup(v));
@@ -233,16 +227,13 @@ class HostLowering {
     if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
         isa<VectorType>(op->getResult(0).getType()))
       return lowerElementwise(op, b);
-    for (Type t : op->getResultTypes())
-      if (isa<VectorType>(t))
-        return op->emitOpError(
-            "no host lowering rule for this op on blocks; known: pallas.load, "
-            "pallas.store, pallas.iota, vector.broadcast, splat constants, "
-            "scf.for and elementwise arith/math ops");
-    if (op->getNumRegions() != 0)
-      return op->emitOpError("no host lowering rule for this op with regions");
-    b.clone(*op, map_);
-    return success();
+    return cloneScalarOp(
+        op, map_, b, "host",  // ProgramSkeleton.h
+        "pallas.block, pallas.load, pallas.load_scalar, pallas.store, pallas.iota, "
+        "pallas.scratch, pallas.semaphore_add, pallas.semaphore_read, "
+        "pallas.semaphore_wait, pallas.check, vector.broadcast, vector.shape_cast, "
+        "vector.multi_reduction, splat constants, scf.for, scf.while, scf.if and "
+        "elementwise arith/math ops");
   }
 
   LogicalResult lowerElementwise(Operation* op, OpBuilder& b) {
@@ -491,6 +482,10 @@ class HostLowering {
   DenseMap<Value, BlockRef> refs_;
   Value programIds_[3];
   Value grid_[3];
+  /// program_id and num_programs: the grid loops' induction variables and bounds.
+  GridCoordinates gridCoordinates_{
+      [this](OpBuilder&, Location, int32_t axis) { return programIds_[axis]; },
+      [this](OpBuilder&, Location, int32_t axis) { return grid_[axis]; }};
 };
 
 struct ConvertPallasToLoopsPass : impl::ConvertPallasToLoopsBase<ConvertPallasToLoopsPass> {

@@ -241,13 +241,12 @@ class LayoutAssignment {
           continue;
         }
         if (user->getNumResults() != 1 || rows.contains(user->getResult(0))) continue;
-        bool elementwise =
-            user->hasTrait<OpTrait::Elementwise>() &&
-            isa<VectorType>(user->getResult(0).getType()) &&
-            llvm::all_of(user->getOperands(), [&](Value o) {
-              return !isa<VectorType>(o.getType()) || isSplat(o) || rows.lookup(o) == layout ||
-                     isFreeCarry(o);
-            });
+        bool elementwise = user->hasTrait<OpTrait::Elementwise>() &&
+                           isa<VectorType>(user->getResult(0).getType()) &&
+                           llvm::all_of(user->getOperands(), [&](Value o) {
+                             return !isa<VectorType>(o.getType()) || isSplat(o) ||
+                                    rows.lookup(o) == layout || isFreeCarry(o);
+                           });
         if (elementwise || isa<vector::ShapeCastOp>(user)) {
           for (Value o : user->getOperands())
             if (isFreeCarry(o)) {
@@ -277,7 +276,8 @@ class LayoutAssignment {
         if (auto red = dyn_cast<vector::MultiDimReductionOp>(user);
             red && red.getSource() == v && !isa<VectorType>(red.getDestType()))
           continue;  // the whole value to a scalar
-        if (auto loop = dyn_cast<scf::ForOp>(user->getParentOp()); loop && isa<scf::YieldOp>(user) &&
+        if (auto loop = dyn_cast<scf::ForOp>(user->getParentOp());
+            loop && isa<scf::YieldOp>(user) &&
             rows.lookup(loop.getResult(use.getOperandNumber())) == layout)
           continue;
         if (auto loop = dyn_cast<scf::ForOp>(user);

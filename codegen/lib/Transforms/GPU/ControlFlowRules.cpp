@@ -13,21 +13,6 @@
 namespace mlir::pallas::gpu_lowering {
 namespace {
 
-gpu::Dimension dim(int32_t axis) {
-  return axis == 0 ? gpu::Dimension::x : axis == 1 ? gpu::Dimension::y : gpu::Dimension::z;
-}
-
-LogicalResult lowerProgramId(ProgramIdOp pid, GpuLowering& g, OpBuilder& b) {
-  g.map.map(pid.getResult(),
-            gpu::BlockIdOp::create(b, pid.getLoc(), dim(pid.getAxis())).getResult());
-  return success();
-}
-
-LogicalResult lowerNumPrograms(NumProgramsOp np, GpuLowering& g, OpBuilder& b) {
-  g.map.map(np.getResult(), gpu::GridDimOp::create(b, np.getLoc(), dim(np.getAxis())).getResult());
-  return success();
-}
-
 /// The per-thread forms of `values` (inits or yields of `loop`'s carries).
 FailureOr<SmallVector<Value>> carries(GpuLowering& g, OpBuilder& b, Operation* loop,
                                       ValueRange values) {
@@ -120,8 +105,6 @@ LogicalResult lowerIf(scf::IfOp branch, GpuLowering& g, OpBuilder& b) {
 }  // namespace
 
 void populateControlFlowRules(RuleRegistry& rules) {
-  rules.add(ProgramIdOp::getOperationName(), ruleFor(lowerProgramId));
-  rules.add(NumProgramsOp::getOperationName(), ruleFor(lowerNumPrograms));
   rules.add(scf::ForOp::getOperationName(), ruleFor(lowerFor));
   rules.add(scf::WhileOp::getOperationName(), ruleFor(lowerWhile));
   rules.add(scf::IfOp::getOperationName(), ruleFor(lowerIf));

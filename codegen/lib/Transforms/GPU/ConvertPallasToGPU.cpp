@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../ProgramSkeleton.h"
 #include "GpuLowering.h"
 #include "Splats.h"
 #include "pallas/Transforms/Passes.h"
@@ -154,17 +155,29 @@ LogicalResult GpuLowering::lowerBlock(Block& block, OpBuilder& b) {
   return success();
 }
 
+/// A program is a CTA: program_id is the block id, num_programs the grid dim.
+const GridCoordinates& gpuGrid() {
+  static const GridCoordinates grid = [] {
+    auto dim = [](int32_t axis) {
+      return axis == 0 ? gpu::Dimension::x : axis == 1 ? gpu::Dimension::y : gpu::Dimension::z;
+    };
+    GridCoordinates g;
+    g.programId = [dim](OpBuilder& b, Location loc, int32_t axis) -> Value {
+      return gpu::BlockIdOp::create(b, loc, dim(axis));
+    };
+    g.numPrograms = [dim](OpBuilder& b, Location loc, int32_t axis) -> Value {
+      return gpu::GridDimOp::create(b, loc, dim(axis));
+    };
+    return g;
+  }();
+  return grid;
+}
+
 LogicalResult GpuLowering::lowerOp(Operation* op, OpBuilder& b) {
   ++currentRule_;
+  if (lowerGridOp(op, map, b, gpuGrid())) return success();
   if (const Rule* rule = rules_.find(op)) return (*rule)(op, *this, b);
-  bool blockValued = llvm::any_of(op->getResultTypes(), llvm::IsaPred<VectorType>) ||
-                     llvm::any_of(op->getOperandTypes(), llvm::IsaPred<VectorType>);
-  if (blockValued || op->getNumRegions() != 0)
-    return op->emitOpError("no GPU lowering rule for ")
-           << op->getName() << "; known rules: " << rules_.known();
-  // Scalar index arithmetic and the like: the same in every thread.
-  b.clone(*op, map);
-  return success();
+  return cloneScalarOp(op, map, b, "GPU", rules_.known());  // ProgramSkeleton.h
 }
 
 LogicalResult GpuLowering::run() {

@@ -94,7 +94,8 @@ LogicalResult lowerApproxExp(math::ExpOp exp, GpuLowering& g, OpBuilder& b) {
   Attribute layout = g.layoutOf(exp.getResult());
   Type f32 = b.getF32Type();
   VectorType type = g.threadType(block, layout);
-  auto log2e = arith::ConstantOp::create(b, loc, SplatElementsAttr::get(type, b.getF32FloatAttr(1.4426950408889634f)));
+  auto log2e = arith::ConstantOp::create(
+      b, loc, SplatElementsAttr::get(type, b.getF32FloatAttr(1.4426950408889634f)));
   auto contract = arith::FastMathFlagsAttr::get(b.getContext(), arith::FastMathFlags::contract);
 
   Value scaled;
@@ -102,7 +103,8 @@ LogicalResult lowerApproxExp(math::ExpOp exp, GpuLowering& g, OpBuilder& b) {
     FailureOr<Value> lhs = g.operandIn(b, loc, sub.getLhs(), layout);
     FailureOr<Value> rhs = g.operandIn(b, loc, sub.getRhs(), layout);
     if (succeeded(lhs) && succeeded(rhs)) {
-      Value bias = arith::NegFOp::create(b, loc, arith::MulFOp::create(b, loc, *rhs, log2e), contract);
+      Value bias =
+          arith::NegFOp::create(b, loc, arith::MulFOp::create(b, loc, *rhs, log2e), contract);
       scaled = math::FmaOp::create(b, loc, *lhs, log2e, bias, contract);
     }
   }
@@ -141,8 +143,8 @@ LogicalResult lowerApproxLog(math::LogOp log, GpuLowering& g, OpBuilder& b) {
   FailureOr<Value> x = g.operandIn(b, loc, log.getOperand(), layout);
   if (failed(x)) return lowerElementwise(log, g, b);  // names the layout mismatch
   Value logs2 = perElement(b, loc, lg2.getValue(), *x);
-  auto ln2 = arith::ConstantOp::create(b, loc,
-                                       SplatElementsAttr::get(type, b.getF32FloatAttr(0.69314718f)));
+  auto ln2 = arith::ConstantOp::create(
+      b, loc, SplatElementsAttr::get(type, b.getF32FloatAttr(0.69314718f)));
   g.map.map(log.getResult(), arith::MulFOp::create(b, loc, logs2, ln2, contract).getResult());
   return success();
 }

@@ -270,11 +270,12 @@ LogicalResult storeStrided(StoreOp store, GpuLowering& g, OpBuilder& b) {
           RunAccess::Edge edge = access.edge(eb, l, ref, coords);
           for (int64_t j = 0; j < vec; ++j) {
             SmallVector<Value> cj = plus(eb, l, coords, j);
-            scf::IfOp::create(eb, l, access.inside(eb, l, edge, j), [&](OpBuilder& ib, Location il) {
-              Value v = vector::ExtractOp::create(ib, il, run, ArrayRef<int64_t>{j});
-              memref::StoreOp::create(ib, il, v, ref.array, cj);
-              scf::YieldOp::create(ib, il);
-            });
+            scf::IfOp::create(
+                eb, l, access.inside(eb, l, edge, j), [&](OpBuilder& ib, Location il) {
+                  Value v = vector::ExtractOp::create(ib, il, run, ArrayRef<int64_t>{j});
+                  memref::StoreOp::create(ib, il, v, ref.array, cj);
+                  scf::YieldOp::create(ib, il);
+                });
           }
           scf::YieldOp::create(eb, l);
         });

@@ -36,8 +36,16 @@ struct Scratch {
 bool isIdempotent(vector::CombiningKind kind) {
   using K = vector::CombiningKind;
   switch (kind) {
-    case K::MAXIMUMF: case K::MINIMUMF: case K::MAXNUMF: case K::MINNUMF: case K::MAXSI:
-    case K::MINSI: case K::MAXUI: case K::MINUI: case K::AND: case K::OR:
+    case K::MAXIMUMF:
+    case K::MINIMUMF:
+    case K::MAXNUMF:
+    case K::MINNUMF:
+    case K::MAXSI:
+    case K::MINSI:
+    case K::MAXUI:
+    case K::MINUI:
+    case K::AND:
+    case K::OR:
       return true;
     default:
       return false;
