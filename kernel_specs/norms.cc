@@ -34,6 +34,7 @@ NormOperands declare(KernelSpec& spec, DType T, bool residual, bool bias,
   if (residual) o.h = spec.output("h", T, {rows, cols});
   o.path = spec.variant("path", row_path_names(), row_path(rows, cols));
   spec.threads(row_path_threads(o.path, T, /*operands=*/residual ? 3 : 2));
+  spec.run_elements(row_path_run_elements(o.path));
   DimExpr split = programs_per_row(rows, cols), items = items_per_row(rows, cols);
   for (const std::string& name : partials)  // empty unless rows are split
     spec.workspace(name, f32, o.path == kSplit ? rows * split : DimExpr(0));

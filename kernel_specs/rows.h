@@ -476,6 +476,12 @@ inline int row_path_threads(int path, DType T, int operands = 1) {
   return 128;
 }
 
+/// Elements per run of the GPU's strided layout for `path` (KernelSpec::
+/// run_elements; 0: the default, 16 bytes). A 4 x 512 tile in runs of 16 has
+/// each row in one warp (32 runs), so its row statistics are warp shuffles
+/// with no shared memory and no barrier, as for the 16 x 128 tile.
+inline int row_path_run_elements(int path) { return path == kTile4 ? 16 : 0; }
+
 /// `for s in [0, parts): acc = f(slot, acc)` over a row's partials, in order.
 template <class F>
 std::vector<Value> fold_slots(const Value& base, const Value& parts, std::vector<double> inits,

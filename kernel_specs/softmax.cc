@@ -24,6 +24,7 @@ void row_softmax(KernelSpec& spec, DType T, Out out) {
   Operand y = spec.output("y", T, {rows, cols});
   const int path = spec.variant("path", row_path_names(), row_path(rows, cols));
   spec.threads(row_path_threads(path, T));
+  spec.run_elements(row_path_run_elements(path));
   // A half-precision 4096-element row fits 64 registers without spills (32
   // f32 values per thread); ptxas alone takes up to 72 for more overlap.
   if (path == kRow4096 && T != f32) spec.max_registers(64);
@@ -117,6 +118,7 @@ RowReduction declare_row_reduction(KernelSpec& spec, DType T) {
       spec.variant("path", {"tile16", "tile4", "rows"},
                    DimExpr(2) - le(cols, kTiles[1].cols) - le(cols, kTiles[0].cols));
   const int path = variant == 0 ? kTile16 : variant == 1 ? kTile4 : kRow2048;
+  spec.run_elements(row_path_run_elements(path));
   const bool rows_path = path == kRow2048;
   DimExpr split = programs_per_row(rows, cols);
   spec.workspace("partials", f32, rows_path ? rows * split : DimExpr(0));

@@ -389,6 +389,24 @@ TEST(Validator, CheckConditionIsAScalarPredicate) {
             "spec 'check_block': check \"not finite\": fail_if needs a scalar i1 condition");
 }
 
+TEST(Validator, GpuTuningKnobsAreChecked) {
+  auto runs = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    spec.run_elements(12);
+    spec.body([](Ref x, Ref out) { out.store(x.load()); });
+  };
+  EXPECT_EQ(trace_error("odd_runs", runs),
+            "spec 'odd_runs': run_elements(12): a power of two from 1 to 64");
+  auto regs = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    spec.max_registers(300);
+    spec.body([](Ref x, Ref out) { out.store(x.load()); });
+  };
+  EXPECT_EQ(trace_error("many_regs", regs),
+            "spec 'many_regs': max_registers(300): ptxas takes a register bound between 24 and "
+            "255");
+}
+
 TEST(Validator, ReshapeKeepsTheElementCount) {
   auto fn = [](KernelSpec& spec) {
     declare_x_out(spec);

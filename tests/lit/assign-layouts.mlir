@@ -163,3 +163,31 @@ func.func @running_max_per_run(%x: memref<?xbf16>, %out: memref<?xf32>, %n: inde
   pallas.store %total, %ro[[0]] : f32, !pallas.ref<1xf32>
   return
 }
+
+// -----
+
+// The same 4 x 512 tile of bf16 with runs of 16 elements (pallas.run_elements,
+// KernelSpec::run_elements): a row is 32 runs, one warp, so its maxima stay in
+// the row's lanes (strided_rows) and no barrier or shared memory is needed.
+// Each run moves with two 16-byte loads.
+// CHECK-LABEL: func.func @tile4_long_runs
+// CHECK-SAME:    pallas.strided_layout = #pallas.strided<threads = 128, vec = 16>
+// CHECK:         vector.multi_reduction <maximumf>, {{.*}} {pallas.layouts = [#pallas.strided_rows<threads = 128, vec = 16, cols = 512>]} [1]
+// GPU-LABEL:     gpu.func @tile4_long_runs
+// GPU-COUNT-2:   vector.load %{{.*}} {alignment = 16 : i64} : memref<?x?xbf16, strided<[?, 1]>>, vector<8xbf16>
+// GPU-NOT:       gpu.barrier
+// GPU-NOT:       gpu.dynamic_shared_memory
+// GPU:           gpu.return
+func.func @tile4_long_runs(%x: memref<?x?xbf16, strided<[?, 1]>>, %y: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64, pallas.run_elements = 16 : i64} {
+  %i = pallas.program_id 0
+  %c0 = arith.constant 0 : index
+  %rx = pallas.block %x[%i, %c0] {block_shape = array<i64: 4, 512>, squeezed = array<i1: false, false>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<4x512xbf16>
+  %ry = pallas.block %y[%i, %c0] {block_shape = array<i64: 4, 1>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<4x1xf32>
+  %h = pallas.load %rx[[0, 0]] [[4, 512]] : !pallas.ref<4x512xbf16> -> vector<4x512xbf16>
+  %v = arith.extf %h : vector<4x512xbf16> to vector<4x512xf32>
+  %ninf = arith.constant dense<0xFF800000> : vector<4xf32>
+  %m = vector.multi_reduction <maximumf>, %v, %ninf [1] : vector<4x512xf32> to vector<4xf32>
+  %mc = vector.shape_cast %m : vector<4xf32> to vector<4x1xf32>
+  pallas.store %mc, %ry[[0, 0]] : vector<4x1xf32>, !pallas.ref<4x1xf32>
+  return
+}

@@ -304,6 +304,11 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   if (spec.max_registers() != 0 && (spec.max_registers() < 24 || spec.max_registers() > 255))
     spec.fail("max_registers(" + std::to_string(spec.max_registers()) +
               "): ptxas takes a register bound between 24 and 255");
+  if (int n = spec.run_elements(); n != 0) {
+    if (n < 0 || n > 64 || (n & (n - 1)) != 0)
+      spec.fail("run_elements(" + std::to_string(n) + "): a power of two from 1 to 64");
+    func->setAttr("pallas.run_elements", builder.getI64IntegerAttr(n));
+  }
   if (spec.max_registers() > 0)
     func->setAttr("pallas.max_registers", builder.getI64IntegerAttr(spec.max_registers()));
   // Approximate transcendentals (ex2.approx exp) are allowed when every float

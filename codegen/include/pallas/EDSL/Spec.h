@@ -572,6 +572,11 @@ class KernelSpec {
   /// the budget of three programs per SM. ptxas spills rather than exceed it,
   /// and the build's SASS checks fail on any spill (tests/sass).
   void max_registers(int count) { max_registers_ = count; }
+  /// Elements per run of the GPU's strided layout (PallasLayouts.td): a
+  /// power of two; 0, the default, is 16 bytes of the narrowest dtype the
+  /// kernel moves. Longer runs put longer rows in one warp (a 4 x 512 bf16
+  /// tile in runs of 16: 32 runs a row), each run several 16-byte accesses.
+  void run_elements(int count) { run_elements_ = count; }
 
   // --- read by the tracer and the emitter ---
   const std::string& op() const { return op_; }
@@ -589,6 +594,7 @@ class KernelSpec {
   }
   int threads() const { return threads_; }
   int max_registers() const { return max_registers_; }
+  int run_elements() const { return run_elements_; }
   /// The messages of spec.check(), in declaration order.
   const std::vector<std::string>& check_messages() const { return checks_; }
   const std::function<void(std::span<const Ref>)>& body_fn() const { return body_; }
@@ -633,6 +639,7 @@ class KernelSpec {
   std::vector<Semantics> semantics_;
   int threads_ = 128;
   int max_registers_ = 0;
+  int run_elements_ = 0;
   std::vector<std::string> checks_;
   int errors_operand_ = -1;
   std::function<void(std::span<const Ref>)> body_;

@@ -136,6 +136,11 @@ FailureOr<int64_t> chooseVec(func::FuncOp kernel, int64_t threads,
       }
   });
   int64_t vec = 16 / minBytes;
+  // A spec may ask for longer runs (KernelSpec::run_elements): a 4 x 512 bf16
+  // tile in runs of 16 puts each row in one warp (32 runs), each run two
+  // 16-byte accesses.
+  if (auto requested = kernel->getAttrOfType<IntegerAttr>("pallas.run_elements"))
+    vec = requested.getInt();
   for (VectorType vt : blocks) {
     vec = std::gcd(vec, vt.getShape().back());
     while (vec > 1 && vt.getNumElements() % (threads * vec) != 0) vec /= 2;
