@@ -57,6 +57,53 @@ TEST_P(LossesTest, CrossEntropy) {
   check_cross_entropy<bfloat16>(GetParam());
 }
 
+// Masked logits (-inf, as attention masks and vocabulary padding write them):
+// they add nothing to the sum, a row with only its label's logit finite has
+// loss 0, and a row whose logits are all -inf has a NaN loss, as PyTorch's.
+// Rows of 5000 span full chunks and a masked last one (rows.h:
+// segment_logsumexp starts its running maxima finite, not at -inf).
+template <class T>
+void check_masked_cross_entropy(Backend backend) {
+  constexpr int64_t kRows = 3, kVocab = 5000;
+  uint32_t seed = fresh_seed();
+  SCOPED_TRACE(std::string(dtype_name<T>()) + " seed=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  Array<T> logits(backend, kRows * kVocab);
+  Array<int32_t> labels(backend, kRows);
+  Array<float> loss(backend, kRows);
+  logits.fill_random(rng, -6, 6);
+  std::bernoulli_distribution masked(0.3);
+  const T ninf = static_cast<T>(-INFINITY);
+  for (int64_t c = 0; c < kVocab; ++c) {
+    if (masked(rng)) logits.host()[c] = ninf;         // row 0: 30% masked
+    if (c != 4321) logits.host()[kVocab + c] = ninf;  // row 1: only its label is finite
+    logits.host()[2 * kVocab + c] = ninf;             // row 2: everything masked
+  }
+  logits.host()[17] = static_cast<T>(1.5f);  // row 0's label is finite
+  labels.host() = {17, 4321, 0};
+  loss.poison();
+  logits.upload();
+  labels.upload();
+  loss.upload();
+  Status st = kernels::cross_entropy(TensorView<const T, 2>(logits.data(), {kRows, kVocab}),
+                                     TensorView<const int32_t, 1>(labels.data(), {kRows}),
+                                     TensorView<float, 1>(loss.data(), {kRows}), Launch{backend});
+  ASSERT_TRUE(st.ok()) << st.message();
+  loss.download();
+  double m = -INFINITY, sum = 0;
+  for (int64_t c = 0; c < kVocab; ++c) m = std::max<double>(m, to_float(logits.host()[c]));
+  for (int64_t c = 0; c < kVocab; ++c) sum += std::exp(to_float(logits.host()[c]) - m);
+  const double want = m + std::log(sum) - 1.5;
+  EXPECT_NEAR(loss.host()[0], want, 1e-6 + 2e-6 * (std::abs(m) + std::log(sum) + 6.0));
+  EXPECT_NEAR(loss.host()[1], 0.0, 1e-6);
+  EXPECT_TRUE(std::isnan(loss.host()[2])) << loss.host()[2];
+}
+
+TEST_P(LossesTest, MaskedLogits) {
+  check_masked_cross_entropy<float>(GetParam());
+  check_masked_cross_entropy<bfloat16>(GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, LossesTest,
                          ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda),
                          backend_name);
