@@ -12,6 +12,7 @@
 // exits 0.
 
 #include <pallas/kernels.h>
+#include "cuda_check.h"
 
 #include <cuda_runtime.h>
 
@@ -24,15 +25,6 @@
 #include <vector>
 
 namespace {
-
-#define CHECK_CUDA(call)                                                                         \
-  do {                                                                                           \
-    cudaError_t e = (call);                                                                      \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 void check(const pallas::Status& s, const std::string& what) {
   if (!s.ok()) {

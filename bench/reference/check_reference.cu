@@ -3,6 +3,7 @@
 // (a warp per row, a CTA holding the row, the loop; aligned and unaligned
 // rows). Prints the worst error per op and exits 1 on a failure; without a
 // device it says so and exits 0. Run it before timing the kernels.
+#include "../cuda_check.h"
 #include "reference_kernels.h"
 
 #include <cuda_bf16.h>
@@ -17,15 +18,6 @@
 #include <vector>
 
 namespace {
-
-#define CHECK_CUDA(call)                                                                         \
-  do {                                                                                           \
-    cudaError_t e = (call);                                                                      \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 using bf16 = __nv_bfloat16;
 

@@ -59,7 +59,7 @@ TEST_P(LossesTest, CrossEntropy) {
 
 // Masked logits (-inf, as attention masks and vocabulary padding write them):
 // they add nothing to the sum, a row with only its label's logit finite has
-// loss 0, and a row whose logits are all -inf has a NaN loss, as PyTorch's.
+// loss 0, and a row whose logits are all -inf has a NaN loss (its logsumexp is -inf).
 // Rows of 5000 span full chunks and a masked last one (rows.h:
 // segment_logsumexp starts its running maxima finite, not at -inf).
 template <class T>

@@ -35,17 +35,21 @@ def PallasAssignLayouts : Pass<"pallas-assign-layouts", "ModuleOp"> {
     For each kernel (the layouts are in Dialect/PallasLayouts.td):
 
     1. The strided layout: `threads` per program and `vec`, 16 bytes of the
-       narrowest element type the kernel moves, halved until it divides every
-       block's last dim and threads * vec divides every block's size. Written
-       on the kernel as `pallas.strided_layout`.
+       narrowest element type the kernel moves (or the kernel's
+       `pallas.run_elements`), halved until it divides every block's last dim
+       and threads * vec divides every block's size. Written on the kernel as
+       `pallas.strided_layout`.
     2. Per-row and replicated values. A kept-dims reduction of the last axis
        of a strided block whose rows lie in one warp is `strided_rows` (each
        row's value stays in that row's lanes), with what is computed from such
-       values alone, when every use of them is elementwise, a shape cast, a
-       broadcast back over their block, or a store. Other kept-dims results,
-       what is computed from them alone, and splats too small to spread over
-       the threads (or seeding kept-dims reductions) are `replicated`; loop
-       carries follow their init. Every other block value is strided. Each op
+       values alone and the loop carries they are yielded to, when every use
+       of them is elementwise, a shape cast, a broadcast back over their
+       block, a reduction to a scalar, a loop carry, or a store. Other
+       kept-dims results, what is computed from them alone, and splats too
+       small to spread over the threads (or seeding kept-dims reductions) are
+       `replicated`; a loop carry follows its init, or, started from a splat,
+       is replicated when what the loop yields for it is. Every other block
+       value is strided. Each op
        with vector results gets `pallas.layouts`, one entry per result (loops:
        per carry).
     3. Conversions: a broadcast of a per-row or replicated value over a
