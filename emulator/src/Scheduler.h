@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct Thread {
   Wait wait = Wait::kRunnable;
   int barrier_id = -1;
   uint64_t wait_generation = 0;  // of the barrier or collective waited on
+  std::string spin_on;           // what a spinning thread waits for (mbarrier waits)
 };
 
 /// One bar.sync id of a CTA.
@@ -50,6 +52,16 @@ struct Collective {
   uint64_t generation = 0;
 };
 
+/// An mbarrier object in shared memory (PTX ISA, "mbarrier"): a phase
+/// completes when every expected arrival has arrived and the transaction
+/// count (bytes announced by expect-tx minus bytes copied) is back at zero.
+struct MBarrier {
+  int32_t expected = 0;  // arrivals per phase
+  int32_t pending = 0;   // arrivals still missing in the current phase
+  int64_t tx = 0;        // transaction bytes still outstanding
+  uint32_t phase = 0;    // the current (incomplete) phase
+};
+
 /// Who last wrote and read a byte of shared memory, in which barrier epoch.
 struct ShadowByte {
   static constexpr int32_t kNobody = -1, kSeveral = -2;
@@ -65,11 +77,19 @@ struct Cta {
   /// Accesses up to this far past the end of shared memory are reported as
   /// shared-memory overruns (not as global accesses that miss every buffer).
   static constexpr int64_t kSharedGuardBytes = 64 * 1024;
-  std::vector<unsigned __int128> shared;  // 16-byte aligned, shared_bytes + the guard
+  /// Shared memory starts at a 1024-byte boundary inside `storage` (TMA's
+  /// 128-byte swizzle needs it; the GPU's dynamic shared memory has it too).
+  static constexpr int64_t kSharedAlign = 1024;
+  std::vector<unsigned __int128> storage;  // shared_bytes + the guard + the alignment slack
+  std::byte* shared = nullptr;             // kSharedAlign-aligned, in storage
   int64_t shared_bytes = 0;
   std::vector<ShadowByte> shadow;
   std::array<Barrier, 16> barriers{};
   std::vector<Collective> warps;
+  /// mbarrier objects, by shared offset (tma.cc).
+  std::map<int64_t, MBarrier> mbarriers;
+  /// Bulk async-groups (TMA stores) each thread committed and not yet waited for.
+  std::vector<int> bulk_groups;
   uint32_t epoch = 1;  // advanced by every barrier of all the CTA's threads
 };
 

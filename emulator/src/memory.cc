@@ -85,7 +85,7 @@ extern "C" void pallas_emu_access(const void* address, int64_t bytes, int64_t al
   Cta& cta = *s.cta;
   const Thread& t = *s.thread;
   const auto a = reinterpret_cast<uintptr_t>(address);
-  const auto shared = reinterpret_cast<uintptr_t>(cta.shared.data());
+  const auto shared = reinterpret_cast<uintptr_t>(cta.shared);
   if (align > 1 && a % static_cast<uint64_t>(align) != 0) {
     const bool in_shared = a >= shared && a < shared + static_cast<uint64_t>(cta.shared_bytes);
     fail(std::string("misaligned ") +
@@ -117,4 +117,4 @@ extern "C" void pallas_emu_access(const void* address, int64_t bytes, int64_t al
   out_of_bounds(a, bytes, flags);
 }
 
-extern "C" void* pallas_emu_shared_base(void) { return current().cta->shared.data(); }
+extern "C" void* pallas_emu_shared_base(void) { return current().cta->shared; }

@@ -88,6 +88,11 @@ std::string describe_deadlock(const LaunchState& s) {
     if (!spinning.empty())
       os << "\n    spinning (nanosleep, try-wait, semaphore wait): threads "
          << thread_ranges(spinning);
+    std::map<std::string, std::vector<int>> on_mbarrier;
+    for (const Thread& t : cta->threads)
+      if (t.wait == Wait::kSpin && !t.spin_on.empty()) on_mbarrier[t.spin_on].push_back(t.linear);
+    for (const auto& [what, ids] : on_mbarrier)
+      os << "\n    waiting on " << what << ": threads " << thread_ranges(ids);
     if (!exited.empty()) os << "\n    exited: threads " << thread_ranges(exited);
   }
   return os.str();
@@ -204,8 +209,14 @@ bool launch(const LaunchConfig& config, std::string& error) {
       cta->y = c / config.grid[0] % config.grid[1];
       cta->z = c / (config.grid[0] * config.grid[1]);
       cta->shared_bytes = config.shared_bytes;
-      cta->shared.assign(
-          static_cast<size_t>((config.shared_bytes + Cta::kSharedGuardBytes + 15) / 16), 0);
+      cta->storage.assign(static_cast<size_t>((config.shared_bytes + Cta::kSharedGuardBytes +
+                                                Cta::kSharedAlign + 15) /
+                                               16),
+                          0);
+      auto raw = reinterpret_cast<uintptr_t>(cta->storage.data());
+      cta->shared = reinterpret_cast<std::byte*>((raw + Cta::kSharedAlign - 1) /
+                                                 Cta::kSharedAlign * Cta::kSharedAlign);
+      cta->bulk_groups.assign(static_cast<size_t>(threads), 0);
       cta->shadow.assign(static_cast<size_t>(config.shared_bytes), ShadowByte{});
       cta->warps.resize(static_cast<size_t>((threads + 31) / 32));
       cta->threads.resize(static_cast<size_t>(threads));

@@ -189,7 +189,14 @@ int codegenMain(int argc, char** argv) {
     std::string error;
     CompiledInstance inst{&k, {}};
     mlir::OwningOpRef<mlir::ModuleOp> gpuModule(mlir::ModuleOp(*k.module).clone());
-    if (!compileForGpu(*gpuModule, gpu, inst.gpu, error)) {
+    // TMA exists from sm_90 on: a staged kernel is built for those targets
+    // only, and older GPUs run its direct twin.
+    GpuOptions targets = gpu;
+    if (k.spec->has_staged_blocks())
+      std::erase_if(targets.archs, [](const std::string& arch) {
+        return arch.size() < 5 || std::atoi(arch.c_str() + 3) < 90;
+      });
+    if (!targets.archs.empty() && !compileForGpu(*gpuModule, targets, inst.gpu, error)) {
       std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";
       return 1;
     }

@@ -112,6 +112,9 @@ std::string launchedExtent(const edsl::KernelSpec& spec, size_t a) {
   return spec.grid_axes()[a].to_cpp();
 }
 
+/// The instance a staged kernel falls back to: the same, traced without staging.
+std::string directName(const edsl::KernelSpec& spec) { return spec.instance_name() + "_direct"; }
+
 /// `text` as a C++ string literal.
 std::string cppString(const std::string& text) {
   std::string s = "\"";
@@ -174,37 +177,45 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     os << "}},\n";
   }
   os << "};\n\n";
-  os << "constexpr pallas::TargetMetadata " << name << "_targets[] = {\n";
+  // (An instance built for no target, a staged one when only pre-sm_90 targets are
+  // built, gets empty spans; C++ has no zero-length arrays.)
+  const std::string targets = inst.gpu.empty() ? "{}" : name + "_targets";
+  const std::string cubins = inst.gpu.empty() ? "{}" : name + "_cubins";
+  if (!inst.gpu.empty()) os << "constexpr pallas::TargetMetadata " << name << "_targets[] = {\n";
   for (const GpuBinary& bin : inst.gpu)
     os << "    {\"" << bin.arch << "\", " << bin.sm << ", "
        << (bin.arch_specific ? "true" : "false") << ", " << bin.registers << ", "
        << bin.spill_stores << ", " << bin.spill_loads << ", " << bin.shared_bytes << ", sizeof("
        << name << "_" << bin.arch << ")},\n";
-  os << "};\n\n";
+  if (!inst.gpu.empty()) os << "};\n\n";
   // The messages of spec.check(), by check number (see pallas.check).
   os << "constexpr const char* " << name << "_checks[] = {";
   for (const std::string& message : spec.check_messages()) os << cppString(message) << ", ";
   os << "nullptr};\n\n";
   os << "constexpr pallas::KernelMetadata " << name << "_metadata_value = {\"" << name << "\", \""
      << spec.op() << "\", \"" << gridText(spec) << "\", " << spec.threads() << ", " << name
-     << "_operands, " << name << "_targets, std::span<const char* const>(" << name << "_checks, "
+     << "_operands, " << targets << ", std::span<const char* const>(" << name << "_checks, "
      << spec.check_messages().size() << ")};\n\n";
-  os << "constexpr pallas::detail::Cubin " << name << "_cubins[] = {\n";
+  if (!inst.gpu.empty()) os << "constexpr pallas::detail::Cubin " << name << "_cubins[] = {\n";
   for (const GpuBinary& bin : inst.gpu)
     os << "    {" << bin.sm << ", " << (bin.arch_specific ? "true" : "false") << ", " << name << "_"
        << bin.arch << ", sizeof(" << name << "_" << bin.arch << ")},\n";
-  os << "};\n\n";
+  if (!inst.gpu.empty()) os << "};\n\n";
   os << "const pallas::detail::KernelImage " << name << "_image = {&" << name
-     << "_metadata_value, \"" << name << "\", " << name << "_cubins, &pallas_host_" << name << ", "
+     << "_metadata_value, \"" << name << "\", " << cubins << ", &pallas_host_" << name << ", "
      << spec.threads() << ", " << (inst.gpu.empty() ? 0 : inst.gpu.front().dynamic_shared_bytes)
      << ", &pallas_emu_" << name << ", &pallas_emu_" << name
      << "_shared_bytes};\n\n}  // namespace\n\n";
 
   // The typed entry point.
   // An instance of a variant is launched by the op's entry point (emitDispatch).
-  const std::string fn = spec.variant_chooser() ? name + "_launch" : spec.op();
-  os << "namespace pallas::kernels {\n\n"
-     << (spec.variant_chooser() ? "static " : "") << signature(spec, false, fn) << " {\n";
+  // A variant, or the direct twin of a staged kernel, is launched by another entry point.
+  const bool internal = spec.variant_chooser() || spec.direct();
+  const std::string fn = internal ? name + "_launch" : spec.op();
+  os << "namespace pallas::kernels {\n\n";
+  if (spec.has_staged_blocks())  // falls back to its direct twin, emitted after it
+    os << "static " << signature(spec, false, directName(spec) + "_launch") << ";\n\n";
+  os << (internal ? "static " : "") << signature(spec, false, fn) << " {\n";
   // Messages name what the user called: the dtype instance, not the variant.
   os << "  constexpr const char* kKernel = \"" << spec.entry_name() << "\";\n";
   for (int i : entryParams(spec)) {
@@ -284,7 +295,36 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     os << "  if (pallas::Status s = pallas::detail::acquire_resources(" << name
        << "_image, launch, requests, resources); !s.ok())\n    return s;\n";
   }
-  // Kernel parameters: memref descriptors and scalars in declaration order.
+  // Staged blocks: the TMA descriptors, or the direct twin when TMA cannot run here.
+  std::string tmaArgs;
+  if (spec.has_staged_blocks()) {
+    std::string params;
+    for (int i : entryParams(spec)) params += ops[i].name + ", ";
+    std::string usable = "pallas::detail::tma_path_available(" + name + "_image, launch)";
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const OperandDecl& d = ops[i];
+      if (!d.staged) continue;
+      os << "  const int64_t box_" << d.name << "[] = {";
+      for (size_t k = 0; k < d.block.size(); ++k) os << (k ? ", " : "") << d.block[k].size();
+      os << "};\n  const pallas::detail::TmaOperand tma_" << d.name << "{\"" << d.name << "\", "
+         << d.name << ".data(), " << edsl::dtype_bytes(d.dtype) << ", " << d.shape.size() << ", "
+         << d.name << ".shape().data(), " << d.name << ".strides().data(), box_" << d.name
+         << ", " << d.staged->swizzle << "};\n";
+      usable += " &&\n      pallas::detail::tma_rule_broken(tma_" + d.name + ") == nullptr";
+    }
+    os << "  if (!(" << usable << "))\n    return " << directName(spec) << "_launch(" << params
+       << "launch);\n";
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const OperandDecl& d = ops[i];
+      if (!d.staged) continue;
+      os << "  pallas::detail::TmaDescriptor d_" << d.name << ";\n"
+         << "  if (pallas::Status s = pallas::detail::encode_tma(kKernel, tma_" << d.name
+         << ", launch, d_" << d.name << "); !s.ok())\n    return s;\n";
+      tmaArgs += "&d_" + d.name + ", ";
+    }
+  }
+  // Kernel parameters: memref descriptors and scalars in declaration order,
+  // then the TMA descriptors of staged operands (ConvertPallasToGPU.cpp).
   std::string args;
   for (size_t i = 0; i < ops.size(); ++i) {
     const OperandDecl& d = ops[i];
@@ -310,6 +350,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     for (size_t k = 0; k < d.shape.size(); ++k)
       args += "&" + var + ".strides[" + std::to_string(k) + "], ";
   }
+  args += tmaArgs;
   args.resize(args.size() - 2);
   os << "  void* args[] = {" << args << "};\n";
   os << "  const std::array<int64_t, 3> grid = {";
@@ -357,6 +398,7 @@ void emitDispatch(std::ostringstream& os, const std::vector<const CompiledInstan
   for (int i : entryParams(spec)) params += ops[i].name + ", ";
   os << "  switch (" << spec.variant_chooser()->to_cpp() << ") {\n";
   for (const CompiledInstance* inst : group)
+    if (!inst->kernel->spec->direct())  // a staged instance launches its twin itself
     os << "    case " << inst->kernel->spec->variant_index() << ":\n      return "
        << inst->kernel->instance << "_launch(" << params << "launch);\n";
   os << "  }\n  return pallas::Status::Error(pallas::StatusCode::kInvalidArgument,\n"

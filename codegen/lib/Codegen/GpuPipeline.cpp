@@ -84,15 +84,17 @@ bool runPtxas(const GpuOptions& options, GpuBinary& bin, std::string& error) {
 
 }  // namespace
 
-std::string gpuModuleToNVVMPipeline() {
-  return "gpu.module(canonicalize,cse,expand-strided-metadata,convert-scf-to-cf,"
-         "convert-vector-to-llvm,convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse,"
-         "reconcile-unrealized-casts)";
+std::string gpuModuleToNVVMPipeline(bool gridConstant) {
+  return std::string(
+             "gpu.module(canonicalize,cse,expand-strided-metadata,convert-scf-to-cf,"
+             "convert-vector-to-llvm,convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse,"
+             "reconcile-unrealized-casts),pallas-mark-tma-descriptor-params{grid-constant=") +
+         (gridConstant ? "true" : "false") + "}";
 }
 
-std::string gpuToNVVMPipeline() {
+std::string gpuToNVVMPipeline(bool gridConstant) {
   return "pallas-sink-broadcasts,pallas-assign-layouts,convert-pallas-to-gpu," +
-         gpuModuleToNVVMPipeline();
+         gpuModuleToNVVMPipeline(gridConstant);
 }
 
 bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
@@ -102,7 +104,10 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
 
   // 1. Blocks -> threads, then everything in the gpu.module to NVVM.
   mlir::PassManager lower(ctx);
-  std::string pipeline = gpuToNVVMPipeline();
+  // NVVM ops without an LLVM intrinsic (mbarrier.try_wait.parity) become
+  // inline PTX; the emulator instead rewrites them before this step.
+  std::string pipeline = gpuToNVVMPipeline(/*gridConstant=*/true) +
+                         ",gpu.module(convert-nvvm-to-llvm,reconcile-unrealized-casts)";
   if (mlir::failed(mlir::parsePassPipeline(pipeline, lower)) || mlir::failed(lower.run(module))) {
     error = "GPU lowering failed:\n" + diagnostics.text();
     return false;

@@ -46,7 +46,10 @@ void addArgvWrappers(llvm::Module& module, llvm::StringRef prefix, llvm::StringR
     for (unsigned i = 0; i < numParams; ++i) {
       llvm::Value* slot = b.CreateConstGEP1_64(ptr, wrapper->getArg(0), i);
       llvm::Value* param = b.CreateLoad(ptr, slot);
-      args.push_back(b.CreateLoad(impl->getArg(i)->getType(), param));
+      // A byval parameter (a TMA descriptor) is passed by its address.
+      args.push_back(impl->getArg(i)->hasByValAttr()
+                         ? param
+                         : b.CreateLoad(impl->getArg(i)->getType(), param));
     }
     for (unsigned g = 1; g <= gridParams; ++g) args.push_back(wrapper->getArg(g));
     b.CreateCall(impl, args);
@@ -134,13 +137,13 @@ std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMCont
 
 std::unique_ptr<llvm::Module> lowerForEmulator(mlir::ModuleOp module, llvm::LLVMContext& context,
                                                std::string& error) {
-  return lowerToCpu(module, gpuToNVVMPipeline(), /*emulator=*/true, context, error);
+  return lowerToCpu(module, gpuToNVVMPipeline(/*gridConstant=*/false), /*emulator=*/true, context, error);
 }
 
 std::unique_ptr<llvm::Module> lowerGpuModuleForEmulator(mlir::ModuleOp module,
                                                         llvm::LLVMContext& context,
                                                         std::string& error) {
-  return lowerToCpu(module, gpuModuleToNVVMPipeline(), /*emulator=*/true, context, error);
+  return lowerToCpu(module, gpuModuleToNVVMPipeline(/*gridConstant=*/false), /*emulator=*/true, context, error);
 }
 
 bool emitHostObject(llvm::Module& module, std::string& object, std::string& error) {

@@ -94,6 +94,16 @@ LogicalResult BlockOp::verify() {
   if (refType.getElementType() != arrayType.getElementType() ||
       ArrayRef<int64_t>(refShape) != refType.getShape())
     return emitOpError() << "result " << refType << " does not match the unsqueezed block shape";
+  if (getStaged()) {
+    if (llvm::any_of(getBlockShape(), ShapedType::isDynamic))
+      return emitOpError() << "a staged block has a static shape";
+    if (getSqueezed().back()) return emitOpError() << "a staged block keeps its last dim";
+  }
+  if (auto swizzle = getSwizzle()) {
+    if (!getStaged()) return emitOpError() << "swizzle is for staged blocks";
+    if (*swizzle != 0 && *swizzle != 32 && *swizzle != 64 && *swizzle != 128)
+      return emitOpError() << "swizzle " << *swizzle << " is not 0, 32, 64 or 128 bytes";
+  }
   return success();
 }
 

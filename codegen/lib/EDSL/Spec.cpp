@@ -29,6 +29,10 @@ bool is_float(DType dtype) {
   return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
 }
 
+int64_t dtype_bytes(DType dtype) {
+  return dtype == DType::f16 || dtype == DType::bf16 ? 2 : dtype == DType::i1 ? 1 : dtype == DType::index ? 8 : 4;
+}
+
 //===----------------------------------------------------------------------===//
 // DimExpr
 //===----------------------------------------------------------------------===//
@@ -112,7 +116,14 @@ std::string KernelSpec::entry_name() const {
 }
 
 std::string KernelSpec::instance_name() const {
-  return variant_name_.empty() ? entry_name() : entry_name() + "_" + variant_name_;
+  std::string s = variant_name_.empty() ? entry_name() : entry_name() + "_" + variant_name_;
+  return direct_ ? s + "_direct" : s;
+}
+
+bool KernelSpec::has_staged_blocks() const {
+  for (const OperandDecl& d : operands_)
+    if (d.staged) return true;
+  return false;
 }
 
 void KernelSpec::fail(const std::string& message) const {
@@ -307,6 +318,42 @@ void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, Index
   m.block = std::move(block_shape);
   m.index_map = std::move(index_map);
   m.has_block = true;
+}
+
+void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map,
+                       InShared staging) {
+  block(operand, block_shape, std::move(index_map));
+  const OperandDecl& d = operands_[operand.index];
+  if (d.role != Role::kInput && d.role != Role::kOutput)
+    fail("operand '" + d.name + "': only input and output blocks can be staged in shared memory");
+  if (d.aliased_to >= 0 || d.aliased_from >= 0)
+    fail("operand '" + d.name + "': an aliased operand cannot be staged in shared memory");
+  if (staging.swizzle != 0 && staging.swizzle != 32 && staging.swizzle != 64 &&
+      staging.swizzle != 128)
+    fail("operand '" + d.name + "': swizzle " + std::to_string(staging.swizzle) +
+         "; TMA swizzles 0, 32, 64 or 128 bytes");
+  if (block_shape.size() > 5)
+    fail("operand '" + d.name + "': TMA copies arrays of rank 1 to 5, not " +
+         std::to_string(block_shape.size()));
+  for (size_t i = 0; i < block_shape.size(); ++i) {
+    if (block_shape[i].is_full())
+      fail("operand '" + d.name + "' block dim " + std::to_string(i) +
+           " is full; a staged block has a static shape");
+    if (block_shape[i].size() > 256)
+      fail("operand '" + d.name + "' block dim " + std::to_string(i) + " is " +
+           std::to_string(block_shape[i].size()) + "; a TMA box has at most 256 elements a dim");
+  }
+  if (block_shape.back().is_squeezed())
+    fail("operand '" + d.name + "': the last dim of a staged block cannot be squeezed");
+  const int64_t row_bytes = block_shape.back().size() * dtype_bytes(d.dtype);
+  if (row_bytes % 16 != 0)
+    fail("operand '" + d.name + "': the block's last dim is " + std::to_string(row_bytes) +
+         " bytes; TMA moves rows of a multiple of 16 bytes");
+  if (staging.swizzle != 0 && row_bytes > staging.swizzle)
+    fail("operand '" + d.name + "': the block's last dim is " + std::to_string(row_bytes) +
+         " bytes, more than its " + std::to_string(staging.swizzle) +
+         "-byte swizzle (TMA's rule); use a narrower block or a wider swizzle");
+  if (!direct_) operands_[operand.index].staged = staging;
 }
 
 //===----------------------------------------------------------------------===//

@@ -351,6 +351,12 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     ~Restore() { current_trace = saved; }
   } restore{saved};
 
+  if (spec.has_staged_blocks())
+    for (size_t axis = 0; axis < spec.grid_axes().size(); ++axis)
+      if (spec.semantics(axis) == Semantics::kArbitrary)
+        spec.fail("grid axis " + std::to_string(axis) +
+                  " is arbitrary and a block is staged in shared memory (InShared); staged "
+                  "blocks on sequential axes need the pipeline, which is not built yet");
   // Arbitrary grid axes become loops inside the program, outermost first;
   // the body (index maps included) is traced inside the innermost one.
   OpBuilder::InsertPoint function_end = t.builder.saveInsertionPoint();
@@ -385,8 +391,15 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
       if (!bd.is_squeezed()) ref_shape.push_back(extent);
     }
     auto ref_type = mlir::pallas::RefType::get(&ctx, ref_shape, to_mlir_type(d.dtype, ctx));
-    t.refs[i].ref = mlir::pallas::BlockOp::create(t.builder, loc, ref_type, t.args[i], indices,
-                                                  block_shape, squeezed);
+    auto block = mlir::pallas::BlockOp::create(t.builder, loc, ref_type, t.args[i], indices,
+                                               block_shape, squeezed, /*staged=*/false,
+                                               /*swizzle=*/nullptr);
+    if (d.staged) {  // InShared: the GPU lowering stages it with TMA
+      block.setStaged(true);
+      block.setSwizzle(d.staged->swizzle);
+      block->setAttr("name", builder.getStringAttr(d.name));
+    }
+    t.refs[i].ref = block;
     refs.emplace_back(&t, static_cast<int>(i));
   }
   spec.body_fn()(refs);
@@ -430,7 +443,21 @@ std::vector<TracedKernel> trace_spec(const char* op, SpecFn spec_fn, mlir::MLIRC
     }
     if (mlir::failed(mlir::verify(m)))
       spec->fail("internal error: traced kernel IR does not verify");
+    const bool staged = spec->has_staged_blocks();
     out.push_back(TracedKernel{spec->instance_name(), spec, std::move(module)});
+    if (staged) {  // the instance without staging that the entry point falls back to
+      auto direct = std::make_shared<KernelSpec>(op, choice);
+      direct->set_direct(true);
+      mlir::OwningOpRef<mlir::ModuleOp> direct_module(
+          mlir::ModuleOp::create(mlir::UnknownLoc::get(&context)));
+      mlir::ModuleOp dm = *direct_module;
+      direct->set_body_hook([dm](KernelSpec& s) mutable { trace_body(s, dm); });
+      spec_fn(*direct);
+      direct->set_body_hook(nullptr);
+      if (mlir::failed(mlir::verify(dm)))
+        direct->fail("internal error: traced kernel IR does not verify");
+      out.push_back(TracedKernel{direct->instance_name(), direct, std::move(direct_module)});
+    }
   }
   return out;
 }

@@ -301,6 +301,17 @@ Value reshape(const Value& x, std::vector<int64_t> shape, std::source_location w
   return wrap(mlir::vector::ShapeCastOp::create(b(), loc(), to, v).getResult());
 }
 
+Value transpose(const Value& x, std::source_location where) {
+  Located here(where);
+  mlir::Value v = unwrap(x);
+  auto type = llvm::dyn_cast<VectorType>(v.getType());
+  if (!type || type.getRank() != 2)
+    fail("transpose of a " + (type ? shape_str(shape_of(v)) : std::string("scalar")) +
+         " value; it transposes 2-D blocks");
+  return wrap(mlir::vector::TransposeOp::create(b(), loc(), v, llvm::ArrayRef<int64_t>{1, 0})
+                  .getResult());
+}
+
 Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype, std::source_location where) {
   Located here(where);
   if (shape.empty()) fail("iota needs a non-empty shape");

@@ -256,6 +256,7 @@ class Rewriter {
       replace(op, {});
       return success();
     }
+    if (succeeded(rewriteAsync(op))) return success();
     if (auto regs = dyn_cast<NVVM::SetMaxRegisterOp>(op)) {
       call(loc, "pallas_emu_setmaxnreg", Type(), {constI32(loc, regs.getRegCount())});
       replace(op, {});
@@ -301,6 +302,49 @@ class Rewriter {
     if (isa<LLVM::InlineAsmOp>(op)) return op->emitOpError("inline PTX has no emulator rule");
     if (isa<NVVM::NVVMDialect>(op->getDialect()))
       return op->emitOpError("no emulator rule for this NVVM operation");
+    return success();
+  }
+
+  /// mbarriers, TMA copies and bulk groups -> the runtime's (emulator/src/tma.cc).
+  /// Fails (without a diagnostic) for any other op.
+  LogicalResult rewriteAsync(Operation* op) {
+    Location loc = op->getLoc();
+    // TMA coordinates: `rank` of them, padded to five.
+    auto coords = [&](ValueRange given) {
+      SmallVector<Value> out{constI32(loc, static_cast<int64_t>(given.size()))};
+      out.append(given.begin(), given.end());
+      while (out.size() < 6) out.push_back(constI32(loc, 0));
+      return out;
+    };
+    if (auto init = dyn_cast<NVVM::MBarrierInitOp>(op)) {
+      call(loc, "pallas_emu_mbarrier_init", Type(), {init.getAddr(), init.getCount()});
+    } else if (auto arrive = dyn_cast<NVVM::MBarrierArriveExpectTxOp>(op)) {
+      if (arrive.getPredicate() || arrive.getNumResults())
+        return op->emitOpError("no emulator rule for a predicated or valued expect-tx");
+      call(loc, "pallas_emu_mbarrier_arrive_expect_tx", Type(),
+           {arrive.getAddr(), arrive.getTxcount()});
+    } else if (auto wait = dyn_cast<NVVM::MBarrierTryWaitParityOp>(op)) {
+      call(loc, "pallas_emu_mbarrier_wait_parity", Type(), {wait.getAddr(), wait.getPhase()});
+    } else if (auto load = dyn_cast<NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp>(op)) {
+      if (!load.getIm2colOffsets().empty() || load.getMulticastMask() || load.getPredicate())
+        return op->emitOpError("no emulator rule for im2col, multicast or predicated TMA loads");
+      SmallVector<Value> args{load.getDstMem(), load.getTmaDescriptor(), load.getMbar()};
+      args.append(coords(load.getCoordinates()));
+      call(loc, "pallas_emu_tma_load", Type(), args);
+    } else if (auto store = dyn_cast<NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp>(op)) {
+      if (store.getPredicate()) return op->emitOpError("no emulator rule for predicated TMA stores");
+      SmallVector<Value> args{store.getTmaDescriptor(), store.getSrcMem()};
+      args.append(coords(store.getCoordinates()));
+      call(loc, "pallas_emu_tma_store", Type(), args);
+    } else if (isa<NVVM::CpAsyncBulkCommitGroupOp>(op)) {
+      call(loc, "pallas_emu_bulk_commit", Type(), {});
+    } else if (auto wait = dyn_cast<NVVM::CpAsyncBulkWaitGroupOp>(op)) {
+      call(loc, "pallas_emu_bulk_wait", Type(),
+           {constI32(loc, wait.getGroup()), constI32(loc, wait.getRead() ? 1 : 0)});
+    } else {
+      return failure();
+    }
+    replace(op, {});
     return success();
   }
 

@@ -224,6 +224,20 @@ class HostLowering {
       map_.map(cast.getResult(), out);
       return success();
     }
+    if (auto transpose = dyn_cast<vector::TransposeOp>(op)) {
+      // result[i_0, ..., i_n] = source[i_perm^-1...]: result dim d is source dim perm[d].
+      VectorType to = transpose.getResultVectorType();
+      ArrayRef<int64_t> perm = transpose.getPermutation();
+      Value src = map_.lookup(transpose.getVector());
+      Value out = buffer(to);
+      loopNest(b, loc, to.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
+        SmallVector<Value> at(ivs.size());
+        for (size_t d = 0; d < perm.size(); ++d) at[perm[d]] = ivs[d];
+        memref::StoreOp::create(nb, l, memref::LoadOp::create(nb, l, src, at), out, ivs);
+      });
+      map_.map(transpose.getResult(), out);
+      return success();
+    }
     if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
         isa<VectorType>(op->getResult(0).getType()))
       return lowerElementwise(op, b);
@@ -232,6 +246,7 @@ class HostLowering {
         "pallas.block, pallas.load, pallas.load_scalar, pallas.store, pallas.iota, "
         "pallas.scratch, pallas.semaphore_add, pallas.semaphore_read, "
         "pallas.semaphore_wait, pallas.check, vector.broadcast, vector.shape_cast, "
+        "vector.transpose, "
         "vector.multi_reduction, splat constants, scf.for, scf.while, scf.if and "
         "elementwise arith/math ops");
   }

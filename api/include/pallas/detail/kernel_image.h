@@ -138,4 +138,40 @@ Status check_dim(const char* kernel, const char* operand, int dim, int64_t actua
                  const char* dim_name, int64_t expected, const char* set_by_operand,
                  int set_by_dim);
 
+// ---- TMA (kernels with blocks staged in shared memory, sm_90a) ----
+
+// A TMA descriptor as a kernel parameter, passed by value (__grid_constant__): a CUtensorMap
+// on the CUDA backend, the emulator's EmuTensorMap (emulator/abi.h) on the emulator backend.
+struct alignas(64) TmaDescriptor {
+  unsigned char bytes[128];
+};
+
+// One staged operand of a launch: its array and the box (the block shape, squeezed dims 1).
+struct TmaOperand {
+  const char* name;
+  const void* data;
+  int element_bytes;       // 2 or 4
+  int rank;                // 1..5
+  const int64_t* shape;    // outermost first, as the TensorView
+  const int64_t* strides;  // in elements, outermost first
+  const int64_t* box;      // outermost first
+  int swizzle;             // bytes: 0, 32, 64, 128
+};
+
+// Whether the TMA instance `image` can run for `launch`: CUDA when the current device has one
+// of its cubins (sm_90a), the emulator always, the host never (it runs the direct instance,
+// whose block semantics are the same).
+bool tma_path_available(const KernelImage& image, const Launch& launch);
+
+// TMA's rules for an operand: data 16-byte aligned, every stride but the last a multiple of 16
+// bytes, every extent below 2^32. Returns null when they hold, else the rule broken (for the
+// entry point, which then launches the direct instance instead).
+const char* tma_rule_broken(const TmaOperand& operand);
+
+// Builds the descriptor of `operand` for `launch.backend` (CUDA: cuTensorMapEncodeTiled through
+// cudaGetDriverEntryPointByVersion, never linking the driver; cached per process for repeated
+// shapes). kInvalidArgument naming the kernel, operand and rule when TMA cannot copy it.
+Status encode_tma(const char* kernel, const TmaOperand& operand, const Launch& launch,
+                  TmaDescriptor& out);
+
 }  // namespace pallas::detail

@@ -39,10 +39,12 @@ struct GpuBinary {
 };
 
 /// The pass pipeline from kernel IR to gpu.modules of NVVM-dialect kernels:
-/// what becomes PTX, and what the emulator runs.
-std::string gpuToNVVMPipeline();
+/// what becomes PTX, and what the emulator runs. `gridConstant`: TMA
+/// descriptor parameters are __grid_constant__ (the CUDA form; the emulator's
+/// are plain byval pointers).
+std::string gpuToNVVMPipeline(bool gridConstant = true);
 /// Its second half: gpu.modules of gpu.func kernels to the NVVM dialect.
-std::string gpuModuleToNVVMPipeline();
+std::string gpuModuleToNVVMPipeline(bool gridConstant = true);
 
 /// Lowers the kernel IR in `module` (consumed) to PTX and cubins for every
 /// arch. On failure returns false with the reason in `error`.

@@ -25,6 +25,9 @@ namespace mlir::pallas {
 inline constexpr llvm::StringLiteral kKernelAttrName = "pallas.kernel";
 /// Name of the i32 attribute holding the number of grid axes.
 inline constexpr llvm::StringLiteral kGridRankAttrName = "pallas.grid_rank";
+/// On a lowered gpu.func (and the llvm.func it becomes): how many of its last
+/// parameters are TMA descriptors (CUtensorMap, 128 bytes, passed by value).
+inline constexpr llvm::StringLiteral kTmaParamsAttrName = "pallas.tma_params";
 /// Name of the array attribute holding the layout of each vector result of
 /// an op (see PallasLayouts.td); set by pallas-assign-layouts.
 inline constexpr llvm::StringLiteral kLayoutsAttrName = "pallas.layouts";

@@ -88,9 +88,17 @@ def Pallas_BlockOp : Pallas_Op<"block", [Pure]> {
                                    squeezed = array<i1: true, false>}
         : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<256xf32>
     ```
+
+    `staged` (the spec's `InShared`) asks the GPU lowering to stage the block
+    in shared memory with TMA: an input is copied in before the body reads
+    it, an output is copied out when the program ends; `swizzle` (0, 32, 64,
+    128) is the byte span of TMA's swizzle pattern in the staged copy. The
+    block's elements, and the block semantics of every load and store, are the
+    same either way; the host lowering ignores both attributes.
   }];
   let arguments = (ins AnyMemRef:$array, Variadic<Index>:$indices,
-                       DenseI64ArrayAttr:$block_shape, DenseBoolArrayAttr:$squeezed);
+                       DenseI64ArrayAttr:$block_shape, DenseBoolArrayAttr:$squeezed,
+                       UnitAttr:$staged, OptionalAttr<I64Attr>:$swizzle);
   let results = (outs Pallas_RefType:$ref);
   let assemblyFormat = "$array `[` $indices `]` attr-dict `:` type($array) `->` type($ref)";
   let hasVerifier = 1;

@@ -49,6 +49,8 @@ inline constexpr DType bf16 = DType::bf16;
 inline constexpr DType i32 = DType::i32;
 const char* name(DType dtype);
 bool is_float(DType dtype);
+/// Bytes of one element of an operand dtype.
+int64_t dtype_bytes(DType dtype);
 
 /// Every mistake in a spec is reported as a SpecError; the message starts
 /// with "spec '<instance>': ".
@@ -124,6 +126,29 @@ inline constexpr Squeezed squeezed{};
 /// to loop over a long row in chunks.
 struct Full {};
 inline constexpr Full full{};
+
+/// Where a block lives while the body runs (Pallas' memory_space): by
+/// default the body's loads and stores move it between global memory and
+/// registers directly. A block declared `InShared` is staged in the
+/// program's shared memory by the Tensor Memory Accelerator (TMA, sm_90a):
+/// an input block is copied in before the body reads it, an output block is
+/// written there by the body and copied out when the program ends. Edge
+/// blocks need no masks on that path: TMA reads elements outside the array as
+/// zero and does not write them.
+///
+/// `swizzle` (0, 32, 64 or 128 bytes) is Pallas' SwizzleTransform: the 16-byte
+/// pieces of each row of the staged block are permuted (XOR with the row
+/// index) so that threads reading a column hit different banks. The block's
+/// last dim must then span at most `swizzle` bytes (TMA's rule), and at least
+/// 16 bytes, a multiple of 16, in every case.
+///
+/// TMA needs a 16-byte-aligned array whose strides are multiples of 16 bytes;
+/// for arrays that break these rules, and on GPUs before sm_90, the entry
+/// point launches the same kernel built without staging (its `_direct`
+/// instance), so every shape and stride works.
+struct InShared {
+  int swizzle = 128;
+};
 
 class BlockDim {
  public:
@@ -289,6 +314,10 @@ Value broadcast_to(const Value& x, std::vector<int64_t> shape,
 /// flattened block, so a reshape moves no data).
 Value reshape(const Value& x, std::vector<int64_t> shape,
               std::source_location where = std::source_location::current());
+/// The 2-D block `x` transposed: result (i, j) is x (j, i). On the GPU it
+/// goes through shared memory (each thread's runs are written in rows and
+/// read back in columns).
+Value transpose(const Value& x, std::source_location where = std::source_location::current());
 /// A block of `shape` whose elements are their coordinate along `dimension`.
 Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype = i32,
            std::source_location where = std::source_location::current());
@@ -505,6 +534,7 @@ struct OperandDecl {
   std::optional<double> min_value;  // for a scalar: the entry point rejects smaller values
   SemaphoreScope semaphore_scope = SemaphoreScope::kGlobal;  // for semaphores
   std::vector<int64_t> scratch_shape;                        // for scratch
+  std::optional<InShared> staged;  // a block staged in shared memory by TMA
 };
 
 class KernelSpec {
@@ -561,6 +591,9 @@ class KernelSpec {
   /// One entry per grid axis; without it every axis is parallel.
   void dimension_semantics(std::vector<Semantics> semantics);
   void block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map);
+  /// A block staged in shared memory by TMA (see InShared).
+  void block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map,
+             InShared staging);
   /// The body receives one Ref per array operand (inputs, outputs, workspaces)
   /// in declaration order.
   template <class F>
@@ -595,6 +628,13 @@ class KernelSpec {
   int threads() const { return threads_; }
   int max_registers() const { return max_registers_; }
   int run_elements() const { return run_elements_; }
+  /// Whether any block is staged in shared memory (InShared).
+  bool has_staged_blocks() const;
+  /// The codegen traces a spec with staged blocks twice: as declared (the
+  /// TMA instance, sm_90a) and with every block in registers (the `_direct`
+  /// instance its entry point falls back to). Set before the spec runs.
+  void set_direct(bool direct) { direct_ = direct; }
+  bool direct() const { return direct_; }
   /// The messages of spec.check(), in declaration order.
   const std::vector<std::string>& check_messages() const { return checks_; }
   const std::function<void(std::span<const Ref>)>& body_fn() const { return body_; }
@@ -640,6 +680,7 @@ class KernelSpec {
   int threads_ = 128;
   int max_registers_ = 0;
   int run_elements_ = 0;
+  bool direct_ = false;
   std::vector<std::string> checks_;
   int errors_operand_ = -1;
   std::function<void(std::span<const Ref>)> body_;

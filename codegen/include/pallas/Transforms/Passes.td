@@ -117,6 +117,32 @@ def ConvertPallasToGPU : Pass<"convert-pallas-to-gpu", "ModuleOp"> {
                            "::mlir::arith::ArithDialect", "::mlir::LLVM::LLVMDialect"];
 }
 
+def PallasMarkTmaDescriptorParams : Pass<"pallas-mark-tma-descriptor-params", "ModuleOp"> {
+  let summary = "Pass TMA descriptors by value: byval (and __grid_constant__) kernel parameters";
+  let description = [{
+    Runs after the GPU kernels are LLVM functions. The last `pallas.tma_params`
+    parameters of a kernel are TMA descriptors (CUtensorMap, 128 bytes,
+    64-byte aligned), which CUDA passes by value: each becomes
+    `!llvm.ptr {llvm.byval = !llvm.array<128 x i8>, llvm.align = 64}`, plus
+    `nvvm.grid_constant` with `grid-constant` (the cubin: a
+    `.param .align 64 .b8 p[128]` whose address TMA instructions take with
+    `cvta.param`, CUDA's `__grid_constant__`). The emulator keeps the byval
+    pointer: its argv wrapper passes the descriptor's address.
+
+    ```mlir
+    llvm.func @k(..., %d: !llvm.ptr) attributes {nvvm.kernel, pallas.tma_params = 1 : i64}
+    // becomes
+    llvm.func @k(..., %d: !llvm.ptr {llvm.align = 64 : i64,
+                 llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant})
+    ```
+  }];
+  let options = [
+    Option<"gridConstant", "grid-constant", "bool", /*default=*/"true",
+           "also mark the parameters nvvm.grid_constant (the CUDA form)">,
+  ];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect", "::mlir::NVVM::NVVMDialect"];
+}
+
 def ConvertPallasToLoops : Pass<"convert-pallas-to-loops", "ModuleOp"> {
   let summary = "Lower pallas kernels to sequential CPU loops over the grid and the blocks";
   let description = [{
@@ -142,6 +168,10 @@ def ConvertNVVMToEmulator : Pass<"convert-nvvm-to-emulator", "ModuleOp"> {
     - `nvvm.read.ptx.sreg.*` -> `pallas_emu_sreg(which)`;
     - `nvvm.barrier0` / `nvvm.barrier` -> `pallas_emu_barrier(id, count)`;
     - `nvvm.shfl.sync` / `nvvm.vote.sync` -> `pallas_emu_shfl` / `pallas_emu_vote`;
+    - mbarriers (`nvvm.mbarrier.init`, `.arrive.expect_tx`, `.try_wait.parity`)
+      -> `pallas_emu_mbarrier_*`; TMA copies (`nvvm.cp.async.bulk.tensor.*`)
+      -> `pallas_emu_tma_load` / `pallas_emu_tma_store` on the emulator's
+      descriptor (abi.h: EmuTensorMap); bulk groups -> `pallas_emu_bulk_*`;
     - `nvvm.nanosleep` -> `pallas_emu_yield()` (a spin-wait point), `nvvm.setmaxregister`
       -> `pallas_emu_setmaxnreg` (checks its rules), fences vanish (the
       emulator is sequentially consistent);

@@ -344,6 +344,10 @@ class LayoutAssignment {
       if (isa<VectorType>(red.getDestType())) convert(red.getAccMutable(), replicated_, op);
       return;
     }
+    if (auto transpose = dyn_cast<vector::TransposeOp>(op)) {  // strided in and out
+      convert(transpose.getVectorMutable(), strided_, op);
+      return;
+    }
     if (auto loop = dyn_cast<scf::ForOp>(op)) {
       for (auto [i, init] : llvm::enumerate(loop.getInitArgsMutable()))
         convert(init, layoutOf(loop.getResult(i)), op);

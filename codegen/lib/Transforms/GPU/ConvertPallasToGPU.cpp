@@ -191,7 +191,23 @@ LogicalResult GpuLowering::run() {
   approxTranscendentals = kernel->hasAttr("pallas.approx_math");  // set by the tracer
   const int64_t threads = strided_.getThreads();
   OpBuilder mb = OpBuilder::atBlockEnd(gpuModule_.getBody());
-  auto f = gpu::GPUFuncOp::create(mb, loc, kernel.getSymName(), kernel.getFunctionType());
+  // Arrays with a staged block get a TMA descriptor parameter each, after the
+  // kernel's own parameters, in argument order (the entry point passes them
+  // so: Emitter.cpp). pallas-mark-tma-descriptor-params makes them byval.
+  SmallVector<BlockArgument> tmaArrays;
+  kernel.walk([&](BlockOp blk) {
+    auto arg = dyn_cast<BlockArgument>(blk.getArray());
+    if (blk.getStaged() && arg && !llvm::is_contained(tmaArrays, arg)) tmaArrays.push_back(arg);
+  });
+  llvm::sort(tmaArrays, [](BlockArgument a, BlockArgument b) {
+    return a.getArgNumber() < b.getArgNumber();
+  });
+  SmallVector<Type> params(kernel.getFunctionType().getInputs());
+  params.append(tmaArrays.size(), LLVM::LLVMPointerType::get(mb.getContext()));
+  auto f = gpu::GPUFuncOp::create(mb, loc, kernel.getSymName(),
+                                  mb.getFunctionType(params, TypeRange{}));
+  if (!tmaArrays.empty())
+    f->setAttr(kTmaParamsAttrName, mb.getI64IntegerAttr(static_cast<int64_t>(tmaArrays.size())));
   f->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), mb.getUnitAttr());
   f.setKnownBlockSizeAttr(mb.getDenseI32ArrayAttr({static_cast<int32_t>(threads), 1, 1}));
   // At least kMinThreadsPerSM resident threads (.minnctapersm): with four 16-byte loads
@@ -213,6 +229,8 @@ LogicalResult GpuLowering::run() {
   func = f;
   Block& entry = f.getBody().front();
   for (auto [from, to] : llvm::zip(kernel.getArguments(), entry.getArguments())) map.map(from, to);
+  for (auto [k, arg] : llvm::enumerate(tmaArrays))
+    tmaDescriptors[arg] = entry.getArgument(kernel.getNumArguments() + k);
   OpBuilder b = OpBuilder::atBlockEnd(&entry);
   tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
   auto bytes =
@@ -221,6 +239,7 @@ LogicalResult GpuLowering::run() {
   auto base = gpu::DynamicSharedMemoryOp::create(b, loc, bytes);
   sharedBase_ = base;
   if (failed(lowerBlock(kernel.getBody().front(), b))) return failure();
+  copyOutStagedBlocks(*this, b);
   gpu::ReturnOp::create(b, loc);
 
   int64_t sharedBytes = plan_.assign();

@@ -12,7 +12,9 @@
 //   ReductionRules.cpp         vector.multi_reduction (whole block, rows, leading axes)
 //   ControlFlowRules.cpp       scf.for, scf.while, scf.if (when)
 //   SemaphoreRules.cpp         pallas.semaphore_*, pallas.check
-//   LayoutConversionRules.cpp  pallas.convert_layout
+//   LayoutConversionRules.cpp  pallas.convert_layout, vector.transpose
+//   StagingRules.cpp           blocks staged in shared memory by TMA (called by the
+//                              pallas.block/load/store rules for `staged` blocks)
 //
 // Shared memory is one dynamic buffer per kernel (SharedMemoryPlan.h): a rule
 // asks for a buffer with `sharedBuffer`, and the plan gives it an offset once
@@ -62,6 +64,18 @@ class RuleRegistry {
   std::vector<Family> families_;
 };
 
+/// A block staged in shared memory by TMA (`pallas.block {staged}`; StagingRules.cpp).
+struct StagedBlock {
+  Value buffer;                  // 1-D shared memref: the box, row-major, swizzled
+  Value barrier;                 // inputs: the mbarrier the copy completes on (memref<1xi64>)
+  Value descriptor;              // the array's TMA descriptor parameter (!llvm.ptr)
+  SmallVector<Value> coords;     // the box origin, i32, innermost dim first (TMA's order)
+  SmallVector<int64_t> box;      // box extent per array dim (1 for squeezed dims)
+  SmallVector<int64_t> refDims;  // array dim of each ref dim
+  int64_t swizzle = 0;           // bytes: 0, 32, 64, 128
+  bool output = false;
+};
+
 /// A Rule from a function taking the op's own class.
 template <typename OpT>
 Rule ruleFor(LogicalResult (*lower)(OpT, GpuLowering&, OpBuilder&)) {
@@ -75,6 +89,13 @@ void populateReductionRules(RuleRegistry& rules);
 void populateControlFlowRules(RuleRegistry& rules);
 void populateSemaphoreRules(RuleRegistry& rules);
 void populateLayoutConversionRules(RuleRegistry& rules);
+
+// StagingRules.cpp: the staged forms of the pallas.block, load and store rules.
+LogicalResult lowerStagedBlock(BlockOp blk, GpuLowering& g, OpBuilder& b);
+LogicalResult lowerStagedLoad(LoadOp load, GpuLowering& g, OpBuilder& b);
+LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b);
+/// When the program ends: TMA stores of the staged output blocks.
+void copyOutStagedBlocks(GpuLowering& g, OpBuilder& b);
 
 /// The lowering of one kernel: a func.func with layouts assigned becomes a
 /// gpu.func in `gpuModule`.
@@ -139,6 +160,9 @@ class GpuLowering {
   // --- State rules share -------------------------------------------------------------
   IRMapping map;
   DenseMap<Value, BlockRef> refs;
+  DenseMap<Value, StagedBlock> staged;    // by pallas.ref
+  SmallVector<Value> stagedOutputs;       // refs, copied out when the program ends
+  DenseMap<Value, Value> tmaDescriptors;  // kernel array argument -> its descriptor parameter
   Value tid;  // gpu.thread_id x, index
   gpu::GPUFuncOp func;
   func::FuncOp kernel;

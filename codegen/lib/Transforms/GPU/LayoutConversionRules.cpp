@@ -1,8 +1,8 @@
-//===- LayoutConversionRules.cpp - pallas.convert_layout through shared memory -===//
+//===- LayoutConversionRules.cpp - data moved between threads: convert_layout, transpose -===//
 //
-// The only place data moves between threads to change layout. Both
-// directions go through a shared-memory buffer that lives for the rule and
-// end with a barrier after its last read (SharedMemoryPlan.h).
+// The only places data moves between threads to change layout (or, for a
+// transpose, place). Each goes through a shared-memory buffer that lives for
+// the rule and ends with a barrier after its last read (SharedMemoryPlan.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -120,10 +120,63 @@ LogicalResult lowerConvertLayout(ConvertLayoutOp convert, GpuLowering& g, OpBuil
             "block), strided to replicated";
 }
 
+/// A 2-D strided block [R, C] transposed to a strided [C, R]: each thread
+/// writes its runs' elements into a row-major [R, C + pad] buffer, and after
+/// a barrier reads its result runs down the columns. The pad makes the row
+/// pitch an odd number of 4-byte words (C + 1 f32, C + 2 bf16 when C is a
+/// multiple of 4), so that the lanes reading one column hit different banks.
+/// Example: f32 [64, 32] with 128 threads of runs of 4: thread 9 holds source
+/// (1, 4..7), written at 1 * 33 + 4..7; result run (0, 36..39) of thread 9
+/// reads source (36..39, 0) at 36 * 33, 37 * 33, ...
+LogicalResult lowerTranspose(vector::TransposeOp t, GpuLowering& g, OpBuilder& b) {
+  Location loc = t.getLoc();
+  VectorType from = t.getSourceVectorType(), to = t.getResultVectorType();
+  if (from.getRank() != 2)
+    return t.emitOpError("the GPU transposes 2-D blocks only, not ") << from;
+  FailureOr<Value> frag = g.operandIn(b, loc, t.getVector(), g.strided());
+  if (failed(frag) || g.layoutOf(t.getResult()) != Attribute(g.strided()))
+    return t.emitOpError("the GPU transposes strided blocks only");
+  const int64_t rows = from.getShape()[0], cols = from.getShape()[1], vec = g.strided().getVec();
+  Type et = from.getElementType();
+  const int64_t elementBytes = std::max<int64_t>(1, et.getIntOrFloatBitWidth() / 8);
+  const int64_t pitch = cols + (elementBytes >= 4 ? 1 : 4 / elementBytes);
+  Value buffer = g.sharedBuffer(b, loc, rows * pitch, et, SharedLifetime::kRule, 16,
+                                "transpose buffer");
+  Value pitchV = g.index(b, loc, pitch);
+  auto at = [&](OpBuilder& ob, Location l, Value row, Value col, int64_t plusCol,
+                int64_t plusRow) {
+    Value r = arith::AddIOp::create(ob, l, row, g.index(ob, l, plusRow));
+    Value c = arith::AddIOp::create(ob, l, col, g.index(ob, l, plusCol));
+    return arith::AddIOp::create(ob, l, arith::MulIOp::create(ob, l, r, pitchV), c).getResult();
+  };
+  for (int64_t r = 0; r < g.runs(from); ++r) {
+    SmallVector<Value> c = unflatten(b, loc, g.runStart(b, loc, r), from.getShape());
+    for (int64_t j = 0; j < vec; ++j) {
+      Value v = vector::ExtractOp::create(b, loc, *frag, ArrayRef<int64_t>{r * vec + j});
+      memref::StoreOp::create(b, loc, v, buffer, ValueRange{at(b, loc, c[0], c[1], j, 0)});
+    }
+  }
+  gpu::BarrierOp::create(b, loc);
+  VectorType runType = VectorType::get({vec}, et);
+  Value result = g.assemble(b, loc, to, [&](int64_t, SmallVector<Value>& rc) -> Value {
+    // Result (rc0, rc1 + j) is source (rc1 + j, rc0).
+    Value run = arith::ConstantOp::create(b, loc, b.getZeroAttr(runType));
+    for (int64_t j = 0; j < vec; ++j) {
+      Value v = memref::LoadOp::create(b, loc, buffer, ValueRange{at(b, loc, rc[1], rc[0], 0, j)});
+      run = vector::InsertOp::create(b, loc, v, run, ArrayRef<int64_t>{j});
+    }
+    return run;
+  });
+  gpu::BarrierOp::create(b, loc);
+  g.map.map(t.getResult(), result);
+  return success();
+}
+
 }  // namespace
 
 void populateLayoutConversionRules(RuleRegistry& rules) {
   rules.add(ConvertLayoutOp::getOperationName(), ruleFor(lowerConvertLayout));
+  rules.add(vector::TransposeOp::getOperationName(), ruleFor(lowerTranspose));
 }
 
 }  // namespace mlir::pallas::gpu_lowering

@@ -106,12 +106,14 @@ struct RunAccess {
 };
 
 LogicalResult lowerBlockOp(BlockOp blk, GpuLowering& g, OpBuilder& b) {
+  if (blk.getStaged()) return lowerStagedBlock(blk, g, b);
   g.refs[blk.getResult()] =
       resolveBlock(b, blk.getLoc(), blk, g.map.lookup(blk.getArray()), g.mapped(blk.getIndices()));
   return success();
 }
 
 LogicalResult lowerLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
+  if (g.staged.count(load.getRef())) return lowerStagedLoad(load, g, b);
   Location loc = load.getLoc();
   if (!isa_and_nonnull<WarpgroupStridedLayoutAttr>(g.layoutOf(load.getResult())))
     return load.emitOpError("the GPU loads blocks in the strided layout only, not ")
@@ -287,6 +289,7 @@ LogicalResult storeStrided(StoreOp store, GpuLowering& g, OpBuilder& b) {
 /// thread finish reading the old contents, the one after makes the new
 /// contents visible to every thread (any thread may load any element).
 LogicalResult lowerStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
+  if (g.staged.count(store.getRef())) return lowerStagedStore(store, g, b);
   bool shared = inSharedMemory(g.refs.at(store.getRef()).array);
   if (shared) gpu::BarrierOp::create(b, store.getLoc());
   LogicalResult done = !isa<VectorType>(store.getValue().getType()) ? storeScalar(store, g, b)

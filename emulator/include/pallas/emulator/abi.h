@@ -53,7 +53,24 @@ enum ReduxKind : int32_t {
   kReduxXor = 8,
 };
 
+/// The emulator's TMA descriptor, built by the runtime at launch in the 128
+/// bytes a CUDA launch gives a CUtensorMap (pallas::detail::encode_tma).
+/// Dims are innermost first, as TMA numbers them.
+struct EmuTensorMap {
+  uint32_t magic;          // kEmuTensorMapMagic
+  uint8_t rank;            // 1..5
+  uint8_t element_bytes;   // 2 or 4
+  uint16_t swizzle;        // bytes: 0, 32, 64, 128
+  const void* base;        // the array's first element
+  uint32_t dims[5];        // array extents
+  uint16_t box[5];         // box extents
+  uint64_t strides[4];     // bytes between consecutive indices of dims 1..rank-1
+  const char* name;        // the operand's name, for error messages
+};
+enum : uint32_t { kEmuTensorMapMagic = 0x544d4150 };  // "TMAP"
+
 #ifdef __cplusplus
+static_assert(sizeof(EmuTensorMap) <= 128, "an EmuTensorMap must fit a CUtensorMap");
 }  // namespace pallas::emulator
 extern "C" {
 #endif
@@ -85,6 +102,27 @@ void* pallas_emu_shared_base(void);
 void pallas_emu_yield(void);
 /// setmaxnreg: checks PTX's rules (a multiple of 8 in [24, 256]).
 void pallas_emu_setmaxnreg(int32_t count);
+
+/// mbarrier.init: `count` arrivals per phase, phase 0, no transactions.
+void pallas_emu_mbarrier_init(void* barrier, int32_t count);
+/// mbarrier.arrive.expect_tx: announce `bytes` of copies, then arrive.
+void pallas_emu_mbarrier_arrive_expect_tx(void* barrier, int32_t bytes);
+/// mbarrier.try_wait.parity in a loop: returns once the phase of parity
+/// `parity` has completed (a spin-wait point; a deadlock names the barrier).
+void pallas_emu_mbarrier_wait_parity(void* barrier, int32_t parity);
+/// cp.async.bulk.tensor global -> shared: the box at `coords` (innermost
+/// first, `rank` of them) of `descriptor` (an EmuTensorMap) into `dst`,
+/// swizzled, elements outside the array read as zero; its bytes complete
+/// transactions on `barrier`. Bounds-checked against the launch's buffers.
+void pallas_emu_tma_load(void* dst, const void* descriptor, void* barrier, int32_t rank,
+                         int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4);
+/// cp.async.bulk.tensor shared -> global: the box at `coords` from `src`;
+/// elements outside the array are not written.
+void pallas_emu_tma_store(const void* descriptor, const void* src, int32_t rank, int32_t c0,
+                          int32_t c1, int32_t c2, int32_t c3, int32_t c4);
+/// cp.async.bulk.commit_group and wait_group(.read) `pending`.
+void pallas_emu_bulk_commit(void);
+void pallas_emu_bulk_wait(int32_t pending, int32_t read_only);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,184 @@
+// TMA descriptors for kernels with blocks staged in shared memory: built at launch from the
+// run-time shapes and strides, for the CUDA backend (CUtensorMap, through the driver entry
+// point the runtime hands out) or the emulator (EmuTensorMap).
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "pallas/detail/kernel_image.h"
+#include "pallas/emulator/abi.h"
+
+namespace pallas::detail {
+namespace {
+
+static_assert(sizeof(TmaDescriptor) == sizeof(CUtensorMap), "a TmaDescriptor is a CUtensorMap");
+static_assert(alignof(TmaDescriptor) == alignof(CUtensorMap));
+
+constexpr uint64_t kMaxExtent = uint64_t{1} << 32;
+
+Status invalid(const char* kernel, const TmaOperand& op, const std::string& why) {
+  return Status::Error(StatusCode::kInvalidArgument,
+                       std::string(kernel) + ": operand '" + op.name + "' cannot be copied by TMA: " + why);
+}
+
+// The driver's cuTensorMapEncodeTiled, looked up once.
+PFN_cuTensorMapEncodeTiled_v12000 encode_function(cudaError_t& error) {
+  static cudaError_t lookup_error = cudaSuccess;
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    lookup_error = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                    cudaEnableDefault, &found);
+    if (lookup_error == cudaSuccess && found != cudaDriverEntryPointSuccess)
+      lookup_error = cudaErrorSymbolNotFound;
+    if (lookup_error != cudaSuccess) (void)cudaGetLastError();
+    return lookup_error == cudaSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p)
+                                       : nullptr;
+  }();
+  error = lookup_error;
+  return fn;
+}
+
+// Descriptors of repeated launches, by everything that goes into one.
+using CacheKey = std::tuple<const void*, int, int, int, std::vector<int64_t>>;
+struct Cache {
+  std::mutex mutex;
+  std::map<CacheKey, TmaDescriptor> entries;
+};
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: no static destructor races a launch
+  return *c;
+}
+constexpr size_t kMaxCached = 1024;
+
+CacheKey key(const TmaOperand& op, Backend backend) {
+  std::vector<int64_t> dims;
+  for (int d = 0; d < op.rank; ++d) {
+    dims.push_back(op.shape[d]);
+    dims.push_back(op.strides[d]);
+    dims.push_back(op.box[d]);
+  }
+  dims.push_back(static_cast<int64_t>(backend));
+  return {op.data, op.element_bytes, op.swizzle, op.rank, std::move(dims)};
+}
+
+Status encode_cuda(const char* kernel, const TmaOperand& op, TmaDescriptor& out) {
+  cudaError_t err = cudaSuccess;
+  PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function(err);
+  if (encode == nullptr)
+    return Status::Error(StatusCode::kCudaError,
+                         std::string(kernel) +
+                             ": cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled) failed: " +
+                             cudaGetErrorName(err));
+  // TMA numbers dims innermost first.
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5], element_strides[5];
+  for (int d = 0; d < op.rank; ++d) {
+    const int from = op.rank - 1 - d;
+    dims[d] = static_cast<cuuint64_t>(op.shape[from]);
+    box[d] = static_cast<cuuint32_t>(op.box[from]);
+    element_strides[d] = 1;
+    if (d > 0) strides[d - 1] = static_cast<cuuint64_t>(op.strides[from] * op.element_bytes);
+  }
+  const CUtensorMapDataType type = op.element_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                                                         : CU_TENSOR_MAP_DATA_TYPE_UINT16;
+  const CUtensorMapSwizzle swizzle = op.swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : op.swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                     : op.swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                        : CU_TENSOR_MAP_SWIZZLE_NONE;
+  auto* map = reinterpret_cast<CUtensorMap*>(&out);
+  const CUresult r = encode(map, type, static_cast<cuuint32_t>(op.rank), const_cast<void*>(op.data),
+                            dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return invalid(kernel, op, "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r));
+  return Status::Ok();
+}
+
+void encode_emulator(const TmaOperand& op, TmaDescriptor& out) {
+  emulator::EmuTensorMap map{};
+  map.magic = emulator::kEmuTensorMapMagic;
+  map.rank = static_cast<uint8_t>(op.rank);
+  map.element_bytes = static_cast<uint8_t>(op.element_bytes);
+  map.swizzle = static_cast<uint16_t>(op.swizzle);
+  map.base = op.data;
+  for (int d = 0; d < op.rank; ++d) {
+    const int from = op.rank - 1 - d;
+    map.dims[d] = static_cast<uint32_t>(op.shape[from]);
+    map.box[d] = static_cast<uint16_t>(op.box[from]);
+    if (d > 0) map.strides[d - 1] = static_cast<uint64_t>(op.strides[from] * op.element_bytes);
+  }
+  map.name = op.name;
+  std::memset(&out, 0, sizeof out);
+  std::memcpy(&out, &map, sizeof map);
+}
+
+}  // namespace
+
+bool tma_path_available(const KernelImage& image, const Launch& launch) {
+  switch (launch.backend) {
+    case Backend::kHost:
+      return false;
+    case Backend::kEmulator:
+      return image.emulator_entry != nullptr;
+    case Backend::kCuda:
+      break;
+  }
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();  // the direct instance's launch reports the error
+    return false;
+  }
+  return select_cubin(image.cubins, 10 * major + minor) != nullptr;
+}
+
+const char* tma_rule_broken(const TmaOperand& op) {
+  if (reinterpret_cast<uintptr_t>(op.data) % 16 != 0) return "its data is not 16-byte aligned";
+  for (int d = 0; d < op.rank; ++d) {
+    if (op.shape[d] <= 0 || static_cast<uint64_t>(op.shape[d]) >= kMaxExtent)
+      return "an extent is 0 or not below 2^32";
+    if (d + 1 < op.rank && op.shape[d] > 1 && (op.strides[d] * op.element_bytes) % 16 != 0)
+      return "a stride is not a multiple of 16 bytes";
+    if (d + 1 < op.rank && op.shape[d] > 1 &&
+        static_cast<uint64_t>(op.strides[d] * op.element_bytes) >= (uint64_t{1} << 40))
+      return "a stride is 2^40 bytes or more";
+  }
+  return nullptr;
+}
+
+Status encode_tma(const char* kernel, const TmaOperand& op, const Launch& launch,
+                  TmaDescriptor& out) {
+  if (const char* why = tma_rule_broken(op)) return invalid(kernel, op, why);
+  if (launch.backend == Backend::kHost)
+    return invalid(kernel, op, "the host backend has no TMA");
+  CacheKey k = key(op, launch.backend);
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (auto it = c.entries.find(k); it != c.entries.end()) {
+      out = it->second;
+      return Status::Ok();
+    }
+  }
+  if (launch.backend == Backend::kEmulator) {
+    encode_emulator(op, out);
+  } else if (Status s = encode_cuda(kernel, op, out); !s.ok()) {
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (c.entries.size() >= kMaxCached) c.entries.clear();
+  c.entries.emplace(std::move(k), out);
+  return Status::Ok();
+}
+
+}  // namespace pallas::detail

@@ -1,0 +1,212 @@
+// mbarriers, TMA box copies and bulk async-groups (sm_90's asynchronous
+// copies), emulated on the running thread.
+//
+// A TMA copy is performed when it is issued, and its bytes complete
+// transactions on its mbarrier at once; what the emulator checks is what the
+// program may rely on: every element of the box read from (or written to) the
+// array is inside a buffer of the launch, the destination is aligned and
+// inside shared memory, the barrier is initialised, and the bytes announced
+// by expect-tx match the bytes copied. A wait on a phase that can never
+// complete is a deadlock naming the barrier and what it still expects.
+//
+// The swizzle is TMA's: the 16-byte piece p of 128-byte line l of the
+// box (row-major, densely packed) is stored at piece p ^ (l % (S / 16)) for a
+// swizzle of S bytes (see StagingRules.cpp for a worked example).
+
+#include "Scheduler.h"
+
+#include "pallas/emulator/abi.h"
+
+#include <cstring>
+
+using namespace pallas::emulator;
+using namespace pallas::emulator::detail;
+
+namespace {
+
+int64_t shared_offset(const Cta& cta, const void* p, const char* what, int64_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(cta.shared);
+  if (a < base || a + static_cast<uint64_t>(bytes) > base + static_cast<uint64_t>(cta.shared_bytes))
+    fail(std::string(what) + " is not inside the " + std::to_string(cta.shared_bytes) +
+         " bytes of the program's shared memory");
+  return static_cast<int64_t>(a - base);
+}
+
+std::string barrier_name(int64_t offset) {
+  return "the mbarrier at shared offset " + std::to_string(offset);
+}
+
+MBarrier& barrier_at(Cta& cta, void* p, const char* op) {
+  const int64_t offset = shared_offset(cta, p, op, 8);
+  if (offset % 8 != 0) fail(std::string(op) + ": " + barrier_name(offset) + " is not 8-byte aligned");
+  auto it = cta.mbarriers.find(offset);
+  if (it == cta.mbarriers.end())
+    fail(std::string(op) + " on " + barrier_name(offset) + ", which was never initialised");
+  return it->second;
+}
+
+/// Completes the phase when its arrivals and transactions are all in.
+void maybe_complete(Cta& cta, int64_t offset, MBarrier& bar) {
+  if (bar.pending == 0 && bar.tx < 0)
+    fail(barrier_name(offset) + " received " + std::to_string(-bar.tx) +
+         " more bytes of copies than its expect-tx announced in phase " +
+         std::to_string(bar.phase));
+  if (bar.pending != 0 || bar.tx != 0) return;
+  ++bar.phase;
+  bar.pending = bar.expected;
+  ++current().state_changes;
+  (void)cta;
+}
+
+const EmuTensorMap& tensor_map(const void* descriptor) {
+  const auto* map = static_cast<const EmuTensorMap*>(descriptor);
+  if (map == nullptr || map->magic != kEmuTensorMapMagic)
+    fail("TMA copy with a descriptor that is not an emulator tensor map (built for another backend?)");
+  return *map;
+}
+
+/// Where byte `o` of the unswizzled box lives in shared memory.
+int64_t swizzle(int64_t o, int swizzle_bytes) {
+  if (swizzle_bytes == 0) return o;
+  return o ^ (((o >> 7) & (swizzle_bytes / 16 - 1)) << 4);
+}
+
+/// Calls `each(box_offset_bytes, global_address_or_null, run_bytes)` for every
+/// innermost run of the box: the run's elements inside the array, contiguous
+/// in global memory, and those outside (address null), element by element.
+template <class F>
+void for_each_run(const EmuTensorMap& map, const int32_t* coords, F&& each) {
+  const int rank = map.rank;
+  int64_t outer = 1;
+  for (int d = 1; d < rank; ++d) outer *= map.box[d];
+  const int64_t eb = map.element_bytes, inner = map.box[0];
+  for (int64_t row = 0; row < outer; ++row) {
+    // Coordinates of this row's dims 1..rank-1.
+    bool inside = true;
+    int64_t address = 0, r = row;
+    for (int d = 1; d < rank; ++d) {
+      const int64_t i = r % map.box[d];
+      r /= map.box[d];
+      const int64_t g = static_cast<int64_t>(coords[d]) + i;
+      inside = inside && g >= 0 && g < static_cast<int64_t>(map.dims[d]);
+      address += g * static_cast<int64_t>(map.strides[d - 1]);
+    }
+    const int64_t row_offset = row * inner * eb;
+    for (int64_t i = 0; i < inner; ++i) {
+      const int64_t g = static_cast<int64_t>(coords[0]) + i;
+      const bool in = inside && g >= 0 && g < static_cast<int64_t>(map.dims[0]);
+      const auto* p = static_cast<const std::byte*>(map.base) + address + g * eb;
+      each(row_offset + i * eb, in ? p : nullptr);
+    }
+  }
+}
+
+int64_t box_bytes(const EmuTensorMap& map) {
+  int64_t bytes = map.element_bytes;
+  for (int d = 0; d < map.rank; ++d) bytes *= map.box[d];
+  return bytes;
+}
+
+void check_box_destination(const Cta& cta, const void* smem, const EmuTensorMap& map,
+                           const char* what) {
+  const int64_t offset = shared_offset(cta, smem, what, box_bytes(map));
+  const int64_t align = map.swizzle == 0 ? 128 : map.swizzle * 8;
+  if (offset % align != 0)
+    fail(std::string(what) + " of operand '" + map.name + "' at shared offset " +
+         std::to_string(offset) + ": a " + std::to_string(map.swizzle) +
+         "-byte swizzled box must be " + std::to_string(align) + "-byte aligned");
+}
+
+}  // namespace
+
+extern "C" void pallas_emu_mbarrier_init(void* barrier, int32_t count) {
+  Cta& cta = *current().cta;
+  const int64_t offset = shared_offset(cta, barrier, "mbarrier.init", 8);
+  if (count < 1 || count >= (1 << 20))
+    fail("mbarrier.init of " + barrier_name(offset) + " with " + std::to_string(count) +
+         " arrivals; PTX allows 1 to 2^20 - 1");
+  cta.mbarriers[offset] = MBarrier{count, count, 0, 0};
+}
+
+extern "C" void pallas_emu_mbarrier_arrive_expect_tx(void* barrier, int32_t bytes) {
+  Cta& cta = *current().cta;
+  MBarrier& bar = barrier_at(cta, barrier, "mbarrier.arrive.expect_tx");
+  bar.tx += bytes;
+  --bar.pending;
+  maybe_complete(cta, shared_offset(cta, barrier, "mbarrier", 8), bar);
+}
+
+extern "C" void pallas_emu_mbarrier_wait_parity(void* barrier, int32_t parity) {
+  Cta& cta = *current().cta;
+  const int64_t offset = shared_offset(cta, barrier, "mbarrier.try_wait.parity", 8);
+  for (;;) {
+    const MBarrier& bar = barrier_at(cta, barrier, "mbarrier.try_wait.parity");
+    // The phase of parity `parity` has completed when the current one differs.
+    if ((bar.phase & 1u) != static_cast<uint32_t>(parity & 1)) break;
+    current().thread->spin_on = barrier_name(offset) + " (phase " + std::to_string(bar.phase) +
+                                ": " + std::to_string(bar.pending) + " of " +
+                                std::to_string(bar.expected) + " arrivals and " +
+                                std::to_string(bar.tx) + " bytes of copies outstanding)";
+    suspend(Wait::kSpin);
+  }
+  current().thread->spin_on.clear();
+}
+
+extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* barrier, int32_t rank,
+                                    int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
+  Cta& cta = *current().cta;
+  const EmuTensorMap& map = tensor_map(descriptor);
+  if (rank != map.rank)
+    fail("TMA load of operand '" + std::string(map.name) + "' with " + std::to_string(rank) +
+         " coordinates; its descriptor has rank " + std::to_string(map.rank));
+  check_box_destination(cta, dst, map, "TMA load destination");
+  MBarrier& bar = barrier_at(cta, barrier, "TMA load completing");
+  const int32_t coords[5] = {c0, c1, c2, c3, c4};
+  auto* smem = static_cast<std::byte*>(dst);
+  const int64_t eb = map.element_bytes;
+  const int64_t base_offset = shared_offset(cta, dst, "TMA load destination", 0);
+  for_each_run(map, coords, [&](int64_t o, const std::byte* src) {
+    std::byte* to = smem + swizzle(o, map.swizzle);
+    if (src) {
+      pallas_emu_access(src, eb, 1, kAccessLoad);  // inside a buffer of the launch
+      std::memcpy(to, src, static_cast<size_t>(eb));
+    } else {
+      std::memset(to, 0, static_cast<size_t>(eb));  // outside the array: zero fill
+    }
+    // The async proxy wrote these bytes: no thread owns them in this epoch.
+    for (int64_t k = 0; k < eb; ++k)
+      cta.shadow[static_cast<size_t>(base_offset + swizzle(o, map.swizzle) + k)] = ShadowByte{};
+  });
+  bar.tx -= box_bytes(map);
+  maybe_complete(cta, shared_offset(cta, barrier, "mbarrier", 8), bar);
+}
+
+extern "C" void pallas_emu_tma_store(const void* descriptor, const void* src, int32_t rank,
+                                     int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
+  Cta& cta = *current().cta;
+  const EmuTensorMap& map = tensor_map(descriptor);
+  if (rank != map.rank)
+    fail("TMA store of operand '" + std::string(map.name) + "' with " + std::to_string(rank) +
+         " coordinates; its descriptor has rank " + std::to_string(map.rank));
+  check_box_destination(cta, src, map, "TMA store source");
+  const int32_t coords[5] = {c0, c1, c2, c3, c4};
+  const auto* smem = static_cast<const std::byte*>(src);
+  const int64_t eb = map.element_bytes;
+  for_each_run(map, coords, [&](int64_t o, const std::byte* dst) {
+    if (!dst) return;  // outside the array: clipped
+    pallas_emu_access(dst, eb, 1, kAccessStore);
+    std::memcpy(const_cast<std::byte*>(dst), smem + swizzle(o, map.swizzle),
+                static_cast<size_t>(eb));
+  });
+  // An uncommitted copy belongs to the thread's next bulk group.
+  ++cta.bulk_groups[static_cast<size_t>(current().thread->linear)];
+}
+
+extern "C" void pallas_emu_bulk_commit(void) {}
+
+extern "C" void pallas_emu_bulk_wait(int32_t pending, int32_t read_only) {
+  (void)read_only;
+  // Copies complete when issued: every group is done, whatever `pending` allows.
+  if (pending < 0) fail("cp.async.bulk.wait_group with a negative count");
+  current().cta->bulk_groups[static_cast<size_t>(current().thread->linear)] = 0;
+}
