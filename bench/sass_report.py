@@ -116,6 +116,9 @@ ELEMENTWISE = ["add", "mul", "axpy", "gelu", "silu", "bias_gelu", "cast"]
 ROW = ["rms_norm", "rms_norm_residual", "layer_norm", "layer_norm_residual", "softmax",
        "log_softmax", "row_sum", "row_max", "cross_entropy"]
 WHOLE = ["sum_all", "max_all"]
+# Ops whose blocks are staged in shared memory by TMA (InShared): on sm_90 their
+# instances (not the `_direct` twins) must copy with UTMALDG and UTMASTG.
+STAGED = ["transpose"]
 # Ops whose outputs are per-row or per-array scalars: no 16-byte store rule.
 REDUCTIONS = {"row_sum", "row_max", "cross_entropy", "sum_all", "max_all"}
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}
@@ -456,6 +459,7 @@ class Analysis:
     method: str              # 'loop', 'path' or 'none'
     region: PathStats
     region_range: tuple[int, int]
+    opcodes: frozenset = frozenset()  # base opcodes present anywhere (UTMALDG, HGMMA, ...)
 
 
 def find_loops(instrs: list[Instr], blocks: list[Block]) -> list[tuple[int, int]]:
@@ -597,7 +601,8 @@ def analyze(name: str, instrs: list[Instr], labels: dict[str, int]) -> Analysis:
     else:
         path, method, region, rng, prange = PathStats(), "none", PathStats(), (0, 0), (0, 0)
     return Analysis(name, whole.instrs, whole.ld, whole.st, whole.bars, local, len(loops),
-                    len(sections), prange, path, method, region, rng)
+                    len(sections), prange, path, method, region, rng,
+                    frozenset(i.base for i in instrs))
 
 
 #===------------------------------------------------------------------------===#
@@ -631,10 +636,13 @@ class Kernel:
 
 def classify(instance: str) -> tuple[str | None, str, str | None]:
     """(op, kind, first dtype) of an instance name like softmax_bf16."""
-    for kind, ops in (("row", ROW), ("elementwise", ELEMENTWISE), ("whole", WHOLE)):
+    for kind, ops in (("row", ROW), ("elementwise", ELEMENTWISE), ("whole", WHOLE),
+                      ("staged", STAGED)):
         for op in sorted(ops, key=len, reverse=True):
-            m = re.match(rf"^{op}_(f32|f16|bf16)(?:_|$)", instance)
+            m = re.match(rf"^{op}_(f32|f16|bf16|i32)(?:_|$)", instance)
             if m:
+                if kind == "staged" and instance.endswith("_direct"):
+                    return op, "other", m.group(1)
                 return op, kind, m.group(1)
     m = re.search(r"_(f32|f16|bf16)(?:_|$)", instance)
     return None, "other", m.group(1) if m else None
@@ -730,7 +738,7 @@ def load_reference(build: Path, arch: str, nvcc: str | None, nvdisasm: str, cach
 #===------------------------------------------------------------------------===#
 
 def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[str, str]]:
-    """(rule, message) for each broken rule: 'spill' or 'wide' (see the top)."""
+    """(rule, message) for each broken rule: 'spill', 'wide' or 'tma' (see the top)."""
     out = []
     for k in kernels:
         if k.source != "ours":
@@ -739,6 +747,11 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
             out.append(("spill", f"{k.instance} ({k.arch}): {k.res.spill_stores} bytes spill "
                                  f"stores, {k.res.spill_loads} bytes spill loads (ptxas -v, "
                                  f"{k.res.regs} registers)"))
+        if k.kind == "staged" and k.sass and k.arch.startswith("sm_9"):
+            missing = [op for op in ("UTMALDG", "UTMASTG") if op not in k.sass.opcodes]
+            if missing:
+                out.append(("tma", f"{k.instance} ({k.arch}): a kernel with staged blocks has "
+                                   f"no {' or '.join(missing)} (TMA copies)"))
         if not check_width or k.kind not in ("elementwise", "row", "whole") or not k.sass:
             continue
         p = k.sass.path

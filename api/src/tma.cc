@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -57,6 +58,7 @@ Cache& cache() {
   return *c;
 }
 constexpr size_t kMaxCached = 1024;
+std::atomic<uint64_t> handed_out{0};
 
 CacheKey key(const TmaOperand& op, Backend backend) {
   std::vector<int64_t> dims;
@@ -161,6 +163,7 @@ Status encode_tma(const char* kernel, const TmaOperand& op, const Launch& launch
   if (const char* why = tma_rule_broken(op)) return invalid(kernel, op, why);
   if (launch.backend == Backend::kHost)
     return invalid(kernel, op, "the host backend has no TMA");
+  ++handed_out;
   CacheKey k = key(op, launch.backend);
   Cache& c = cache();
   {
@@ -180,5 +183,7 @@ Status encode_tma(const char* kernel, const TmaOperand& op, const Launch& launch
   c.entries.emplace(std::move(k), out);
   return Status::Ok();
 }
+
+uint64_t tma_descriptors_handed_out() { return handed_out.load(); }
 
 }  // namespace pallas::detail

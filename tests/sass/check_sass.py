@@ -3,6 +3,7 @@
 
     check_sass.py --rule spills  --build-dir BUILD   # ptxas -v: no spill, any arch
     check_sass.py --rule wide    --build-dir BUILD   # SASS: 16-byte main-path accesses
+    check_sass.py --rule tma     --build-dir BUILD   # SASS: staged kernels copy with TMA
     check_sass.py --planted DIR  --build-dir BUILD   # both rules catch the planted PTX
 
 The PTX is BUILD/generated/ptx/<instance>.<arch>.ptx (every arch); each is
@@ -12,7 +13,9 @@ assembled as the codegen does (ptxas -arch=<arch> -O3 -v). The rules and the
   wide    in every elementwise, row and whole-array kernel, the main path loads
           with LDG.E.128, and (except for the reductions, whose outputs are
           per-row scalars) stores with STG.E.128 when it stores 16 bytes or
-          more per thread.
+          more per thread;
+  tma     every kernel with blocks staged in shared memory (InShared; not its
+          `_direct` twin) has UTMALDG and UTMASTG in its sm_90a SASS.
 --planted runs both on the PTX in DIR and passes only if each planted file is
 rejected by the rule its name says (`_planted_spill`, `_planted_narrow`):
 the checks can fail.
@@ -38,7 +41,7 @@ SKIP = sr.SKIP
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-dir", type=Path, required=True)
-    ap.add_argument("--rule", choices=["spills", "wide"])
+    ap.add_argument("--rule", choices=["spills", "wide", "tma"])
     ap.add_argument("--planted", type=Path, help="directory of planted PTX")
     ap.add_argument("--ptxas")
     ap.add_argument("--nvdisasm")
@@ -52,7 +55,7 @@ def main() -> int:
     if not ptxas:
         print("SKIPPED: ptxas not found")
         return SKIP
-    need_sass = args.planted or args.rule == "wide"
+    need_sass = args.planted or args.rule in ("wide", "tma")
     nvdisasm = sr.find_nvdisasm(args.nvdisasm) if need_sass else None
     if need_sass and not nvdisasm:
         print("SKIPPED: nvdisasm not found (scripts/install-deps.sh installs it from PyPI, "
@@ -81,15 +84,23 @@ def main() -> int:
                 missed.append(f"{k.instance} ({k.arch}): the spill was not reported")
             if "_planted_narrow" in k.instance and "wide" not in mine:
                 missed.append(f"{k.instance} ({k.arch}): the narrow accesses were not reported")
+            if "_planted_notma" in k.instance and "tma" not in mine:
+                missed.append(f"{k.instance} ({k.arch}): the missing TMA copies were not reported")
         for m in missed:
             print("FAIL: " + m)
         print(f"{len(kernels)} planted kernels, {len(found)} violations reported, "
               f"{len(missed)} missed")
         return 1 if missed or not kernels else 0
 
-    rule = "spill" if args.rule == "spills" else "wide"
+    rule = "spill" if args.rule == "spills" else args.rule
     found = [v for r, v in sr.violations(kernels, check_width=rule == "wide") if r == rule]
-    if args.rule == "wide":
+    if args.rule == "tma":
+        checked = [k for k in kernels if k.kind == "staged" and k.arch.startswith("sm_9")]
+        what = "TMA copies (UTMALDG, UTMASTG) in staged kernels"
+        if not checked:
+            print("FAIL: no staged kernel built for sm_90a")
+            return 1
+    elif args.rule == "wide":
         checked = [k for k in kernels if k.kind in ("elementwise", "row", "whole")]
         what = "16-byte main-path global accesses"
     else:

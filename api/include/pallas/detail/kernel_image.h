@@ -141,8 +141,9 @@ Status check_dim(const char* kernel, const char* operand, int dim, int64_t actua
 // ---- TMA (kernels with blocks staged in shared memory, sm_90a) ----
 
 // A TMA descriptor as a kernel parameter, passed by value (__grid_constant__): a CUtensorMap
-// on the CUDA backend, the emulator's EmuTensorMap (emulator/abi.h) on the emulator backend.
-struct alignas(64) TmaDescriptor {
+// on the CUDA backend (aligned as CUDA 13 aligns one), the emulator's EmuTensorMap (emulator/abi.h)
+// on the emulator backend.
+struct alignas(128) TmaDescriptor {
   unsigned char bytes[128];
 };
 
@@ -173,5 +174,9 @@ const char* tma_rule_broken(const TmaOperand& operand);
 // shapes). kInvalidArgument naming the kernel, operand and rule when TMA cannot copy it.
 Status encode_tma(const char* kernel, const TmaOperand& operand, const Launch& launch,
                   TmaDescriptor& out);
+
+// How many descriptors encode_tma has handed out in this process (cached ones included): tests
+// use it to tell the TMA instance's launches from the direct twin's.
+uint64_t tma_descriptors_handed_out();
 
 }  // namespace pallas::detail
