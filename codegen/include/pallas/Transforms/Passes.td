@@ -111,10 +111,19 @@ def ConvertPallasToGPU : Pass<"convert-pallas-to-gpu", "ModuleOp"> {
     plan's size is recorded on the module as `pallas.shared_bytes.<kernel>`
     (and its alignment as `pallas.shared_align.<kernel>`); more than 227 KiB
     is an error listing the buffers.
+
+    A `staged` block (the spec's `InShared`) lives in a buffer of that plan,
+    copied by TMA (StagingRules.cpp): the gpu.func gets one `!llvm.ptr` TMA
+    descriptor parameter per staged array after its own parameters (counted
+    by `pallas.tma_params`); an input is copied in with
+    `nvvm.cp.async.bulk.tensor.shared.cluster.global` completing on an
+    `nvvm.mbarrier` that its loads wait on, an output is copied out with
+    `nvvm.cp.async.bulk.tensor.global.shared.cta` when the program ends.
   }];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::vector::VectorDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
-                           "::mlir::arith::ArithDialect", "::mlir::LLVM::LLVMDialect"];
+                           "::mlir::arith::ArithDialect", "::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect"];
 }
 
 def PallasMarkTmaDescriptorParams : Pass<"pallas-mark-tma-descriptor-params", "ModuleOp"> {
