@@ -24,9 +24,11 @@ PALLAS_KERNEL(transpose) {
   Operand y = spec.output("y", T, {cols, rows});
   const int64_t tile = 128 / dtype_bytes(T);  // a row of 128 bytes: the swizzle's span
   spec.grid({cdiv(rows, tile), cdiv(cols, tile)});
-  spec.block(x, {Blocked{tile}, Blocked{tile}}, [](const ProgramIds& p) { return at(p[0], p[1]); },
-             InShared{.swizzle = 128});
-  spec.block(y, {Blocked{tile}, Blocked{tile}}, [](const ProgramIds& p) { return at(p[1], p[0]); },
-             InShared{.swizzle = 128});
+  spec.block(
+      x, {Blocked{tile}, Blocked{tile}}, [](const ProgramIds& p) { return at(p[0], p[1]); },
+      InShared{.swizzle = 128});
+  spec.block(
+      y, {Blocked{tile}, Blocked{tile}}, [](const ProgramIds& p) { return at(p[1], p[0]); },
+      InShared{.swizzle = 128});
   spec.body([](Ref x, Ref y) { y.store(transpose(x.load())); });
 }

@@ -2,8 +2,8 @@
 // run-time shapes and strides, for the CUDA backend (CUtensorMap, through the driver entry
 // point the runtime hands out) or the emulator (EmuTensorMap).
 #include <cuda.h>
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstring>
@@ -25,8 +25,8 @@ static_assert(alignof(TmaDescriptor) == alignof(CUtensorMap));
 constexpr uint64_t kMaxExtent = uint64_t{1} << 32;
 
 Status invalid(const char* kernel, const TmaOperand& op, const std::string& why) {
-  return Status::Error(StatusCode::kInvalidArgument,
-                       std::string(kernel) + ": operand '" + op.name + "' cannot be copied by TMA: " + why);
+  return Status::Error(StatusCode::kInvalidArgument, std::string(kernel) + ": operand '" + op.name +
+                                                         "' cannot be copied by TMA: " + why);
 }
 
 // The driver's cuTensorMapEncodeTiled, looked up once.
@@ -89,17 +89,17 @@ Status encode_cuda(const char* kernel, const TmaOperand& op, TmaDescriptor& out)
     element_strides[d] = 1;
     if (d > 0) strides[d - 1] = static_cast<cuuint64_t>(op.strides[from] * op.element_bytes);
   }
-  const CUtensorMapDataType type = op.element_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
-                                                         : CU_TENSOR_MAP_DATA_TYPE_UINT16;
+  const CUtensorMapDataType type =
+      op.element_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16;
   const CUtensorMapSwizzle swizzle = op.swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : op.swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                      : op.swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
                                                         : CU_TENSOR_MAP_SWIZZLE_NONE;
   auto* map = reinterpret_cast<CUtensorMap*>(&out);
-  const CUresult r = encode(map, type, static_cast<cuuint32_t>(op.rank), const_cast<void*>(op.data),
-                            dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode(map, type, static_cast<cuuint32_t>(op.rank), const_cast<void*>(op.data), dims, strides,
+             box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return invalid(kernel, op, "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r));
   return Status::Ok();
@@ -161,8 +161,7 @@ const char* tma_rule_broken(const TmaOperand& op) {
 Status encode_tma(const char* kernel, const TmaOperand& op, const Launch& launch,
                   TmaDescriptor& out) {
   if (const char* why = tma_rule_broken(op)) return invalid(kernel, op, why);
-  if (launch.backend == Backend::kHost)
-    return invalid(kernel, op, "the host backend has no TMA");
+  if (launch.backend == Backend::kHost) return invalid(kernel, op, "the host backend has no TMA");
   ++handed_out;
   CacheKey k = key(op, launch.backend);
   Cache& c = cache();

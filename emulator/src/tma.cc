@@ -38,7 +38,8 @@ std::string barrier_name(int64_t offset) {
 
 MBarrier& barrier_at(Cta& cta, void* p, const char* op) {
   const int64_t offset = shared_offset(cta, p, op, 8);
-  if (offset % 8 != 0) fail(std::string(op) + ": " + barrier_name(offset) + " is not 8-byte aligned");
+  if (offset % 8 != 0)
+    fail(std::string(op) + ": " + barrier_name(offset) + " is not 8-byte aligned");
   auto it = cta.mbarriers.find(offset);
   if (it == cta.mbarriers.end())
     fail(std::string(op) + " on " + barrier_name(offset) + ", which was never initialised");
@@ -61,7 +62,9 @@ void maybe_complete(Cta& cta, int64_t offset, MBarrier& bar) {
 const EmuTensorMap& tensor_map(const void* descriptor) {
   const auto* map = static_cast<const EmuTensorMap*>(descriptor);
   if (map == nullptr || map->magic != kEmuTensorMapMagic)
-    fail("TMA copy with a descriptor that is not an emulator tensor map (built for another backend?)");
+    fail(
+        "TMA copy with a descriptor that is not an emulator tensor map (built for another "
+        "backend?)");
   return *map;
 }
 

@@ -38,8 +38,8 @@ void check_transpose(Backend backend, TransposeShape s, int64_t offset, bool exp
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(std::string(dtype_name<T>()) + " " + std::to_string(s.rows) + "x" +
                std::to_string(s.cols) + " strides " + std::to_string(s.cols + s.in_pad) + "/" +
-               std::to_string(s.rows + s.out_pad) + " offset " + std::to_string(offset) +
-               " seed " + std::to_string(seed));
+               std::to_string(s.rows + s.out_pad) + " offset " + std::to_string(offset) + " seed " +
+               std::to_string(seed));
   std::mt19937 rng(seed);
   const int64_t xs = s.cols + s.in_pad, ys = s.rows + s.out_pad;
   Array<T> x(backend, static_cast<size_t>(offset + s.rows * xs));
@@ -52,9 +52,9 @@ void check_transpose(Backend backend, TransposeShape s, int64_t offset, bool exp
   x.upload();
   y.upload();
   const uint64_t before = detail::tma_descriptors_handed_out();
-  Status status = kernels::transpose(TensorView<const T, 2>(x.data() + offset, {s.rows, s.cols}, {xs, 1}),
-                                     TensorView<T, 2>(y.data(), {s.cols, s.rows}, {ys, 1}),
-                                     Launch{backend, nullptr});
+  Status status = kernels::transpose(
+      TensorView<const T, 2>(x.data() + offset, {s.rows, s.cols}, {xs, 1}),
+      TensorView<T, 2>(y.data(), {s.cols, s.rows}, {ys, 1}), Launch{backend, nullptr});
   ASSERT_TRUE(status.ok()) << status.message();
   y.download();
   EXPECT_EQ(detail::tma_descriptors_handed_out() - before, expect_tma ? 2u : 0u)

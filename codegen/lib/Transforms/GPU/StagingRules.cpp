@@ -59,10 +59,11 @@ Value i32(OpBuilder& b, Location loc, int64_t v) {
 /// row-major element `flat` of the box lives after swizzling.
 Value swizzled(OpBuilder& b, Location loc, Value flat, int64_t elementBytes, int64_t swizzle) {
   if (swizzle == 0) return flat;
-  Value bytes = arith::MulIOp::create(b, loc, flat, arith::ConstantIndexOp::create(b, loc, elementBytes));
+  Value bytes =
+      arith::MulIOp::create(b, loc, flat, arith::ConstantIndexOp::create(b, loc, elementBytes));
   Value line = arith::ShRUIOp::create(b, loc, bytes, arith::ConstantIndexOp::create(b, loc, 7));
-  Value piece = arith::AndIOp::create(b, loc, line,
-                                      arith::ConstantIndexOp::create(b, loc, swizzle / 16 - 1));
+  Value piece =
+      arith::AndIOp::create(b, loc, line, arith::ConstantIndexOp::create(b, loc, swizzle / 16 - 1));
   Value x = arith::XOrIOp::create(
       b, loc, bytes,
       arith::ShLIOp::create(b, loc, piece, arith::ConstantIndexOp::create(b, loc, 4)));
@@ -111,7 +112,8 @@ LogicalResult lowerStagedBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
   const int64_t elementBytes = et.getIntOrFloatBitWidth() / 8;
   StagedBlock st;
   st.swizzle = blk.getSwizzle().value_or(0);
-  st.output = llvm::any_of(blk.getResult().getUsers(), [](Operation* u) { return isa<StoreOp>(u); });
+  st.output =
+      llvm::any_of(blk.getResult().getUsers(), [](Operation* u) { return isa<StoreOp>(u); });
   for (auto [extent, squeezed] : llvm::zip(blk.getBlockShape(), blk.getSqueezed())) {
     st.box.push_back(extent);
     if (!squeezed) st.refDims.push_back(static_cast<int64_t>(st.box.size()) - 1);
@@ -121,25 +123,29 @@ LogicalResult lowerStagedBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
   const int64_t bytes = elements * elementBytes;
   Value descriptor = g.tmaDescriptors.lookup(blk.getArray());
   if (!descriptor)
-    return blk.emitOpError("a staged block's array must be a kernel argument (it has a TMA "
-                           "descriptor parameter)");
+    return blk.emitOpError(
+        "a staged block's array must be a kernel argument (it has a TMA "
+        "descriptor parameter)");
   st.descriptor = descriptor;
   // TMA coordinates: the block origin, innermost dim first, as i32.
-  BlockRef origin = resolveBlock(b, loc, blk, g.map.lookup(blk.getArray()), g.mapped(blk.getIndices()));
+  BlockRef origin =
+      resolveBlock(b, loc, blk, g.map.lookup(blk.getArray()), g.mapped(blk.getIndices()));
   for (Value o : llvm::reverse(origin.origin))
     st.coords.push_back(arith::IndexCastOp::create(b, loc, b.getI32Type(), o));
   // The buffer, aligned to the swizzle pattern's period (TMA's rule).
   const int64_t align = st.swizzle == 0 ? 128 : st.swizzle * 8;
-  std::string purpose = (st.output ? "staged output block '" : "staged input block '") +
-                        (blk->hasAttr("name") ? blk->getAttrOfType<StringAttr>("name").str() : std::string("?")) + "'";
+  std::string purpose =
+      (st.output ? "staged output block '" : "staged input block '") +
+      (blk->hasAttr("name") ? blk->getAttrOfType<StringAttr>("name").str() : std::string("?")) +
+      "'";
   st.buffer = g.sharedBuffer(b, loc, elements, et, SharedLifetime::kKernel, align, purpose);
   if (st.output) {  // copied out when the program ends (copyOutStagedBlocks)
     g.staged[blk.getResult()] = st;
     g.stagedOutputs.push_back(blk.getResult());
     return success();
   }
-  st.barrier = g.sharedBuffer(b, loc, 1, b.getI64Type(), SharedLifetime::kKernel, 8,
-                              purpose + " barrier");
+  st.barrier =
+      g.sharedBuffer(b, loc, 1, b.getI64Type(), SharedLifetime::kKernel, 8, purpose + " barrier");
   Value bar = sharedPointer(b, loc, st.barrier);
   Value first = g.isThread(b, loc, 0);
   scf::IfOp::create(b, loc, first, [&](OpBuilder& tb, Location l) {
@@ -152,12 +158,12 @@ LogicalResult lowerStagedBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
     NVVM::MBarrierArriveExpectTxOp::create(tb, l, Type(), bar, i32(tb, l, bytes),
                                            NVVM::MemScopeKindAttr(), tb.getBoolAttr(false),
                                            Value());
-    Value dst = LLVM::AddrSpaceCastOp::create(
-        tb, l, LLVM::LLVMPointerType::get(tb.getContext(), 7), sharedPointer(tb, l, st.buffer));
+    Value dst = LLVM::AddrSpaceCastOp::create(tb, l, LLVM::LLVMPointerType::get(tb.getContext(), 7),
+                                              sharedPointer(tb, l, st.buffer));
     NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
         tb, l, dst, st.descriptor, st.coords, bar, ValueRange{}, Value(), Value(),
-        NVVM::TMALoadModeAttr::get(tb.getContext(), NVVM::TMALoadMode::TILE),
-        tb.getBoolAttr(false), NVVM::CTAGroupKindAttr(), Value());
+        NVVM::TMALoadModeAttr::get(tb.getContext(), NVVM::TMALoadMode::TILE), tb.getBoolAttr(false),
+        NVVM::CTAGroupKindAttr(), Value());
     scf::YieldOp::create(tb, l);
   });
   g.staged[blk.getResult()] = st;
@@ -168,13 +174,15 @@ LogicalResult lowerStagedLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
   Location loc = load.getLoc();
   const StagedBlock& st = g.staged.at(load.getRef());
   if (st.output)
-    return load.emitOpError("loads an output block staged in shared memory; staged outputs are "
-                            "only stored");
+    return load.emitOpError(
+        "loads an output block staged in shared memory; staged outputs are "
+        "only stored");
   if (!load.getDynamicOffsets().empty())
     return load.emitOpError("a staged block is loaded at static offsets only");
   if (load.getPaddingOrZero() != b.getZeroAttr(load.getPaddingOrZero().getType()))
-    return load.emitOpError("a staged block reads zero outside the array (TMA's fill); a load "
-                            "with other padding needs the unstaged path");
+    return load.emitOpError(
+        "a staged block reads zero outside the array (TMA's fill); a load "
+        "with other padding needs the unstaged path");
   if (!isa_and_nonnull<WarpgroupStridedLayoutAttr>(g.layoutOf(load.getResult())))
     return load.emitOpError("the GPU loads blocks in the strided layout only, not ")
            << g.layoutOf(load.getResult());
@@ -219,11 +227,13 @@ LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
   // it, in every program: one whole-block store at the kernel's top level.
   if (!type || type.getShape() != ref.getShape() || !store.getDynamicOffsets().empty() ||
       llvm::any_of(store.getOffsets(), [](int64_t o) { return o != 0; }))
-    return store.emitOpError("a block staged in shared memory is stored whole (the TMA copy "
-                             "writes the whole block)");
+    return store.emitOpError(
+        "a block staged in shared memory is stored whole (the TMA copy "
+        "writes the whole block)");
   if (!isa<func::FuncOp>(store->getParentOp()))
-    return store.emitOpError("a block staged in shared memory is stored at the top level of "
-                             "the body, not under a loop or a condition");
+    return store.emitOpError(
+        "a block staged in shared memory is stored at the top level of "
+        "the body, not under a loop or a condition");
   FailureOr<Value> frag = g.operandIn(b, loc, store.getValue(), g.strided());
   if (failed(frag)) return store.emitOpError("stores a value that is not in the strided layout");
   Type et = type.getElementType();
@@ -233,14 +243,13 @@ LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
   const int64_t perPiece = 16 / elementBytes;
   for (int64_t r = 0; r < g.runs(type); ++r) {
     SmallVector<Value> rc = unflatten(b, loc, g.runStart(b, loc, r), type.getShape());
-    SmallVector<Value> coords =
-        arrayCoords(b, loc, box, store.getOffsets(), ValueRange{}, type.getShape(),
-                    type.getShape(), rc);
+    SmallVector<Value> coords = arrayCoords(b, loc, box, store.getOffsets(), ValueRange{},
+                                            type.getShape(), type.getShape(), rc);
     Value flat = boxFlat(b, loc, st.box, coords);
     for (int64_t j = 0; j < vec; j += perPiece) {
-      Value piece = vector::ExtractStridedSliceOp::create(
-          b, loc, *frag, ArrayRef<int64_t>{r * vec + j}, ArrayRef<int64_t>{perPiece},
-          ArrayRef<int64_t>{1});
+      Value piece =
+          vector::ExtractStridedSliceOp::create(b, loc, *frag, ArrayRef<int64_t>{r * vec + j},
+                                                ArrayRef<int64_t>{perPiece}, ArrayRef<int64_t>{1});
       Value at = swizzled(
           b, loc, arith::AddIOp::create(b, loc, flat, arith::ConstantIndexOp::create(b, loc, j)),
           elementBytes, st.swizzle);
