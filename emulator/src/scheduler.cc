@@ -209,13 +209,13 @@ bool launch(const LaunchConfig& config, std::string& error) {
       cta->y = c / config.grid[0] % config.grid[1];
       cta->z = c / (config.grid[0] * config.grid[1]);
       cta->shared_bytes = config.shared_bytes;
-      cta->storage.assign(static_cast<size_t>((config.shared_bytes + Cta::kSharedGuardBytes +
-                                                Cta::kSharedAlign + 15) /
-                                               16),
-                          0);
+      cta->storage.assign(
+          static_cast<size_t>(
+              (config.shared_bytes + Cta::kSharedGuardBytes + Cta::kSharedAlign + 15) / 16),
+          0);
       auto raw = reinterpret_cast<uintptr_t>(cta->storage.data());
-      cta->shared = reinterpret_cast<std::byte*>((raw + Cta::kSharedAlign - 1) /
-                                                 Cta::kSharedAlign * Cta::kSharedAlign);
+      cta->shared = reinterpret_cast<std::byte*>((raw + Cta::kSharedAlign - 1) / Cta::kSharedAlign *
+                                                 Cta::kSharedAlign);
       cta->bulk_groups.assign(static_cast<size_t>(threads), 0);
       cta->shadow.assign(static_cast<size_t>(config.shared_bytes), ShadowByte{});
       cta->warps.resize(static_cast<size_t>((threads + 31) / 32));

@@ -59,12 +59,17 @@ void maybe_complete(Cta& cta, int64_t offset, MBarrier& bar) {
   (void)cta;
 }
 
-const EmuTensorMap& tensor_map(const void* descriptor) {
+/// The descriptor of a TMA `what` ("load", "store") given `rank` coordinates.
+const EmuTensorMap& tensor_map(const void* descriptor, int32_t rank, const char* what) {
   const auto* map = static_cast<const EmuTensorMap*>(descriptor);
   if (map == nullptr || map->magic != kEmuTensorMapMagic)
     fail(
         "TMA copy with a descriptor that is not an emulator tensor map (built for another "
         "backend?)");
+  if (rank != map->rank)
+    fail(std::string("TMA ") + what + " of operand '" + map->name + "' with " +
+         std::to_string(rank) + " coordinates; its descriptor has rank " +
+         std::to_string(map->rank));
   return *map;
 }
 
@@ -158,10 +163,7 @@ extern "C" void pallas_emu_mbarrier_wait_parity(void* barrier, int32_t parity) {
 extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* barrier, int32_t rank,
                                     int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
   Cta& cta = *current().cta;
-  const EmuTensorMap& map = tensor_map(descriptor);
-  if (rank != map.rank)
-    fail("TMA load of operand '" + std::string(map.name) + "' with " + std::to_string(rank) +
-         " coordinates; its descriptor has rank " + std::to_string(map.rank));
+  const EmuTensorMap& map = tensor_map(descriptor, rank, "load");
   check_box_destination(cta, dst, map, "TMA load destination");
   MBarrier& bar = barrier_at(cta, barrier, "TMA load completing");
   const int32_t coords[5] = {c0, c1, c2, c3, c4};
@@ -187,10 +189,7 @@ extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* bar
 extern "C" void pallas_emu_tma_store(const void* descriptor, const void* src, int32_t rank,
                                      int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
   Cta& cta = *current().cta;
-  const EmuTensorMap& map = tensor_map(descriptor);
-  if (rank != map.rank)
-    fail("TMA store of operand '" + std::string(map.name) + "' with " + std::to_string(rank) +
-         " coordinates; its descriptor has rank " + std::to_string(map.rank));
+  const EmuTensorMap& map = tensor_map(descriptor, rank, "store");
   check_box_destination(cta, src, map, "TMA store source");
   const int32_t coords[5] = {c0, c1, c2, c3, c4};
   const auto* smem = static_cast<const std::byte*>(src);

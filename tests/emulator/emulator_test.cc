@@ -185,9 +185,9 @@ TEST(EmulatorChecks, SpinningOnAFlagNobodySetsDeadlocks) {
 
 TEST(EmulatorChecks, MBarrierPhaseThatCannotCompleteDeadlocksNamingTheBarrier) {
   std::vector<float> out(128);
-  std::string error =
-      run("mbarrier_never_completes", pallas_emu_mbarrier_never_completes,
-          pallas_emu_mbarrier_never_completes_shared_bytes, {Descriptor(out)}, {buffer("out", out)});
+  std::string error = run("mbarrier_never_completes", pallas_emu_mbarrier_never_completes,
+                          pallas_emu_mbarrier_never_completes_shared_bytes, {Descriptor(out)},
+                          {buffer("out", out)});
   EXPECT_THAT(error, HasSubstr("deadlock, no thread can make progress"));
   EXPECT_THAT(error, HasSubstr("waiting on the mbarrier at shared offset "));
   EXPECT_THAT(error, HasSubstr("(phase 0: 1 of 2 arrivals and 0 bytes of copies outstanding): "

@@ -308,8 +308,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
       for (size_t k = 0; k < d.block.size(); ++k) os << (k ? ", " : "") << d.block[k].size();
       os << "};\n  const pallas::detail::TmaOperand tma_" << d.name << "{\"" << d.name << "\", "
          << d.name << ".data(), " << edsl::dtype_bytes(d.dtype) << ", " << d.shape.size() << ", "
-         << d.name << ".shape().data(), " << d.name << ".strides().data(), box_" << d.name
-         << ", " << d.staged->swizzle << "};\n";
+         << d.name << ".shape().data(), " << d.name << ".strides().data(), box_" << d.name << ", "
+         << d.staged->swizzle << "};\n";
       usable += " &&\n      pallas::detail::tma_rule_broken(tma_" + d.name + ") == nullptr";
     }
     os << "  if (!(" << usable << "))\n    return " << directName(spec) << "_launch(" << params
@@ -399,8 +399,8 @@ void emitDispatch(std::ostringstream& os, const std::vector<const CompiledInstan
   os << "  switch (" << spec.variant_chooser()->to_cpp() << ") {\n";
   for (const CompiledInstance* inst : group)
     if (!inst->kernel->spec->direct())  // a staged instance launches its twin itself
-    os << "    case " << inst->kernel->spec->variant_index() << ":\n      return "
-       << inst->kernel->instance << "_launch(" << params << "launch);\n";
+      os << "    case " << inst->kernel->spec->variant_index() << ":\n      return "
+         << inst->kernel->instance << "_launch(" << params << "launch);\n";
   os << "  }\n  return pallas::Status::Error(pallas::StatusCode::kInvalidArgument,\n"
      << "      \"" << spec.op() << ": no variant for these shapes (internal error)\");\n}\n\n"
      << "}  // namespace pallas::kernels\n\n";

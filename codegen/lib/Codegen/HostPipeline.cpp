@@ -137,13 +137,15 @@ std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMCont
 
 std::unique_ptr<llvm::Module> lowerForEmulator(mlir::ModuleOp module, llvm::LLVMContext& context,
                                                std::string& error) {
-  return lowerToCpu(module, gpuToNVVMPipeline(/*gridConstant=*/false), /*emulator=*/true, context, error);
+  return lowerToCpu(module, gpuToNVVMPipeline(/*gridConstant=*/false), /*emulator=*/true, context,
+                    error);
 }
 
 std::unique_ptr<llvm::Module> lowerGpuModuleForEmulator(mlir::ModuleOp module,
                                                         llvm::LLVMContext& context,
                                                         std::string& error) {
-  return lowerToCpu(module, gpuModuleToNVVMPipeline(/*gridConstant=*/false), /*emulator=*/true, context, error);
+  return lowerToCpu(module, gpuModuleToNVVMPipeline(/*gridConstant=*/false), /*emulator=*/true,
+                    context, error);
 }
 
 bool emitHostObject(llvm::Module& module, std::string& object, std::string& error) {

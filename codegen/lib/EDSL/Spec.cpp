@@ -30,7 +30,10 @@ bool is_float(DType dtype) {
 }
 
 int64_t dtype_bytes(DType dtype) {
-  return dtype == DType::f16 || dtype == DType::bf16 ? 2 : dtype == DType::i1 ? 1 : dtype == DType::index ? 8 : 4;
+  return dtype == DType::f16 || dtype == DType::bf16 ? 2
+         : dtype == DType::i1                        ? 1
+         : dtype == DType::index                     ? 8
+                                                     : 4;
 }
 
 //===----------------------------------------------------------------------===//

@@ -308,8 +308,8 @@ Value transpose(const Value& x, std::source_location where) {
   if (!type || type.getRank() != 2)
     fail("transpose of a " + (type ? shape_str(shape_of(v)) : std::string("scalar")) +
          " value; it transposes 2-D blocks");
-  return wrap(mlir::vector::TransposeOp::create(b(), loc(), v, llvm::ArrayRef<int64_t>{1, 0})
-                  .getResult());
+  return wrap(
+      mlir::vector::TransposeOp::create(b(), loc(), v, llvm::ArrayRef<int64_t>{1, 0}).getResult());
 }
 
 Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype, std::source_location where) {

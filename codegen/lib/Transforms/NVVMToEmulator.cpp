@@ -332,7 +332,8 @@ class Rewriter {
       args.append(coords(load.getCoordinates()));
       call(loc, "pallas_emu_tma_load", Type(), args);
     } else if (auto store = dyn_cast<NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp>(op)) {
-      if (store.getPredicate()) return op->emitOpError("no emulator rule for predicated TMA stores");
+      if (store.getPredicate())
+        return op->emitOpError("no emulator rule for predicated TMA stores");
       SmallVector<Value> args{store.getTmaDescriptor(), store.getSrcMem()};
       args.append(coords(store.getCoordinates()));
       call(loc, "pallas_emu_tma_store", Type(), args);

@@ -199,13 +199,12 @@ LogicalResult GpuLowering::run() {
     auto arg = dyn_cast<BlockArgument>(blk.getArray());
     if (blk.getStaged() && arg && !llvm::is_contained(tmaArrays, arg)) tmaArrays.push_back(arg);
   });
-  llvm::sort(tmaArrays, [](BlockArgument a, BlockArgument b) {
-    return a.getArgNumber() < b.getArgNumber();
-  });
+  llvm::sort(tmaArrays,
+             [](BlockArgument a, BlockArgument b) { return a.getArgNumber() < b.getArgNumber(); });
   SmallVector<Type> params(kernel.getFunctionType().getInputs());
   params.append(tmaArrays.size(), LLVM::LLVMPointerType::get(mb.getContext()));
-  auto f = gpu::GPUFuncOp::create(mb, loc, kernel.getSymName(),
-                                  mb.getFunctionType(params, TypeRange{}));
+  auto f =
+      gpu::GPUFuncOp::create(mb, loc, kernel.getSymName(), mb.getFunctionType(params, TypeRange{}));
   if (!tmaArrays.empty())
     f->setAttr(kTmaParamsAttrName, mb.getI64IntegerAttr(static_cast<int64_t>(tmaArrays.size())));
   f->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), mb.getUnitAttr());

@@ -163,7 +163,7 @@ class GpuLowering {
   DenseMap<Value, StagedBlock> staged;    // by pallas.ref
   SmallVector<Value> stagedOutputs;       // refs, copied out when the program ends
   DenseMap<Value, Value> tmaDescriptors;  // kernel array argument -> its descriptor parameter
-  Value tid;  // gpu.thread_id x, index
+  Value tid;                              // gpu.thread_id x, index
   gpu::GPUFuncOp func;
   func::FuncOp kernel;
   /// The kernel's `pallas.approx_math`: every float input is f16 or bf16, so

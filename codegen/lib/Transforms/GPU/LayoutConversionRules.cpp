@@ -131,8 +131,7 @@ LogicalResult lowerConvertLayout(ConvertLayoutOp convert, GpuLowering& g, OpBuil
 LogicalResult lowerTranspose(vector::TransposeOp t, GpuLowering& g, OpBuilder& b) {
   Location loc = t.getLoc();
   VectorType from = t.getSourceVectorType(), to = t.getResultVectorType();
-  if (from.getRank() != 2)
-    return t.emitOpError("the GPU transposes 2-D blocks only, not ") << from;
+  if (from.getRank() != 2) return t.emitOpError("the GPU transposes 2-D blocks only, not ") << from;
   FailureOr<Value> frag = g.operandIn(b, loc, t.getVector(), g.strided());
   if (failed(frag) || g.layoutOf(t.getResult()) != Attribute(g.strided()))
     return t.emitOpError("the GPU transposes strided blocks only");
@@ -140,11 +139,10 @@ LogicalResult lowerTranspose(vector::TransposeOp t, GpuLowering& g, OpBuilder& b
   Type et = from.getElementType();
   const int64_t elementBytes = std::max<int64_t>(1, et.getIntOrFloatBitWidth() / 8);
   const int64_t pitch = cols + (elementBytes >= 4 ? 1 : 4 / elementBytes);
-  Value buffer = g.sharedBuffer(b, loc, rows * pitch, et, SharedLifetime::kRule, 16,
-                                "transpose buffer");
+  Value buffer =
+      g.sharedBuffer(b, loc, rows * pitch, et, SharedLifetime::kRule, 16, "transpose buffer");
   Value pitchV = g.index(b, loc, pitch);
-  auto at = [&](OpBuilder& ob, Location l, Value row, Value col, int64_t plusCol,
-                int64_t plusRow) {
+  auto at = [&](OpBuilder& ob, Location l, Value row, Value col, int64_t plusCol, int64_t plusRow) {
     Value r = arith::AddIOp::create(ob, l, row, g.index(ob, l, plusRow));
     Value c = arith::AddIOp::create(ob, l, col, g.index(ob, l, plusCol));
     return arith::AddIOp::create(ob, l, arith::MulIOp::create(ob, l, r, pitchV), c).getResult();

@@ -190,12 +190,12 @@ LogicalResult lowerStagedLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
   Type et = type.getElementType();
   const int64_t elementBytes = et.getIntOrFloatBitWidth() / 8, vec = g.strided().getVec();
   if (failed(checkRuns(load, st, vec, elementBytes))) return failure();
-  if (!lastDimContiguous(boxRef(b, loc, st), load.getSizes(), type.getShape()))
+  BlockRef box = boxRef(b, loc, st);
+  if (!lastDimContiguous(box, load.getSizes(), type.getShape()))
     return load.emitOpError("a staged block is loaded without broadcasting along its last dim");
   // Wait for the copy (phase 0 of the block's barrier; at once once complete).
   NVVM::MBarrierTryWaitParityOp::create(b, loc, sharedPointer(b, loc, st.barrier), i32(b, loc, 0),
                                         i32(b, loc, 1000000));
-  BlockRef box = boxRef(b, loc, st);
   const int64_t perPiece = 16 / elementBytes;
   VectorType pieceType = VectorType::get({perPiece}, et);
   Value frag = g.assemble(b, loc, type, [&](int64_t, SmallVector<Value>& rc) -> Value {

@@ -57,15 +57,15 @@ enum ReduxKind : int32_t {
 /// bytes a CUDA launch gives a CUtensorMap (pallas::detail::encode_tma).
 /// Dims are innermost first, as TMA numbers them.
 struct EmuTensorMap {
-  uint32_t magic;          // kEmuTensorMapMagic
-  uint8_t rank;            // 1..5
-  uint8_t element_bytes;   // 2 or 4
-  uint16_t swizzle;        // bytes: 0, 32, 64, 128
-  const void* base;        // the array's first element
-  uint32_t dims[5];        // array extents
-  uint16_t box[5];         // box extents
-  uint64_t strides[4];     // bytes between consecutive indices of dims 1..rank-1
-  const char* name;        // the operand's name, for error messages
+  uint32_t magic;         // kEmuTensorMapMagic
+  uint8_t rank;           // 1..5
+  uint8_t element_bytes;  // 2 or 4
+  uint16_t swizzle;       // bytes: 0, 32, 64, 128
+  const void* base;       // the array's first element
+  uint32_t dims[5];       // array extents
+  uint16_t box[5];        // box extents
+  uint64_t strides[4];    // bytes between consecutive indices of dims 1..rank-1
+  const char* name;       // the operand's name, for error messages
 };
 enum : uint32_t { kEmuTensorMapMagic = 0x544d4150 };  // "TMAP"
 
@@ -114,8 +114,8 @@ void pallas_emu_mbarrier_wait_parity(void* barrier, int32_t parity);
 /// first, `rank` of them) of `descriptor` (an EmuTensorMap) into `dst`,
 /// swizzled, elements outside the array read as zero; its bytes complete
 /// transactions on `barrier`. Bounds-checked against the launch's buffers.
-void pallas_emu_tma_load(void* dst, const void* descriptor, void* barrier, int32_t rank,
-                         int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4);
+void pallas_emu_tma_load(void* dst, const void* descriptor, void* barrier, int32_t rank, int32_t c0,
+                         int32_t c1, int32_t c2, int32_t c3, int32_t c4);
 /// cp.async.bulk.tensor shared -> global: the box at `coords` from `src`;
 /// elements outside the array are not written.
 void pallas_emu_tma_store(const void* descriptor, const void* src, int32_t rank, int32_t c0,
