@@ -133,7 +133,20 @@ extern "C" void pallas_emu_mbarrier_init(void* barrier, int32_t count) {
   if (count < 1 || count >= (1 << 20))
     fail("mbarrier.init of " + barrier_name(offset) + " with " + std::to_string(count) +
          " arrivals; PTX allows 1 to 2^20 - 1");
+  if (cta.mbarriers.count(offset))
+    fail("mbarrier.init of " + barrier_name(offset) +
+         ", which is still initialised (mbarrier.inval it before initialising it again)");
   cta.mbarriers[offset] = MBarrier{count, count, 0, 0};
+}
+
+extern "C" void pallas_emu_mbarrier_inval(void* barrier) {
+  Cta& cta = *current().cta;
+  MBarrier& bar = barrier_at(cta, barrier, "mbarrier.inval");
+  const int64_t offset = shared_offset(cta, barrier, "mbarrier.inval", 8);
+  if (bar.tx != 0)
+    fail("mbarrier.inval of " + barrier_name(offset) + " with " + std::to_string(bar.tx) +
+         " bytes of copies still outstanding in phase " + std::to_string(bar.phase));
+  cta.mbarriers.erase(offset);
 }
 
 extern "C" void pallas_emu_mbarrier_arrive_expect_tx(void* barrier, int32_t bytes) {

@@ -353,3 +353,63 @@ void tile_column_softmax(KernelSpec& spec) {
 
 PALLAS_KERNEL(tile_column_softmax_16x128) { tile_column_softmax<16, 128>(spec); }
 PALLAS_KERNEL(tile_column_softmax_8x256) { tile_column_softmax<8, 256>(spec); }
+
+// out = 2 x + j over 32 x 32 tiles, on a (row tiles, column tiles) grid whose
+// column axis is arbitrary: each program walks its row of tiles as a TMA
+// pipeline (PipelineRules.cpp) with `depth` stage buffers for x and
+// `out_buffers` for out (0: the depth), both staged with a 128-byte swizzle.
+// Edge tiles rely on TMA's zero fill and clipped stores.
+template <int kDepth, int kOutBuffers>
+void pipelined_axpb(KernelSpec& spec) {
+  DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
+  Operand x = spec.input("x", f32, {rows, cols});
+  Operand out = spec.output("out", f32, {rows, cols});
+  spec.grid({cdiv(rows, 32), cdiv(cols, 32)});
+  spec.dimension_semantics({parallel, arbitrary});
+  spec.max_concurrent_steps(kDepth);
+  auto map = [](const ProgramIds& p) { return at(p[0], p[1]); };
+  spec.block(x, {Blocked{32}, Blocked{32}}, map, InShared{.swizzle = 128});
+  spec.block(out, {Blocked{32}, Blocked{32}}, map,
+             InShared{.swizzle = 128, .buffers = kOutBuffers});
+  spec.body([](Ref x, Ref out) { out.store(2.0 * x.load() + program_id(1).cast(f32)); });
+}
+PALLAS_KERNEL(pipelined_axpb_d1) { pipelined_axpb<1, 0>(spec); }
+PALLAS_KERNEL(pipelined_axpb_d2) { pipelined_axpb<2, 0>(spec); }
+PALLAS_KERNEL(pipelined_axpb_d3) { pipelined_axpb<3, 1>(spec); }  // out: one buffer
+PALLAS_KERNEL(pipelined_axpb_d4) { pipelined_axpb<4, 0>(spec); }
+
+// The sum of x[0, n) (and the sum of i * x[i], which depends on each chunk's
+// step) in chunks of 2048 through emit_pipeline with `depth` stage buffers:
+// each chunk is 8 TMA boxes of 256 elements; the last chunk reads TMA's zero
+// fill past n.
+template <int kDepth>
+void pipelined_chunk_sum(KernelSpec& spec) {
+  DType T = spec.dtype_param("T", {f32, bf16});
+  DimExpr n = spec.dim("n");
+  Operand x = spec.input("x", T, {n});
+  Operand out = spec.output("out", f32, {2});
+  spec.grid({1});
+  spec.block(x, {full}, [](const ProgramIds&) { return at(0); });
+  spec.block(out, {full}, [](const ProgramIds&) { return at(0); });
+  spec.body([](Ref x, Ref out) {
+    Value chunks = (x.extent(0) + index(2047)) / index(2048);
+    Value zero = broadcast_to(constant(0, f32), {2048});
+    std::vector<Value> acc = emit_pipeline(
+        index(0), chunks,
+        {PipelineOperand{
+            x, {Blocked{2048}}, [](const Value& c) { return at(c); }, InShared{.swizzle = 0}}},
+        {zero, zero},
+        [](Value c, std::vector<Ref> blocks, std::vector<Value> acc) {
+          Value v = blocks[0].load().cast(f32);
+          Value i = (iota({2048}, 0) + (c * 2048).cast(i32)).cast(f32);
+          return std::vector<Value>{acc[0] + v, acc[1] + i * v};
+        },
+        kDepth);
+    out.store_at(sum(acc[0]), {index(0)});
+    out.store_at(sum(acc[1]), {index(1)});
+  });
+}
+PALLAS_KERNEL(pipelined_chunk_sum_d1) { pipelined_chunk_sum<1>(spec); }
+PALLAS_KERNEL(pipelined_chunk_sum_d2) { pipelined_chunk_sum<2>(spec); }
+PALLAS_KERNEL(pipelined_chunk_sum_d3) { pipelined_chunk_sum<3>(spec); }
+PALLAS_KERNEL(pipelined_chunk_sum_d4) { pipelined_chunk_sum<4>(spec); }

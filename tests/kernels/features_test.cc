@@ -3,6 +3,8 @@
 
 #include "test_support.h"
 
+#include <pallas/detail/kernel_image.h>
+
 #include <pallas/kernels/big_scratch.h>
 #include <pallas/kernels/block_prefix_chain.h>
 #include <pallas/kernels/block_prefix_tickets.h>
@@ -12,6 +14,14 @@
 #include <pallas/kernels/coordinates.h>
 #include <pallas/kernels/int_mix.h>
 #include <pallas/kernels/math_zoo.h>
+#include <pallas/kernels/pipelined_axpb_d1.h>
+#include <pallas/kernels/pipelined_axpb_d2.h>
+#include <pallas/kernels/pipelined_axpb_d3.h>
+#include <pallas/kernels/pipelined_axpb_d4.h>
+#include <pallas/kernels/pipelined_chunk_sum_d1.h>
+#include <pallas/kernels/pipelined_chunk_sum_d2.h>
+#include <pallas/kernels/pipelined_chunk_sum_d3.h>
+#include <pallas/kernels/pipelined_chunk_sum_d4.h>
 #include <pallas/kernels/power.h>
 #include <pallas/kernels/row_sums_sequential.h>
 #include <pallas/kernels/scratch_and_while.h>
@@ -494,6 +504,110 @@ TEST_P(FeaturesTest, LeadingAxisReductions) {
                        [](auto... a) { return kernels::tile_column_softmax_16x128(a...); });
   check_column_softmax(GetParam(), 8, 256,
                        [](auto... a) { return kernels::tile_column_softmax_8x256(a...); });
+}
+
+// A pipelined arbitrary axis (TMA stage buffers, mbarrier phases) at depths
+// 1 to 4: out = 2 x + j for 32 x 32 tile (i, j), exact, on shapes that are
+// not multiples of the tile, shorter and longer than the pipeline, with row
+// strides TMA can copy (the TMA instance runs on the emulator) and strides
+// it cannot (the direct twin). Outputs are poisoned, their padding guarded.
+template <class Kernel>
+void check_pipelined_axpb(Backend backend, int depth, Kernel kernel) {
+  struct Shape {
+    int64_t rows, cols, stride;
+  };
+  for (Shape sh : {Shape{1, 1, 4}, Shape{32, 32, 32}, Shape{33, 95, 96}, Shape{64, 256, 256},
+                   Shape{70, 161, 164}, Shape{5, 33, 33}}) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("depth " + std::to_string(depth) + " " + std::to_string(sh.rows) + "x" +
+                 std::to_string(sh.cols) + " stride " + std::to_string(sh.stride) + " seed " +
+                 std::to_string(seed));
+    std::mt19937 rng(seed);
+    Array<float> x(backend, sh.rows * sh.stride), out(backend, sh.rows * sh.stride);
+    x.fill_random(rng, -4, 4);
+    for (float& v : out.host()) v = 12345.0f;  // poison, and the padding's guard
+    x.upload();
+    out.upload();
+    const uint64_t before = detail::tma_descriptors_handed_out();
+    Status st = kernel(TensorView<const float, 2>(x.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+                       TensorView<float, 2>(out.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+                       Launch{backend, nullptr});
+    ASSERT_TRUE(st.ok()) << st.message();
+    out.download();
+    if (backend != Backend::kCuda) {  // TMA where its rules hold, on the emulator only
+      const bool tma = backend == Backend::kEmulator && sh.stride % 4 == 0;
+      EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 2u : 0u);
+    }
+    int misses = 0;
+    for (int64_t r = 0; r < sh.rows; ++r)
+      for (int64_t c = 0; c < sh.stride && misses < 5; ++c) {
+        const float got = out.host()[r * sh.stride + c];
+        const float want = c < sh.cols ? 2.0f * x.host()[r * sh.stride + c] + float(c / 32)
+                                       : 12345.0f;  // padding untouched
+        if (got != want) {
+          ADD_FAILURE() << "out[" << r << ", " << c << "] = " << got << ", want " << want;
+          ++misses;
+        }
+      }
+  }
+}
+
+TEST_P(FeaturesTest, PipelinedArbitraryAxisDepths1To4) {
+  check_pipelined_axpb(GetParam(), 1, [](auto... a) { return kernels::pipelined_axpb_d1(a...); });
+  check_pipelined_axpb(GetParam(), 2, [](auto... a) { return kernels::pipelined_axpb_d2(a...); });
+  check_pipelined_axpb(GetParam(), 3, [](auto... a) { return kernels::pipelined_axpb_d3(a...); });
+  check_pipelined_axpb(GetParam(), 4, [](auto... a) { return kernels::pipelined_axpb_d4(a...); });
+}
+
+// emit_pipeline at depths 1 to 4 over chunks of 2048 (8 TMA boxes each):
+// sum(x) and sum(i * x[i]) against float64, f32 and bf16, for lengths around
+// the chunk and box sizes; a misaligned start takes the direct twin.
+template <class T, class Kernel>
+void check_pipelined_chunk_sum(Backend backend, int depth, Kernel kernel) {
+  for (int64_t n : {1, 255, 2047, 2048, 2049, 5000, 16385}) {
+    for (int64_t offset : {0, 1}) {
+      const uint32_t seed = fresh_seed();
+      SCOPED_TRACE(std::string(dtype_name<T>()) + " depth " + std::to_string(depth) + " n " +
+                   std::to_string(n) + " offset " + std::to_string(offset) + " seed " +
+                   std::to_string(seed));
+      std::mt19937 rng(seed);
+      Array<T> x(backend, n + offset);
+      Array<float> out(backend, 2);
+      x.fill_random(rng, -1, 1);
+      out.poison();
+      x.upload();
+      out.upload();
+      const uint64_t before = detail::tma_descriptors_handed_out();
+      Status st = kernel(TensorView<const T, 1>(x.data() + offset, {n}),
+                         TensorView<float, 1>(out.data(), {2}), Launch{backend, nullptr});
+      ASSERT_TRUE(st.ok()) << st.message();
+      out.download();
+      if (backend != Backend::kCuda) {
+        const bool tma = backend == Backend::kEmulator && offset == 0;
+        EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 1u : 0u);
+      }
+      double total = 0, weighted = 0, scale = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = to_float(x.host()[offset + i]);
+        total += v;
+        weighted += static_cast<double>(i) * v;
+        scale += static_cast<double>(i) * std::abs(v);
+      }
+      EXPECT_NEAR(out.host()[0], total, 1e-5 * static_cast<double>(n) + 1e-6);
+      EXPECT_NEAR(out.host()[1], weighted, 1e-5 * scale + 1e-6);
+    }
+  }
+}
+
+TEST_P(FeaturesTest, EmitPipelineDepths1To4) {
+  auto both = [&](int depth, auto kernel) {
+    check_pipelined_chunk_sum<float>(GetParam(), depth, kernel);
+    check_pipelined_chunk_sum<bfloat16>(GetParam(), depth, kernel);
+  };
+  both(1, [](auto... a) { return kernels::pipelined_chunk_sum_d1(a...); });
+  both(2, [](auto... a) { return kernels::pipelined_chunk_sum_d2(a...); });
+  both(3, [](auto... a) { return kernels::pipelined_chunk_sum_d3(a...); });
+  both(4, [](auto... a) { return kernels::pipelined_chunk_sum_d4(a...); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FeaturesTest,

@@ -304,8 +304,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     for (size_t i = 0; i < ops.size(); ++i) {
       const OperandDecl& d = ops[i];
       if (!d.staged) continue;
+      // The box of one TMA copy: a block dim past 256 elements is several copies.
+      std::vector<int64_t> box = edsl::tma_copy_box(d.staged_block);
       os << "  const int64_t box_" << d.name << "[] = {";
-      for (size_t k = 0; k < d.block.size(); ++k) os << (k ? ", " : "") << d.block[k].size();
+      for (size_t k = 0; k < box.size(); ++k) os << (k ? ", " : "") << box[k];
       os << "};\n  const pallas::detail::TmaOperand tma_" << d.name << "{\"" << d.name << "\", "
          << d.name << ".data(), " << edsl::dtype_bytes(d.dtype) << ", " << d.shape.size() << ", "
          << d.name << ".shape().data(), " << d.name << ".strides().data(), box_" << d.name << ", "

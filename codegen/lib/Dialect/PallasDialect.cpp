@@ -104,6 +104,11 @@ LogicalResult BlockOp::verify() {
     if (*swizzle != 0 && *swizzle != 32 && *swizzle != 64 && *swizzle != 128)
       return emitOpError() << "swizzle " << *swizzle << " is not 0, 32, 64 or 128 bytes";
   }
+  if (auto buffers = getBuffers()) {
+    if (!getStaged()) return emitOpError() << "buffers are for staged blocks";
+    if (*buffers < 1 || *buffers > 4)
+      return emitOpError() << "has " << *buffers << " stage buffers; a pipeline keeps 1 to 4";
+  }
   return success();
 }
 

@@ -326,7 +326,17 @@ void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, Index
 void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map,
                        InShared staging) {
   block(operand, block_shape, std::move(index_map));
-  const OperandDecl& d = operands_[operand.index];
+  check_staging(operand.index, block_shape, staging);
+  if (direct_) return;
+  OperandDecl& d = operands_[operand.index];
+  d.staged = staging;
+  d.staged_block.clear();
+  for (const BlockDim& bd : block_shape) d.staged_block.push_back(bd.size());
+}
+
+void KernelSpec::check_staging(int index, const std::vector<BlockDim>& block_shape,
+                               const InShared& staging) const {
+  const OperandDecl& d = operands_[static_cast<size_t>(index)];
   if (d.role != Role::kInput && d.role != Role::kOutput)
     fail("operand '" + d.name + "': only input and output blocks can be staged in shared memory");
   if (d.aliased_to >= 0 || d.aliased_from >= 0)
@@ -335,6 +345,9 @@ void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, Index
       staging.swizzle != 128)
     fail("operand '" + d.name + "': swizzle " + std::to_string(staging.swizzle) +
          "; TMA swizzles 0, 32, 64 or 128 bytes");
+  if (staging.buffers < 0 || staging.buffers > 4)
+    fail("operand '" + d.name + "': " + std::to_string(staging.buffers) +
+         " stage buffers; a pipelined block has 1 to 4 (0: the pipeline's depth)");
   if (block_shape.size() > 5)
     fail("operand '" + d.name + "': TMA copies arrays of rank 1 to 5, not " +
          std::to_string(block_shape.size()));
@@ -342,9 +355,12 @@ void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, Index
     if (block_shape[i].is_full())
       fail("operand '" + d.name + "' block dim " + std::to_string(i) +
            " is full; a staged block has a static shape");
-    if (block_shape[i].size() > 256)
+    const int64_t extent = block_shape[i].size();
+    if (extent > kTmaMaxBoxDim && extent % kTmaMaxBoxDim != 0)
       fail("operand '" + d.name + "' block dim " + std::to_string(i) + " is " +
-           std::to_string(block_shape[i].size()) + "; a TMA box has at most 256 elements a dim");
+           std::to_string(extent) + "; a TMA box has at most " + std::to_string(kTmaMaxBoxDim) +
+           " elements a dim, so a longer staged block dim is copied as boxes of " +
+           std::to_string(kTmaMaxBoxDim) + " and must be a multiple of it");
   }
   if (block_shape.back().is_squeezed())
     fail("operand '" + d.name + "': the last dim of a staged block cannot be squeezed");
@@ -356,7 +372,36 @@ void KernelSpec::block(Operand operand, std::vector<BlockDim> block_shape, Index
     fail("operand '" + d.name + "': the block's last dim is " + std::to_string(row_bytes) +
          " bytes, more than its " + std::to_string(staging.swizzle) +
          "-byte swizzle (TMA's rule); use a narrower block or a wider swizzle");
-  if (!direct_) operands_[operand.index].staged = staging;
+}
+
+void KernelSpec::stage_in_pipeline(int operand, const std::vector<BlockDim>& block,
+                                   InShared staging) {
+  check_staging(operand, block, staging);
+  OperandDecl& d = operands_[static_cast<size_t>(operand)];
+  if (d.role != Role::kInput)
+    fail("operand '" + d.name + "': emit_pipeline stages input blocks only");
+  std::vector<int64_t> extents;
+  for (const BlockDim& bd : block) extents.push_back(bd.size());
+  // One TMA descriptor per array: every pipeline staging it agrees on the box.
+  if (d.staged && (d.staged_block != extents || d.staged->swizzle != staging.swizzle))
+    fail("operand '" + d.name +
+         "' is staged by two pipelines with different block shapes or swizzles; an array has "
+         "one TMA descriptor");
+  if (direct_) return;
+  d.staged = staging;
+  d.staged_block = std::move(extents);
+}
+
+void KernelSpec::max_concurrent_steps(int steps) {
+  if (steps < 1 || steps > 4)
+    fail("max_concurrent_steps(" + std::to_string(steps) + "): a pipeline keeps 1 to 4 steps");
+  max_concurrent_steps_ = steps;
+}
+
+std::vector<int64_t> tma_copy_box(const std::vector<int64_t>& extents) {
+  std::vector<int64_t> box;
+  for (int64_t e : extents) box.push_back(e < kTmaMaxBoxDim ? e : kTmaMaxBoxDim);
+  return box;
 }
 
 //===----------------------------------------------------------------------===//

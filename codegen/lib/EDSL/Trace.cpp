@@ -49,19 +49,24 @@ Value Idx::value() const {
 }
 
 namespace {
-RefState& ref_state(void* impl, int operand) {
+RefState& ref_state(void* impl, int index) {
   auto* t = static_cast<Trace*>(impl);
   if (t != current_trace) throw SpecError("a Ref was used outside the body it was given to");
-  return t->refs[operand];
+  RefState& s = t->refs[static_cast<size_t>(index)];
+  if (!s.ref)
+    fail("a block Ref of operand '" + t->spec->operands()[static_cast<size_t>(s.operand)].name +
+         "' was used after the emit_pipeline body it was given to");
+  return s;
 }
 mlir::pallas::RefType ref_type(mlir::Value ref) {
   return llvm::cast<mlir::pallas::RefType>(ref.getType());
 }
 
-/// The value stored to operand `operand`, after checking that the operand is
-/// stored to (an output or a workspace) and the dtypes agree.
-mlir::Value stored_value(int operand, const Value& value) {
-  const OperandDecl& decl = trace().spec->operands()[operand];
+/// The value stored through `s`, after checking that its operand is stored
+/// to (an output or a workspace) and the dtypes agree. Marks the operand stored.
+mlir::Value stored_value(RefState& s, const Value& value) {
+  const OperandDecl& decl = trace().spec->operands()[static_cast<size_t>(s.operand)];
+  trace().refs[static_cast<size_t>(s.operand)].stored = true;
   if (decl.role != Role::kOutput && decl.role != Role::kWorkspace && decl.role != Role::kScratch)
     fail("store to input '" + decl.name + "'; only outputs, workspaces and scratch are stored");
   mlir::Value v = unwrap(value);
@@ -152,7 +157,7 @@ void Ref::store_at(const Value& value, const std::vector<Idx>& offsets,
   Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
-  mlir::Value v = stored_value(operand_, value);
+  mlir::Value v = stored_value(s, value);
   const bool scalar = shape_of(v).empty();  // a scalar writes one element
   if (static_cast<int64_t>(offsets.size()) != type.getRank() ||
       (!scalar && static_cast<int64_t>(shape_of(v).size()) != type.getRank()))
@@ -163,10 +168,13 @@ void Ref::store_at(const Value& value, const std::vector<Idx>& offsets,
   for (const Idx& o : offsets) dynamic.push_back(unwrap(o.value()));
   llvm::SmallVector<int64_t> zeros(offsets.size(), 0);
   mlir::pallas::StoreOp::create(b(), loc(), v, s.ref, dynamic, zeros);
-  s.stored = true;
 }
-DType Ref::dtype() const { return trace().spec->operands()[operand_].dtype; }
-const std::string& Ref::name() const { return trace().spec->operands()[operand_].name; }
+DType Ref::dtype() const {
+  return trace().spec->operands()[static_cast<size_t>(ref_state(impl_, operand_).operand)].dtype;
+}
+const std::string& Ref::name() const {
+  return trace().spec->operands()[static_cast<size_t>(ref_state(impl_, operand_).operand)].name;
+}
 
 Value Ref::load(std::source_location where) const {
   Located here(where);
@@ -210,7 +218,7 @@ void Ref::store(const Value& value, std::vector<int64_t> offsets,
   Located here(where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
-  mlir::Value v = stored_value(operand_, value);
+  mlir::Value v = stored_value(s, value);
   if (static_cast<int64_t>(offsets.size()) != type.getRank())
     fail("store to '" + name() + "': needs " + std::to_string(type.getRank()) + " offsets");
   std::vector<int64_t> sizes = shape_of(v);
@@ -226,7 +234,108 @@ void Ref::store(const Value& value, std::vector<int64_t> offsets,
       fail("store to '" + name() + "': value of shape " + shape_str(sizes) + " at offset " +
            shape_str(offsets) + " does not fit the block " + shape_str(type.getShape()));
   mlir::pallas::StoreOp::create(b(), loc(), v, s.ref, mlir::ValueRange{}, offsets);
-  s.stored = true;
+}
+
+//===----------------------------------------------------------------------===//
+// emit_pipeline
+//===----------------------------------------------------------------------===//
+
+/// Reads a Ref's trace and index (Ref keeps them private).
+struct RefAccess {
+  static RefState& state(const Ref& r) { return ref_state(r.impl_, r.operand_); }
+};
+
+namespace {
+/// The operand behind `ref`, after checking that its block is the whole
+/// array (every dim full), as a pipeline operand's must be.
+int whole_array_operand(const Ref& ref, size_t position) {
+  const int operand = RefAccess::state(ref).operand;
+  for (int64_t extent : ref.shape())
+    if (extent >= 0)
+      fail("emit_pipeline operand " + std::to_string(position) + " ('" + ref.name() +
+           "'): its block must be the whole array (every dim full); the pipeline copies "
+           "blocks of it");
+  return operand;
+}
+}  // namespace
+
+std::vector<Value> emit_pipeline(
+    const Value& first, const Value& end, std::vector<PipelineOperand> operands,
+    std::vector<Value> carry,
+    const std::function<std::vector<Value>(Value, std::vector<Ref>, std::vector<Value>)>& body,
+    int max_concurrent_steps, std::source_location where) {
+  Located here(where);
+  Trace& t = trace();
+  KernelSpec& spec = *t.spec;
+  if (max_concurrent_steps < 1 || max_concurrent_steps > 4)
+    fail("emit_pipeline with max_concurrent_steps " + std::to_string(max_concurrent_steps) +
+         "; a pipeline keeps 1 to 4 steps");
+  if (operands.empty()) fail("emit_pipeline without operands (use fori)");
+  std::vector<int> operand_index;
+  bool pipelined = false;
+  for (size_t k = 0; k < operands.size(); ++k) {
+    const PipelineOperand& p = operands[k];
+    const int i = whole_array_operand(p.array, k);
+    const OperandDecl& d = spec.operands()[static_cast<size_t>(i)];
+    if (p.block.size() != d.shape.size())
+      fail("emit_pipeline operand '" + d.name + "' has rank " + std::to_string(d.shape.size()) +
+           " but its block has " + std::to_string(p.block.size()) + " dims");
+    for (size_t dim = 0; dim < p.block.size(); ++dim)
+      if (p.block[dim].is_full())
+        fail("emit_pipeline operand '" + d.name + "' block dim " + std::to_string(dim) +
+             " is full; a pipeline's blocks have static shapes");
+    if (p.staging) {
+      spec.stage_in_pipeline(i, p.block, *p.staging);
+      pipelined = !spec.direct();
+    }
+    operand_index.push_back(i);
+  }
+  return fori(
+      first, end, std::move(carry),
+      [&](Value step, std::vector<Value> args) {
+        auto loop = llvm::cast<mlir::scf::ForOp>(
+            llvm::cast<mlir::BlockArgument>(unwrap(step)).getOwner()->getParentOp());
+        if (pipelined) loop->setAttr(mlir::pallas::kPipelineAttrName, b().getUnitAttr());
+        std::vector<Ref> blocks;
+        std::vector<size_t> made;
+        for (size_t k = 0; k < operands.size(); ++k) {
+          const PipelineOperand& p = operands[k];
+          const int i = operand_index[k];
+          const OperandDecl& d = spec.operands()[static_cast<size_t>(i)];
+          Indices idx = p.index_map(step);
+          if (idx.size() != d.shape.size())
+            fail("emit_pipeline index map of operand '" + d.name + "' returns " +
+                 std::to_string(idx.size()) + " indices; the array has rank " +
+                 std::to_string(d.shape.size()));
+          llvm::SmallVector<mlir::Value> indices;
+          for (const Idx& x : idx) indices.push_back(unwrap(x.value()));
+          llvm::SmallVector<int64_t> block_shape, ref_shape;
+          llvm::SmallVector<bool> squeezed;
+          for (const BlockDim& bd : p.block) {
+            block_shape.push_back(bd.size());
+            squeezed.push_back(bd.is_squeezed());
+            if (!bd.is_squeezed()) ref_shape.push_back(bd.size());
+          }
+          auto ref_type =
+              mlir::pallas::RefType::get(t.context, ref_shape, to_mlir_type(d.dtype, *t.context));
+          auto block = mlir::pallas::BlockOp::create(b(), loc(), ref_type, t.args[i], indices,
+                                                     block_shape, squeezed, /*staged=*/false,
+                                                     /*swizzle=*/nullptr, /*buffers=*/nullptr);
+          if (p.staging && !spec.direct()) {
+            block.setStaged(true);
+            block.setSwizzle(p.staging->swizzle);
+            block.setBuffers(p.staging->buffers ? p.staging->buffers : max_concurrent_steps);
+            block->setAttr("name", b().getStringAttr(d.name));
+          }
+          t.refs.push_back(RefState{block, false, i});
+          made.push_back(t.refs.size() - 1);
+          blocks.emplace_back(&t, static_cast<int>(t.refs.size() - 1));
+        }
+        std::vector<Value> next = body(step, blocks, std::move(args));
+        for (size_t r : made) t.refs[r].ref = nullptr;  // the blocks live in this body only
+        return next;
+      },
+      where);
 }
 
 //===----------------------------------------------------------------------===//
@@ -342,6 +451,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     t.args.push_back(scratch);
   }
   t.refs.resize(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) t.refs[i].operand = static_cast<int>(i);
   t.sequential_ids.resize(t.grid_rank);
   t.sequential_extents.resize(t.grid_rank);
   Trace* saved = current_trace;
@@ -351,25 +461,24 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     ~Restore() { current_trace = saved; }
   } restore{saved};
 
-  if (spec.has_staged_blocks())
-    for (size_t axis = 0; axis < spec.grid_axes().size(); ++axis)
-      if (spec.semantics(axis) == Semantics::kArbitrary)
-        spec.fail("grid axis " + std::to_string(axis) +
-                  " is arbitrary and a block is staged in shared memory (InShared); staged "
-                  "blocks on sequential axes need the pipeline, which is not built yet");
   // Arbitrary grid axes become loops inside the program, outermost first;
-  // the body (index maps included) is traced inside the innermost one.
+  // the body (index maps included) is traced inside the innermost one. With
+  // staged blocks the innermost is a pipeline (kPipelineAttrName) whose
+  // stages are those blocks.
   OpBuilder::InsertPoint function_end = t.builder.saveInsertionPoint();
+  mlir::scf::ForOp innermost;
   for (int axis = 0; axis < t.grid_rank; ++axis) {
     if (spec.semantics(static_cast<size_t>(axis)) != Semantics::kArbitrary) continue;
     mlir::Value extent = materialize(spec.grid_axes()[static_cast<size_t>(axis)]);
     mlir::Value zero = mlir::arith::ConstantIndexOp::create(t.builder, loc, 0);
     mlir::Value one = mlir::arith::ConstantIndexOp::create(t.builder, loc, 1);
-    auto loop = mlir::scf::ForOp::create(t.builder, loc, zero, extent, one);
-    t.sequential_ids[axis] = loop.getInductionVar();
+    innermost = mlir::scf::ForOp::create(t.builder, loc, zero, extent, one);
+    t.sequential_ids[axis] = innermost.getInductionVar();
     t.sequential_extents[axis] = extent;
-    t.builder.setInsertionPoint(loop.getBody()->getTerminator());
+    t.builder.setInsertionPoint(innermost.getBody()->getTerminator());
   }
+  if (innermost && spec.has_staged_blocks())
+    innermost->setAttr(mlir::pallas::kPipelineAttrName, builder.getUnitAttr());
   ProgramIds pids;
   for (int axis = 0; axis < t.grid_rank; ++axis) pids.push_back(program_id(axis));
   std::vector<Ref> refs;
@@ -393,10 +502,12 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     auto ref_type = mlir::pallas::RefType::get(&ctx, ref_shape, to_mlir_type(d.dtype, ctx));
     auto block = mlir::pallas::BlockOp::create(t.builder, loc, ref_type, t.args[i], indices,
                                                block_shape, squeezed, /*staged=*/false,
-                                               /*swizzle=*/nullptr);
+                                               /*swizzle=*/nullptr, /*buffers=*/nullptr);
     if (d.staged) {  // InShared: the GPU lowering stages it with TMA
       block.setStaged(true);
       block.setSwizzle(d.staged->swizzle);
+      if (innermost)  // a stage of the grid's pipeline
+        block.setBuffers(d.staged->buffers ? d.staged->buffers : spec.max_concurrent_steps());
       block->setAttr("name", builder.getStringAttr(d.name));
     }
     t.refs[i].ref = block;

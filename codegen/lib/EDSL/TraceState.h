@@ -29,8 +29,9 @@ using mlir::OpBuilder;
 using mlir::VectorType;
 
 struct RefState {
-  mlir::Value ref;
+  mlir::Value ref;  // the pallas.block; null once its emit_pipeline body is traced
   bool stored = false;
+  int operand = -1;  // the operand whose block it is
 };
 
 /// The kernel being traced on this thread.

@@ -318,6 +318,8 @@ class Rewriter {
     };
     if (auto init = dyn_cast<NVVM::MBarrierInitOp>(op)) {
       call(loc, "pallas_emu_mbarrier_init", Type(), {init.getAddr(), init.getCount()});
+    } else if (auto inval = dyn_cast<NVVM::MBarrierInvalOp>(op)) {
+      call(loc, "pallas_emu_mbarrier_inval", Type(), {inval.getAddr()});
     } else if (auto arrive = dyn_cast<NVVM::MBarrierArriveExpectTxOp>(op)) {
       if (arrive.getPredicate() || arrive.getNumResults())
         return op->emitOpError("no emulator rule for a predicated or valued expect-tx");

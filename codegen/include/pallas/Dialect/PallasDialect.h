@@ -28,6 +28,12 @@ inline constexpr llvm::StringLiteral kGridRankAttrName = "pallas.grid_rank";
 /// On a lowered gpu.func (and the llvm.func it becomes): how many of its last
 /// parameters are TMA descriptors (CUtensorMap, 128 bytes, passed by value).
 inline constexpr llvm::StringLiteral kTmaParamsAttrName = "pallas.tma_params";
+/// Elements a dim of one TMA box (the EDSL's kTmaMaxBoxDim): a longer staged
+/// block dim is several copies.
+inline constexpr int64_t kTmaMaxBoxDim = 256;
+/// On an scf.for: a pipelined sequential loop; the staged blocks defined in
+/// its body are its stages (pallas.block's `buffers`; PipelineRules.cpp).
+inline constexpr llvm::StringLiteral kPipelineAttrName = "pallas.pipeline";
 /// Name of the array attribute holding the layout of each vector result of
 /// an op (see PallasLayouts.td); set by pallas-assign-layouts.
 inline constexpr llvm::StringLiteral kLayoutsAttrName = "pallas.layouts";

@@ -94,11 +94,18 @@ def Pallas_BlockOp : Pallas_Op<"block", [Pure]> {
     it, an output is copied out when the program ends; `swizzle` (0, 32, 64,
     128) is the byte span of TMA's swizzle pattern in the staged copy. The
     block's elements, and the block semantics of every load and store, are the
-    same either way; the host lowering ignores both attributes.
+    same either way; the host lowering ignores these attributes.
+
+    A staged block defined in the body of an `scf.for` marked
+    `pallas.pipeline` (an arbitrary grid axis, or emit_pipeline) is a stage of
+    that pipeline: `buffers` (1 to 4) stage buffers in shared memory, each
+    with its own mbarrier, so the copies of the next `buffers - 1` steps are
+    in flight while the body reads this one (StagingRules.cpp, PipelineRules.cpp).
   }];
   let arguments = (ins AnyMemRef:$array, Variadic<Index>:$indices,
                        DenseI64ArrayAttr:$block_shape, DenseBoolArrayAttr:$squeezed,
-                       UnitAttr:$staged, OptionalAttr<I64Attr>:$swizzle);
+                       UnitAttr:$staged, OptionalAttr<I64Attr>:$swizzle,
+                       OptionalAttr<I64Attr>:$buffers);
   let results = (outs Pallas_RefType:$ref);
   let assemblyFormat = "$array `[` $indices `]` attr-dict `:` type($array) `->` type($ref)";
   let hasVerifier = 1;

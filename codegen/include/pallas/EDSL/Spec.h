@@ -146,9 +146,22 @@ inline constexpr Full full{};
 /// for arrays that break these rules, and on GPUs before sm_90, the entry
 /// point launches the same kernel built without staging (its `_direct`
 /// instance), so every shape and stride works.
+///
+/// TMA copies boxes of at most 256 elements a dim (kTmaMaxBoxDim): a longer
+/// block dim, which must then be a multiple of 256, is copied as several
+/// boxes along it, all completing on the block's one barrier.
+///
+/// On a pipelined loop (an arbitrary grid axis, or emit_pipeline) the block
+/// gets `buffers` stage buffers (Pallas' `Buffered(n)`): the copies of the
+/// next buffers - 1 steps are in flight while the body works on this one.
+/// 0 takes the pipeline's depth (max_concurrent_steps).
 struct InShared {
   int swizzle = 128;
+  int buffers = 0;
 };
+inline constexpr int64_t kTmaMaxBoxDim = 256;
+/// Stage buffers of a pipelined loop unless a block or the pipeline says otherwise.
+inline constexpr int kDefaultPipelineDepth = 2;
 
 class BlockDim {
  public:
@@ -494,6 +507,7 @@ class Ref {
   const std::string& name() const;
 
  private:
+  friend struct RefAccess;  // the tracer's
   void* impl_;
   int operand_;
 };
@@ -505,6 +519,41 @@ Indices at(A&&... indices) {
   return Indices{Idx(std::forward<A>(indices))...};
 }
 using IndexMap = std::function<Indices(const ProgramIds&)>;
+
+//===----------------------------------------------------------------------===//
+// Pipelines inside a body (Pallas' emit_pipeline)
+//===----------------------------------------------------------------------===//
+
+/// One operand of emit_pipeline: at step s the body sees the block of
+/// `array` (a Ref whose BlockSpec is the whole array: every dim full) with
+/// block shape `block` and block indices `index_map(s)`, like a BlockSpec on
+/// the pipeline's one sequential axis. With `staging` the block is staged in
+/// shared memory by TMA (inputs only here) in `buffers` stage buffers.
+struct PipelineOperand {
+  Ref array;
+  std::vector<BlockDim> block;
+  std::function<Indices(const Value& step)> index_map;
+  std::optional<InShared> staging;
+};
+
+/// `for (s = first; s < end; ++s) carry = body(s, blocks, carry)` where the
+/// blocks of step s are fetched ahead: with staged operands the GPU keeps
+/// the copies of up to `max_concurrent_steps` steps in flight (step s + n - 1
+/// is requested while the body works on step s), each stage buffer with its
+/// own mbarrier and phase. `first` and `end` are index values the whole
+/// program agrees on. The kernel's `_direct` instance (no TMA) runs the same
+/// loop with the blocks loaded straight from global memory.
+///
+/// Worked example (rows.h): a program summing chunks [first, end) of row r
+/// of x: operand {x, {squeezed, Blocked{2048}}, [&](Value c) { return at(r, c); },
+/// InShared{.swizzle = 0}}; the body loads its [2048] block and adds it to the carry.
+std::vector<Value> emit_pipeline(
+    const Value& first, const Value& end, std::vector<PipelineOperand> operands,
+    std::vector<Value> carry,
+    const std::function<std::vector<Value>(Value step, std::vector<Ref> blocks,
+                                           std::vector<Value> carry)>& body,
+    int max_concurrent_steps = kDefaultPipelineDepth,
+    std::source_location where = std::source_location::current());
 
 //===----------------------------------------------------------------------===//
 // The spec
@@ -535,7 +584,14 @@ struct OperandDecl {
   SemaphoreScope semaphore_scope = SemaphoreScope::kGlobal;  // for semaphores
   std::vector<int64_t> scratch_shape;                        // for scratch
   std::optional<InShared> staged;  // a block staged in shared memory by TMA
+  /// The staged block's extent per array dim (1 for squeezed dims): from the
+  /// BlockSpec, or from the emit_pipeline that stages blocks of the operand.
+  std::vector<int64_t> staged_block;
 };
+
+/// Per dim, the box of one TMA copy of a staged block of `extents`: at most
+/// kTmaMaxBoxDim elements (the block is several copies along longer dims).
+std::vector<int64_t> tma_copy_box(const std::vector<int64_t>& extents);
 
 class KernelSpec {
  public:
@@ -594,6 +650,14 @@ class KernelSpec {
   /// A block staged in shared memory by TMA (see InShared).
   void block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map,
              InShared staging);
+  /// Stage buffers per staged block on an arbitrary (pipelined) grid axis
+  /// unless its InShared says otherwise (Pallas' max_concurrent_steps); 1 to 4.
+  void max_concurrent_steps(int steps);
+  int max_concurrent_steps() const { return max_concurrent_steps_; }
+  /// Used by the tracer (emit_pipeline): blocks of `operand`, of the extents
+  /// `block` (per array dim), are staged in shared memory by a pipeline in
+  /// the body. Checks TMA's rules as block(..., InShared) does.
+  void stage_in_pipeline(int operand, const std::vector<BlockDim>& block, InShared staging);
   /// The body receives one Ref per array operand (inputs, outputs, workspaces)
   /// in declaration order.
   template <class F>
@@ -662,6 +726,9 @@ class KernelSpec {
   struct arity<R (C::*)(A...)> : std::integral_constant<size_t, sizeof...(A)> {};
 
   Operand add_operand(const std::string& name, Role role, DType dtype, std::vector<DimExpr> shape);
+  /// TMA's rules for staging blocks of `block_shape` of operand `index`.
+  void check_staging(int index, const std::vector<BlockDim>& block_shape,
+                     const InShared& staging) const;
   const OperandDecl& decl(Operand op, const char* what) const;
 
   std::string op_;
@@ -681,6 +748,7 @@ class KernelSpec {
   int max_registers_ = 0;
   int run_elements_ = 0;
   bool direct_ = false;
+  int max_concurrent_steps_ = kDefaultPipelineDepth;
   std::vector<std::string> checks_;
   int errors_operand_ = -1;
   std::function<void(std::span<const Ref>)> body_;

@@ -43,24 +43,8 @@ SmallVector<Type> carryTypes(GpuLowering& g, Operation* loop) {
 }
 
 LogicalResult lowerFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
-  FailureOr<SmallVector<Value>> inits = carries(g, b, loop, loop.getInitArgs());
-  if (failed(inits)) return failure();
-  auto lowered =
-      scf::ForOp::create(b, loop.getLoc(), g.map.lookup(loop.getLowerBound()),
-                         g.map.lookup(loop.getUpperBound()), g.map.lookup(loop.getStep()), *inits);
-  g.map.map(loop.getInductionVar(), lowered.getInductionVar());
-  for (auto [from, to] : llvm::zip(loop.getRegionIterArgs(), lowered.getRegionIterArgs()))
-    g.map.map(from, to);
-  Block* body = lowered.getBody();
-  if (!body->empty()) body->back().erase();
-  OpBuilder nb = OpBuilder::atBlockEnd(body);
-  if (failed(g.lowerBlock(*loop.getBody(), nb))) return failure();
-  FailureOr<SmallVector<Value>> yields =
-      carries(g, nb, loop, loop.getBody()->getTerminator()->getOperands());
-  if (failed(yields)) return failure();
-  scf::YieldOp::create(nb, loop.getLoc(), *yields);
-  for (auto [from, to] : llvm::zip(loop.getResults(), lowered.getResults())) g.map.map(from, to);
-  return success();
+  if (loop->hasAttr(kPipelineAttrName)) return lowerPipelinedFor(loop, g, b);
+  return lowerForWith(loop, g, b, nullptr, nullptr);
 }
 
 LogicalResult lowerWhile(scf::WhileOp loop, GpuLowering& g, OpBuilder& b) {
@@ -103,6 +87,30 @@ LogicalResult lowerIf(scf::IfOp branch, GpuLowering& g, OpBuilder& b) {
 }
 
 }  // namespace
+
+LogicalResult lowerForWith(scf::ForOp loop, GpuLowering& g, OpBuilder& b, StepHook atStepStart,
+                           StepHook atStepEnd) {
+  FailureOr<SmallVector<Value>> inits = carries(g, b, loop, loop.getInitArgs());
+  if (failed(inits)) return failure();
+  auto lowered =
+      scf::ForOp::create(b, loop.getLoc(), g.map.lookup(loop.getLowerBound()),
+                         g.map.lookup(loop.getUpperBound()), g.map.lookup(loop.getStep()), *inits);
+  g.map.map(loop.getInductionVar(), lowered.getInductionVar());
+  for (auto [from, to] : llvm::zip(loop.getRegionIterArgs(), lowered.getRegionIterArgs()))
+    g.map.map(from, to);
+  Block* body = lowered.getBody();
+  if (!body->empty()) body->back().erase();
+  OpBuilder nb = OpBuilder::atBlockEnd(body);
+  if (atStepStart && failed(atStepStart(nb, lowered.getInductionVar()))) return failure();
+  if (failed(g.lowerBlock(*loop.getBody(), nb))) return failure();
+  if (atStepEnd && failed(atStepEnd(nb, lowered.getInductionVar()))) return failure();
+  FailureOr<SmallVector<Value>> yields =
+      carries(g, nb, loop, loop.getBody()->getTerminator()->getOperands());
+  if (failed(yields)) return failure();
+  scf::YieldOp::create(nb, loop.getLoc(), *yields);
+  for (auto [from, to] : llvm::zip(loop.getResults(), lowered.getResults())) g.map.map(from, to);
+  return success();
+}
 
 void populateControlFlowRules(RuleRegistry& rules) {
   rules.add(scf::ForOp::getOperationName(), ruleFor(lowerFor));

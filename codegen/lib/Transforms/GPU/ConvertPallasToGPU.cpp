@@ -173,6 +173,30 @@ const GridCoordinates& gpuGrid() {
   return grid;
 }
 
+FailureOr<SmallVector<Value>> GpuLowering::lowerAgainWith(ArrayRef<Operation*> ops, Value from,
+                                                          Value to, ValueRange values,
+                                                          OpBuilder& b) {
+  // What the re-lowering overwrites, to put back after.
+  SmallVector<std::pair<Value, Value>> saved{{from, map.lookupOrNull(from)}};
+  for (Operation* op : ops)
+    for (Value r : op->getResults()) saved.push_back({r, map.lookupOrNull(r)});
+  map.map(from, to);
+  LogicalResult lowered = success();
+  for (Operation* op : ops)
+    if (failed(lowered = lowerOp(op, b))) break;
+  SmallVector<Value> out;
+  if (succeeded(lowered))
+    for (Value v : values) out.push_back(map.lookupOrDefault(v));
+  for (auto [v, old] : saved) {
+    if (old)
+      map.map(v, old);
+    else
+      map.erase(v);
+  }
+  if (failed(lowered)) return failure();
+  return out;
+}
+
 LogicalResult GpuLowering::lowerOp(Operation* op, OpBuilder& b) {
   ++currentRule_;
   if (lowerGridOp(op, map, b, gpuGrid())) return success();

@@ -15,6 +15,8 @@
 //   LayoutConversionRules.cpp  pallas.convert_layout, vector.transpose
 //   StagingRules.cpp           blocks staged in shared memory by TMA (called by the
 //                              pallas.block/load/store rules for `staged` blocks)
+//   PipelineRules.cpp          scf.for marked pallas.pipeline: stage buffers, mbarrier
+//                              phases, producer refills (called by the scf.for rule)
 //
 // Shared memory is one dynamic buffer per kernel (SharedMemoryPlan.h): a rule
 // asks for a buffer with `sharedBuffer`, and the plan gives it an offset once
@@ -64,16 +66,26 @@ class RuleRegistry {
   std::vector<Family> families_;
 };
 
-/// A block staged in shared memory by TMA (`pallas.block {staged}`; StagingRules.cpp).
+/// A block staged in shared memory by TMA (`pallas.block {staged}`;
+/// StagingRules.cpp). Outside a pipeline it has one stage buffer; a stage of
+/// a pipelined loop (PipelineRules.cpp) has `slots` of them, used in turn.
 struct StagedBlock {
-  Value buffer;                  // 1-D shared memref: the box, row-major, swizzled
-  Value barrier;                 // inputs: the mbarrier the copy completes on (memref<1xi64>)
+  BlockOp op;                    // the pallas.block
+  Value buffer;                  // 1-D shared memref: `slots` stage buffers of slotElements
+  Value barriers;                // inputs: memref<slots x i64>, one mbarrier per stage buffer
   Value descriptor;              // the array's TMA descriptor parameter (!llvm.ptr)
-  SmallVector<Value> coords;     // the box origin, i32, innermost dim first (TMA's order)
-  SmallVector<int64_t> box;      // box extent per array dim (1 for squeezed dims)
+  SmallVector<Value> coords;     // the current block's origin, i32, innermost dim first
+  SmallVector<int64_t> box;      // block extent per array dim (1 for squeezed dims)
+  SmallVector<int64_t> copyBox;  // the box of one TMA copy (at most 256 a dim)
   SmallVector<int64_t> refDims;  // array dim of each ref dim
   int64_t swizzle = 0;           // bytes: 0, 32, 64, 128
+  int64_t elementBytes = 0;
+  int64_t slots = 1;
+  int64_t slotElements = 0;  // elements from one stage buffer to the next (aligned)
+  Value slot;                // index: the stage buffer of the current step
+  Value parity;              // i32: the phase of its barrier the current step waits for
   bool output = false;
+  int64_t bytes() const;  // of one block (every copy), what its barrier expects
 };
 
 /// A Rule from a function taking the op's own class.
@@ -96,6 +108,33 @@ LogicalResult lowerStagedLoad(LoadOp load, GpuLowering& g, OpBuilder& b);
 LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b);
 /// When the program ends: TMA stores of the staged output blocks.
 void copyOutStagedBlocks(GpuLowering& g, OpBuilder& b);
+// The pieces StagingRules and PipelineRules share.
+/// The stage buffers (and, for an input, barriers) of `blk`, `slots` of each.
+FailureOr<StagedBlock> allocateStage(BlockOp blk, int64_t slots, GpuLowering& g, OpBuilder& b);
+/// Thread 0: mbarrier.init of every barrier of `st` (one arrival each) and
+/// fence.mbarrier_init; the caller puts a barrier after it.
+void initStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st);
+/// Thread 0: mbarrier.inval of every barrier of `st` (its memory may be
+/// initialised again: the pipeline runs again).
+void invalidateStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st);
+/// Thread 0: expect-tx on slot `slot`'s barrier and the TMA copies of the
+/// block at `coords` (i32, innermost first) into stage buffer `slot`.
+void issueStageLoad(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
+                    ValueRange coords);
+/// Thread 0: the TMA copies of stage buffer `slot` to the block at `coords`
+/// (no commit).
+void issueStageStore(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
+                     ValueRange coords);
+/// The TMA coordinates (i32, innermost first) of `blk`'s block origin.
+SmallVector<Value> stageCoords(BlockOp blk, GpuLowering& g, OpBuilder& b);
+
+// ControlFlowRules.cpp: the scf.for rule, with code of the caller's at the
+// start and the end of each step (given the lowered induction variable).
+using StepHook = std::function<LogicalResult(OpBuilder& b, Value step)>;
+LogicalResult lowerForWith(scf::ForOp loop, GpuLowering& g, OpBuilder& b, StepHook atStepStart,
+                           StepHook atStepEnd);
+// PipelineRules.cpp: an scf.for marked pallas.pipeline (called by the scf.for rule).
+LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b);
 
 /// The lowering of one kernel: a func.func with layouts assigned becomes a
 /// gpu.func in `gpuModule`.
@@ -106,6 +145,11 @@ class GpuLowering {
 
   /// Lowers every op of `block` but its terminator, in order, at `b`.
   LogicalResult lowerBlock(Block& block, OpBuilder& b);
+  /// Lowers `ops` (side-effect free, in order) once more at `b` with `from`
+  /// standing for `to`, and returns what `values` then map to; the mapping
+  /// is restored after. A pipeline computes the next steps' block indices so.
+  FailureOr<SmallVector<Value>> lowerAgainWith(ArrayRef<Operation*> ops, Value from, Value to,
+                                               ValueRange values, OpBuilder& b);
 
   // --- Layouts -------------------------------------------------------------
   /// The layout of block value `v` (null for scalars), from `pallas.layouts`.
@@ -160,8 +204,11 @@ class GpuLowering {
   // --- State rules share -------------------------------------------------------------
   IRMapping map;
   DenseMap<Value, BlockRef> refs;
-  DenseMap<Value, StagedBlock> staged;    // by pallas.ref
-  SmallVector<Value> stagedOutputs;       // refs, copied out when the program ends
+  DenseMap<Value, StagedBlock> staged;  // by pallas.ref
+  SmallVector<Value> stagedOutputs;     // refs, copied out when the program ends
+  /// The stages of the pipelines being lowered, by pallas.block (their
+  /// buffers, and the current step's slot and parity; PipelineRules.cpp).
+  DenseMap<Operation*, StagedBlock> pipelineStages;
   DenseMap<Value, Value> tmaDescriptors;  // kernel array argument -> its descriptor parameter
   Value tid;                              // gpu.thread_id x, index
   gpu::GPUFuncOp func;

@@ -31,6 +31,21 @@
 // edge blocks need no masks: loads of a staged block read zero there, as
 // `pallas.load` specifies, and stores are clipped.
 //
+// A TMA box has at most 256 elements a dim: a longer block dim (a multiple
+// of 256) is several copies, each writing its box densely after the previous
+// one, all completing on the block's barrier. The buffer is then tiled by
+// the copy box: element e of the block lives in copy (e / copyBox), at
+// (e % copyBox) inside it, row-major both. Worked example, a [1, 2048] f32
+// block (a chunk of a row): 8 copies of [1, 256], 1024 bytes each; element
+// 700 is in copy 2 at 188, i.e. buffer element 2 * 256 + 188 = 700 (a 1-row
+// block's tiling is its row-major order).
+//
+// In a pipeline (PipelineRules.cpp) a block has several stage buffers
+// (slots) of slotElements each and a barrier per slot; the current step's
+// slot and phase parity come from the pipeline, and loads and stores add
+// slot * slotElements (a multiple of the swizzle period, so the swizzle of a
+// slot is that of the first).
+//
 //===----------------------------------------------------------------------===//
 
 #include "GpuLowering.h"
@@ -42,14 +57,6 @@ namespace mlir::pallas::gpu_lowering {
 namespace {
 
 constexpr unsigned kSharedSpace = 3;
-
-/// The shared-memory address of `buffer` (a workgroup memref) as !llvm.ptr<3>.
-Value sharedPointer(OpBuilder& b, Location loc, Value buffer) {
-  Value index = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, buffer);
-  Value i64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), index);
-  return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), kSharedSpace),
-                                  i64);
-}
 
 Value i32(OpBuilder& b, Location loc, int64_t v) {
   return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
@@ -70,14 +77,81 @@ Value swizzled(OpBuilder& b, Location loc, Value flat, int64_t elementBytes, int
   return arith::DivUIOp::create(b, loc, x, arith::ConstantIndexOp::create(b, loc, elementBytes));
 }
 
-/// Row-major flat index in the box of the element at box coordinates `coords`.
-Value boxFlat(OpBuilder& b, Location loc, ArrayRef<int64_t> box, ValueRange coords) {
-  Value flat = arith::ConstantIndexOp::create(b, loc, 0);
-  for (auto [c, extent] : llvm::zip(coords, box))
-    flat = arith::AddIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, flat, arith::ConstantIndexOp::create(b, loc, extent)),
-        c);
-  return flat;
+/// The buffer element (before swizzling) of the block element at block
+/// coordinates `coords`: copy-major over the copy boxes, row-major inside one.
+Value boxFlat(OpBuilder& b, Location loc, const StagedBlock& st, ValueRange coords) {
+  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+  Value copy = c(0), inner = c(0);
+  int64_t copyElements = 1;
+  for (auto [x, extent, copyExtent] : llvm::zip(coords, st.box, st.copyBox)) {
+    copyElements *= copyExtent;
+    Value q = x, r = x;
+    if (copyExtent != extent) {
+      q = arith::DivUIOp::create(b, loc, x, c(copyExtent));
+      r = arith::RemUIOp::create(b, loc, x, c(copyExtent));
+    } else {
+      q = c(0);
+    }
+    copy = arith::AddIOp::create(b, loc,
+                                 arith::MulIOp::create(b, loc, copy, c(extent / copyExtent)), q);
+    inner = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, inner, c(copyExtent)), r);
+  }
+  return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, copy, c(copyElements)), inner);
+}
+
+/// The barrier of stage buffer `slot` as !llvm.ptr<3>.
+Value slotBarrier(OpBuilder& b, Location loc, const StagedBlock& st, Value slot) {
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, st.barriers);
+  Value at = arith::AddIOp::create(
+      b, loc, base, arith::MulIOp::create(b, loc, slot, arith::ConstantIndexOp::create(b, loc, 8)));
+  Value i64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), at);
+  return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), kSharedSpace),
+                                  i64);
+}
+
+/// The shared address of copy `copy` in stage buffer `slot`, as !llvm.ptr<3>.
+Value copyAddress(OpBuilder& b, Location loc, const StagedBlock& st, Value slot, int64_t copy) {
+  int64_t copyBytes = st.elementBytes;
+  for (int64_t e : st.copyBox) copyBytes *= e;
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, st.buffer);
+  Value at = arith::AddIOp::create(
+      b, loc, base,
+      arith::AddIOp::create(b, loc,
+                            arith::MulIOp::create(b, loc, slot,
+                                                  arith::ConstantIndexOp::create(
+                                                      b, loc, st.slotElements * st.elementBytes)),
+                            arith::ConstantIndexOp::create(b, loc, copy * copyBytes)));
+  Value i64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), at);
+  return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), kSharedSpace),
+                                  i64);
+}
+
+/// Calls `each(copy, offsets)` for every TMA copy of the block: its index
+/// and its origin inside the block, per array dim.
+void forEachCopy(const StagedBlock& st,
+                 function_ref<void(int64_t copy, ArrayRef<int64_t> offsets)> each) {
+  int64_t copies = 1;
+  for (auto [extent, copyExtent] : llvm::zip(st.box, st.copyBox)) copies *= extent / copyExtent;
+  for (int64_t copy = 0; copy < copies; ++copy) {
+    SmallVector<int64_t> offsets(st.box.size());
+    for (int64_t d = static_cast<int64_t>(st.box.size()) - 1, k = copy; d >= 0; --d) {
+      const int64_t n = st.box[d] / st.copyBox[d];
+      offsets[d] = (k % n) * st.copyBox[d];
+      k /= n;
+    }
+    each(copy, offsets);
+  }
+}
+
+/// The TMA coordinates of the copy at `offsets` from the block origin `coords`.
+SmallVector<Value> copyCoords(OpBuilder& b, Location loc, ValueRange coords,
+                              ArrayRef<int64_t> offsets) {
+  SmallVector<Value> out;
+  for (auto [k, c] : llvm::enumerate(coords)) {  // innermost first
+    const int64_t o = offsets[offsets.size() - 1 - k];
+    out.push_back(o == 0 ? c : arith::AddIOp::create(b, loc, c, i32(b, loc, o)).getResult());
+  }
+  return out;
 }
 
 /// What the staged copy of `ref` covers, as a BlockRef over the box (origin 0,
@@ -96,77 +170,165 @@ BlockRef boxRef(OpBuilder& b, Location loc, const StagedBlock& st) {
 /// A staged block must be moved whole runs at a time: checks that runs of
 /// `vec` elements lie along the box's last dim, each in 16-byte pieces.
 LogicalResult checkRuns(Operation* op, const StagedBlock& st, int64_t vec, int64_t elementBytes) {
-  if (st.box.back() % vec != 0 || (vec * elementBytes) % 16 != 0)
+  if (st.copyBox.back() % vec != 0 || (vec * elementBytes) % 16 != 0)
     return op->emitOpError("a staged block moves runs of ")
            << vec << " elements (" << vec * elementBytes << " bytes) along its last dim of "
-           << st.box.back() << "; the runs must be whole 16-byte pieces of its rows";
+           << st.box.back() << " (TMA boxes of " << st.copyBox.back()
+           << "); the runs must be whole 16-byte pieces of a box's rows";
   return success();
+}
+
+/// The slot's offset in elements (index) into the stage buffers.
+Value slotOffset(OpBuilder& b, Location loc, const StagedBlock& st) {
+  return arith::MulIOp::create(b, loc, st.slot,
+                               arith::ConstantIndexOp::create(b, loc, st.slotElements));
+}
+
+/// Whether `blk` is a stage of a pipelined loop (its parent is one).
+bool inPipeline(BlockOp blk) {
+  auto loop = dyn_cast<scf::ForOp>(blk->getParentOp());
+  return loop && loop->hasAttr(kPipelineAttrName);
 }
 
 }  // namespace
 
-LogicalResult lowerStagedBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
+int64_t StagedBlock::bytes() const {
+  int64_t n = elementBytes;
+  for (int64_t e : box) n *= e;
+  return n;
+}
+
+FailureOr<StagedBlock> allocateStage(BlockOp blk, int64_t slots, GpuLowering& g, OpBuilder& b) {
   Location loc = blk.getLoc();
-  auto array = cast<MemRefType>(blk.getArray().getType());
-  Type et = array.getElementType();
-  const int64_t elementBytes = et.getIntOrFloatBitWidth() / 8;
+  Type et = cast<MemRefType>(blk.getArray().getType()).getElementType();
   StagedBlock st;
+  st.op = blk;
+  st.elementBytes = et.getIntOrFloatBitWidth() / 8;
   st.swizzle = blk.getSwizzle().value_or(0);
+  st.slots = slots;
   st.output =
       llvm::any_of(blk.getResult().getUsers(), [](Operation* u) { return isa<StoreOp>(u); });
   for (auto [extent, squeezed] : llvm::zip(blk.getBlockShape(), blk.getSqueezed())) {
     st.box.push_back(extent);
+    st.copyBox.push_back(std::min<int64_t>(extent, kTmaMaxBoxDim));
+    if (extent % st.copyBox.back() != 0)
+      return blk.emitOpError("staged block dim of ")
+             << extent << " is longer than a TMA box (" << kTmaMaxBoxDim
+             << " elements) and not a multiple of it";
     if (!squeezed) st.refDims.push_back(static_cast<int64_t>(st.box.size()) - 1);
   }
-  int64_t elements = 1;
-  for (int64_t e : st.box) elements *= e;
-  const int64_t bytes = elements * elementBytes;
-  Value descriptor = g.tmaDescriptors.lookup(blk.getArray());
-  if (!descriptor)
+  st.descriptor = g.tmaDescriptors.lookup(blk.getArray());
+  if (!st.descriptor)
     return blk.emitOpError(
         "a staged block's array must be a kernel argument (it has a TMA "
         "descriptor parameter)");
-  st.descriptor = descriptor;
-  // TMA coordinates: the block origin, innermost dim first, as i32.
-  BlockRef origin =
-      resolveBlock(b, loc, blk, g.map.lookup(blk.getArray()), g.mapped(blk.getIndices()));
-  for (Value o : llvm::reverse(origin.origin))
-    st.coords.push_back(arith::IndexCastOp::create(b, loc, b.getI32Type(), o));
-  // The buffer, aligned to the swizzle pattern's period (TMA's rule).
+  // Each copy, and each stage buffer, starts at a multiple of the swizzle
+  // pattern's period (TMA's alignment rule for its destination).
   const int64_t align = st.swizzle == 0 ? 128 : st.swizzle * 8;
+  int64_t copyBytes = st.elementBytes;
+  for (int64_t e : st.copyBox) copyBytes *= e;
+  if (copyBytes % align != 0 && copyBytes != st.bytes())
+    return blk.emitOpError("a TMA box of ")
+           << copyBytes << " bytes; the copies of a block longer than a box must each be a "
+           << "multiple of " << align << " bytes (the staged buffer's alignment)";
+  const int64_t slotBytes = (st.bytes() + align - 1) / align * align;
+  st.slotElements = slotBytes / st.elementBytes;
   std::string purpose =
       (st.output ? "staged output block '" : "staged input block '") +
       (blk->hasAttr("name") ? blk->getAttrOfType<StringAttr>("name").str() : std::string("?")) +
-      "'";
-  st.buffer = g.sharedBuffer(b, loc, elements, et, SharedLifetime::kKernel, align, purpose);
-  if (st.output) {  // copied out when the program ends (copyOutStagedBlocks)
+      "'" + (slots > 1 ? " (" + std::to_string(slots) + " stage buffers)" : std::string());
+  st.buffer =
+      g.sharedBuffer(b, loc, slots * st.slotElements, et, SharedLifetime::kKernel, align, purpose);
+  if (!st.output)
+    st.barriers = g.sharedBuffer(b, loc, slots, b.getI64Type(), SharedLifetime::kKernel, 8,
+                                 purpose + " barriers");
+  st.slot = arith::ConstantIndexOp::create(b, loc, 0);
+  st.parity = i32(b, loc, 0);
+  return st;
+}
+
+void initStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st) {
+  for (int64_t s = 0; s < st.slots; ++s)
+    NVVM::MBarrierInitOp::create(b, loc,
+                                 slotBarrier(b, loc, st, arith::ConstantIndexOp::create(b, loc, s)),
+                                 i32(b, loc, 1), Value());
+  NVVM::FenceMbarrierInitOp::create(b, loc);
+}
+
+void invalidateStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st) {
+  for (int64_t s = 0; s < st.slots; ++s)
+    NVVM::MBarrierInvalOp::create(
+        b, loc, slotBarrier(b, loc, st, arith::ConstantIndexOp::create(b, loc, s)));
+}
+
+void issueStageLoad(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
+                    ValueRange coords) {
+  Value bar = slotBarrier(b, loc, st, slot);
+  NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, i32(b, loc, st.bytes()),
+                                         NVVM::MemScopeKindAttr(), b.getBoolAttr(false), Value());
+  forEachCopy(st, [&](int64_t copy, ArrayRef<int64_t> offsets) {
+    Value dst = LLVM::AddrSpaceCastOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7),
+                                              copyAddress(b, loc, st, slot, copy));
+    NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+        b, loc, dst, st.descriptor, copyCoords(b, loc, coords, offsets), bar, ValueRange{}, Value(),
+        Value(), NVVM::TMALoadModeAttr::get(b.getContext(), NVVM::TMALoadMode::TILE),
+        b.getBoolAttr(false), NVVM::CTAGroupKindAttr(), Value());
+  });
+}
+
+void issueStageStore(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
+                     ValueRange coords) {
+  forEachCopy(st, [&](int64_t copy, ArrayRef<int64_t> offsets) {
+    NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
+        b, loc, st.descriptor, copyAddress(b, loc, st, slot, copy),
+        copyCoords(b, loc, coords, offsets), Value(),
+        NVVM::TMAStoreModeAttr::get(b.getContext(), NVVM::TMAStoreMode::TILE), Value());
+  });
+}
+
+SmallVector<Value> stageCoords(BlockOp blk, GpuLowering& g, OpBuilder& b) {
+  Location loc = blk.getLoc();
+  BlockRef origin =
+      resolveBlock(b, loc, blk, g.map.lookup(blk.getArray()), g.mapped(blk.getIndices()));
+  SmallVector<Value> coords;
+  for (Value o : llvm::reverse(origin.origin))
+    coords.push_back(arith::IndexCastOp::create(b, loc, b.getI32Type(), o));
+  return coords;
+}
+
+LogicalResult lowerStagedBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
+  if (inPipeline(blk)) {  // a stage: buffers, slot and parity from the pipeline
+    auto it = g.pipelineStages.find(blk);
+    if (it == g.pipelineStages.end())
+      return blk.emitOpError("is a stage of a pipeline that was not set up (internal error)");
+    StagedBlock st = it->second;
+    st.coords = stageCoords(blk, g, b);
     g.staged[blk.getResult()] = st;
+    return success();
+  }
+  if (!isa<func::FuncOp>(blk->getParentOp()))
+    return blk.emitOpError(
+        "a block staged in shared memory is declared at the top level of the body or of a "
+        "pipelined loop (pallas.pipeline), not under another loop or a condition");
+  FailureOr<StagedBlock> st = allocateStage(blk, 1, g, b);
+  if (failed(st)) return failure();
+  st->coords = stageCoords(blk, g, b);
+  g.staged[blk.getResult()] = *st;
+  if (st->output) {  // copied out when the program ends (copyOutStagedBlocks)
     g.stagedOutputs.push_back(blk.getResult());
     return success();
   }
-  st.barrier =
-      g.sharedBuffer(b, loc, 1, b.getI64Type(), SharedLifetime::kKernel, 8, purpose + " barrier");
-  Value bar = sharedPointer(b, loc, st.barrier);
+  Location loc = blk.getLoc();
   Value first = g.isThread(b, loc, 0);
   scf::IfOp::create(b, loc, first, [&](OpBuilder& tb, Location l) {
-    NVVM::MBarrierInitOp::create(tb, l, bar, i32(tb, l, 1), Value());
-    NVVM::FenceMbarrierInitOp::create(tb, l);
+    initStageBarriers(tb, l, *st);
     scf::YieldOp::create(tb, l);
   });
   gpu::BarrierOp::create(b, loc);
   scf::IfOp::create(b, loc, first, [&](OpBuilder& tb, Location l) {
-    NVVM::MBarrierArriveExpectTxOp::create(tb, l, Type(), bar, i32(tb, l, bytes),
-                                           NVVM::MemScopeKindAttr(), tb.getBoolAttr(false),
-                                           Value());
-    Value dst = LLVM::AddrSpaceCastOp::create(tb, l, LLVM::LLVMPointerType::get(tb.getContext(), 7),
-                                              sharedPointer(tb, l, st.buffer));
-    NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
-        tb, l, dst, st.descriptor, st.coords, bar, ValueRange{}, Value(), Value(),
-        NVVM::TMALoadModeAttr::get(tb.getContext(), NVVM::TMALoadMode::TILE), tb.getBoolAttr(false),
-        NVVM::CTAGroupKindAttr(), Value());
+    issueStageLoad(tb, l, *st, st->slot, st->coords);
     scf::YieldOp::create(tb, l);
   });
-  g.staged[blk.getResult()] = st;
   return success();
 }
 
@@ -193,20 +355,23 @@ LogicalResult lowerStagedLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
   BlockRef box = boxRef(b, loc, st);
   if (!lastDimContiguous(box, load.getSizes(), type.getShape()))
     return load.emitOpError("a staged block is loaded without broadcasting along its last dim");
-  // Wait for the copy (phase 0 of the block's barrier; at once once complete).
-  NVVM::MBarrierTryWaitParityOp::create(b, loc, sharedPointer(b, loc, st.barrier), i32(b, loc, 0),
+  // Wait for the copy: the current phase of the slot's barrier (at once once complete).
+  NVVM::MBarrierTryWaitParityOp::create(b, loc, slotBarrier(b, loc, st, st.slot), st.parity,
                                         i32(b, loc, 1000000));
   const int64_t perPiece = 16 / elementBytes;
   VectorType pieceType = VectorType::get({perPiece}, et);
+  Value slotStart = slotOffset(b, loc, st);
   Value frag = g.assemble(b, loc, type, [&](int64_t, SmallVector<Value>& rc) -> Value {
     SmallVector<Value> coords = arrayCoords(b, loc, box, load.getOffsets(), ValueRange{},
                                             load.getSizes(), type.getShape(), rc);
-    Value flat = boxFlat(b, loc, st.box, coords);
+    Value flat = boxFlat(b, loc, st, coords);
     Value run = arith::ConstantOp::create(b, loc, b.getZeroAttr(VectorType::get({vec}, et)));
     for (int64_t j = 0; j < vec; j += perPiece) {
-      Value at = swizzled(
-          b, loc, arith::AddIOp::create(b, loc, flat, arith::ConstantIndexOp::create(b, loc, j)),
-          elementBytes, st.swizzle);
+      Value at = arith::AddIOp::create(
+          b, loc, slotStart,
+          swizzled(b, loc,
+                   arith::AddIOp::create(b, loc, flat, arith::ConstantIndexOp::create(b, loc, j)),
+                   elementBytes, st.swizzle));
       Value piece = vector::LoadOp::create(b, loc, pieceType, st.buffer, ValueRange{at},
                                            /*nontemporal=*/false, llvm::MaybeAlign(16));
       run = vector::InsertStridedSliceOp::create(b, loc, piece, run, ArrayRef<int64_t>{j},
@@ -224,16 +389,16 @@ LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
   auto type = dyn_cast<VectorType>(store.getValue().getType());
   RefType ref = store.getRef().getType();
   // The TMA store writes the whole box, so the body must have written all of
-  // it, in every program: one whole-block store at the kernel's top level.
+  // it, in every program and step: one whole-block store where the block is.
   if (!type || type.getShape() != ref.getShape() || !store.getDynamicOffsets().empty() ||
       llvm::any_of(store.getOffsets(), [](int64_t o) { return o != 0; }))
     return store.emitOpError(
         "a block staged in shared memory is stored whole (the TMA copy "
         "writes the whole block)");
-  if (!isa<func::FuncOp>(store->getParentOp()))
+  if (store->getBlock() != st.op->getBlock())
     return store.emitOpError(
         "a block staged in shared memory is stored at the top level of "
-        "the body, not under a loop or a condition");
+        "the body (or of its pipelined loop), not under a loop or a condition");
   FailureOr<Value> frag = g.operandIn(b, loc, store.getValue(), g.strided());
   if (failed(frag)) return store.emitOpError("stores a value that is not in the strided layout");
   Type et = type.getElementType();
@@ -241,18 +406,21 @@ LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
   if (failed(checkRuns(store, st, vec, elementBytes))) return failure();
   BlockRef box = boxRef(b, loc, st);
   const int64_t perPiece = 16 / elementBytes;
+  Value slotStart = slotOffset(b, loc, st);
   for (int64_t r = 0; r < g.runs(type); ++r) {
     SmallVector<Value> rc = unflatten(b, loc, g.runStart(b, loc, r), type.getShape());
     SmallVector<Value> coords = arrayCoords(b, loc, box, store.getOffsets(), ValueRange{},
                                             type.getShape(), type.getShape(), rc);
-    Value flat = boxFlat(b, loc, st.box, coords);
+    Value flat = boxFlat(b, loc, st, coords);
     for (int64_t j = 0; j < vec; j += perPiece) {
       Value piece =
           vector::ExtractStridedSliceOp::create(b, loc, *frag, ArrayRef<int64_t>{r * vec + j},
                                                 ArrayRef<int64_t>{perPiece}, ArrayRef<int64_t>{1});
-      Value at = swizzled(
-          b, loc, arith::AddIOp::create(b, loc, flat, arith::ConstantIndexOp::create(b, loc, j)),
-          elementBytes, st.swizzle);
+      Value at = arith::AddIOp::create(
+          b, loc, slotStart,
+          swizzled(b, loc,
+                   arith::AddIOp::create(b, loc, flat, arith::ConstantIndexOp::create(b, loc, j)),
+                   elementBytes, st.swizzle));
       vector::StoreOp::create(b, loc, piece, st.buffer, ValueRange{at}, /*nontemporal=*/false,
                               llvm::MaybeAlign(16));
     }
@@ -271,9 +439,7 @@ void copyOutStagedBlocks(GpuLowering& g, OpBuilder& b) {
   scf::IfOp::create(b, loc, g.isThread(b, loc, 0), [&](OpBuilder& tb, Location l) {
     for (Value ref : g.stagedOutputs) {
       const StagedBlock& st = g.staged.at(ref);
-      NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
-          tb, l, st.descriptor, sharedPointer(tb, l, st.buffer), st.coords, Value(),
-          NVVM::TMAStoreModeAttr::get(tb.getContext(), NVVM::TMAStoreMode::TILE), Value());
+      issueStageStore(tb, l, st, st.slot, st.coords);
     }
     NVVM::CpAsyncBulkCommitGroupOp::create(tb, l);
     // The buffers must stay until the copies have read them: wait before exit.

@@ -105,6 +105,8 @@ void pallas_emu_setmaxnreg(int32_t count);
 
 /// mbarrier.init: `count` arrivals per phase, phase 0, no transactions.
 void pallas_emu_mbarrier_init(void* barrier, int32_t count);
+/// mbarrier.inval: the barrier's memory may be initialised again.
+void pallas_emu_mbarrier_inval(void* barrier);
 /// mbarrier.arrive.expect_tx: announce `bytes` of copies, then arrive.
 void pallas_emu_mbarrier_arrive_expect_tx(void* barrier, int32_t bytes);
 /// mbarrier.try_wait.parity in a loop: returns once the phase of parity

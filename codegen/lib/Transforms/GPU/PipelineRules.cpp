@@ -1,0 +1,236 @@
+//===- PipelineRules.cpp - pipelined sequential loops (pallas.pipeline) ---===//
+//
+// An scf.for marked `pallas.pipeline` (an arbitrary grid axis with staged
+// blocks, or the EDSL's emit_pipeline) runs its staged blocks as a software
+// pipeline, as Pallas' emit_pipeline does on Mosaic GPU: a stage (a staged
+// pallas.block defined in the loop body) with n = `buffers` gets n stage
+// buffers and, for an input, n mbarriers; step i (counting from the loop's
+// lower bound) uses buffer i % n and waits for phase i / n of its barrier,
+// i.e. parity (i / n) % 2. Thread 0 is the producer, every thread a consumer:
+//
+//   thread 0: mbarrier.init (one arrival) of every input stage's barriers
+//   bar.sync
+//   thread 0: for s < n, if lo + s < hi: expect-tx + TMA copies of step s's
+//             block into buffer s
+//   for k = lo .. hi:
+//     body: a load of an input stage waits try_wait.parity(bar[slot], parity),
+//           then reads buffer `slot`; a store of an output stage writes buffer `slot`
+//     [outputs] fence.proxy.async; thread 0: cp.async.bulk.wait_group.read n - 2
+//               (the store that last read the buffer step k + 1 writes is done)
+//     bar.sync  (release: every thread is done with this step's buffers)
+//     thread 0: [outputs] TMA store of buffer `slot` to step k's block, commit_group
+//               [inputs]  if k + n < hi: expect-tx + TMA copies of step k + n's block
+//                         into buffer `slot` (the one just released)
+//     [an output with n = 1] thread 0: wait_group.read 0; bar.sync
+//   thread 0: [outputs] wait_group.read 0; mbarrier.inval of every barrier
+//
+// so the copies of steps k + 1 .. k + n - 1 are in flight while step k
+// computes. The block indices of step k + n are the loop body's index ops
+// lowered once more with the induction variable at k + n (lowerAgainWith);
+// they must be free of side effects and independent of loop carries.
+//
+// Worked example, n = 2 over steps 0..4 of one input: the prologue fetches
+// steps 0 and 1 into buffers 0 and 1; step 0 waits bar[0] parity 0, then
+// refills buffer 0 with step 2; step 1 waits bar[1] parity 0 and fetches
+// step 3; step 2 waits bar[0] parity 1 (its second phase) and fetches step
+// 4; steps 3 and 4 fetch nothing.
+//
+// The barriers are invalidated when the loop ends so that a pipeline run
+// again (under an outer loop) initialises them afresh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GpuLowering.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace mlir::pallas::gpu_lowering {
+namespace {
+
+/// The ops of `body` that `values` are computed from (in block order), for
+/// lowering them again at another step.
+FailureOr<SmallVector<Operation*>> indexSlice(BlockOp stage, scf::ForOp loop) {
+  Block* body = loop.getBody();
+  llvm::SetVector<Operation*> slice;
+  SmallVector<Value> work(stage.getIndices().begin(), stage.getIndices().end());
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      if (arg.getOwner() == body && arg != loop.getInductionVar())
+        return stage.emitOpError(
+            "a pipeline stage's block indices depend on a loop carry; they must be computable "
+            "for any step ahead (from the step, program ids and scalars)");
+      continue;
+    }
+    Operation* def = v.getDefiningOp();
+    if (def->getBlock() != body || slice.contains(def)) continue;
+    if (!isMemoryEffectFree(def) || def->getNumRegions() != 0)
+      return stage.emitOpError("a pipeline stage's block indices depend on '")
+             << def->getName()
+             << "', which has side effects or regions; they must be computable for any step "
+                "ahead";
+    slice.insert(def);
+    work.append(def->getOperands().begin(), def->getOperands().end());
+  }
+  SmallVector<Operation*> ops = slice.takeVector();
+  llvm::sort(ops, [](Operation* a, Operation* b) { return a->isBeforeInBlock(b); });
+  return ops;
+}
+
+struct Stage {
+  BlockOp op;
+  StagedBlock st;
+  SmallVector<Operation*> slice;  // what its indices are computed from
+};
+
+Value indexConst(OpBuilder& b, Location loc, int64_t v) {
+  return arith::ConstantIndexOp::create(b, loc, v);
+}
+
+/// The TMA coordinates of `stage`'s block at step `step` (lowered index value).
+FailureOr<SmallVector<Value>> coordsAt(const Stage& stage, scf::ForOp loop, Value step,
+                                       GpuLowering& g, OpBuilder& b) {
+  BlockOp op = stage.op;
+  FailureOr<SmallVector<Value>> indices =
+      g.lowerAgainWith(stage.slice, loop.getInductionVar(), step, op.getIndices(), b);
+  if (failed(indices)) return failure();
+  // stageCoords reads the mapped indices: map them for the call, then restore.
+  SmallVector<std::pair<Value, Value>> saved;
+  for (auto [from, to] : llvm::zip(op.getIndices(), *indices)) {
+    saved.push_back({from, g.map.lookupOrNull(from)});
+    g.map.map(from, to);
+  }
+  SmallVector<Value> coords = stageCoords(op, g, b);
+  for (auto [v, old] : llvm::reverse(saved)) {
+    if (old)
+      g.map.map(v, old);
+    else
+      g.map.erase(v);
+  }
+  return coords;
+}
+
+}  // namespace
+
+LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
+  Location loc = loop.getLoc();
+  // The stages: the staged blocks defined in the loop body.
+  std::vector<Stage> stages;
+  for (BlockOp blk : loop.getBody()->getOps<BlockOp>()) {
+    if (!blk.getStaged()) continue;
+    FailureOr<SmallVector<Operation*>> slice = indexSlice(blk, loop);
+    if (failed(slice)) return failure();
+    FailureOr<StagedBlock> st = allocateStage(blk, blk.getBuffers().value_or(1), g, b);
+    if (failed(st)) return failure();
+    stages.push_back(Stage{blk, *st, std::move(*slice)});
+  }
+  if (auto step = getConstantIntValue(loop.getStep()); !step || *step != 1)
+    return loop.emitOpError("a pipelined loop steps by 1");
+  Value lo = g.map.lookup(loop.getLowerBound()), hi = g.map.lookup(loop.getUpperBound());
+  const bool hasInputs = llvm::any_of(stages, [](const Stage& s) { return !s.st.output; });
+  int64_t minOutputSlots = 0;  // 0: no staged outputs
+  for (const Stage& s : stages)
+    if (s.st.output)
+      minOutputSlots = minOutputSlots ? std::min(minOutputSlots, s.st.slots) : s.st.slots;
+  auto onThread0 = [&](OpBuilder& at, function_ref<void(OpBuilder&, Location)> body) {
+    scf::IfOp::create(at, loc, g.isThread(at, loc, 0), [&](OpBuilder& tb, Location l) {
+      body(tb, l);
+      scf::YieldOp::create(tb, l);
+    });
+  };
+
+  // Prologue: the barriers, then steps lo .. lo + n - 1 of each input in flight.
+  if (hasInputs) {
+    onThread0(b, [&](OpBuilder& tb, Location l) {
+      for (const Stage& s : stages)
+        if (!s.st.output) initStageBarriers(tb, l, s.st);
+    });
+    gpu::BarrierOp::create(b, loc);
+  }
+  for (const Stage& s : stages) {
+    if (s.st.output) continue;
+    for (int64_t slot = 0; slot < s.st.slots; ++slot) {
+      Value step = arith::AddIOp::create(b, loc, lo, indexConst(b, loc, slot));
+      FailureOr<SmallVector<Value>> coords = coordsAt(s, loop, step, g, b);
+      if (failed(coords)) return failure();
+      Value inRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, step, hi);
+      Value go = arith::AndIOp::create(b, loc, inRange, g.isThread(b, loc, 0));
+      scf::IfOp::create(b, loc, go, [&](OpBuilder& tb, Location l) {
+        issueStageLoad(tb, l, s.st, indexConst(tb, l, slot), *coords);
+        scf::YieldOp::create(tb, l);
+      });
+    }
+  }
+
+  // The loop, lowered by the scf.for rule; each step starts by choosing its
+  // stage buffers and ends by releasing them.
+  auto atStepStart = [&](OpBuilder& nb, Value k) -> LogicalResult {
+    Value i = arith::SubIOp::create(nb, loc, k, lo);  // steps since the first
+    for (Stage& s : stages) {
+      Value n = indexConst(nb, loc, s.st.slots);
+      s.st.slot = arith::RemUIOp::create(nb, loc, i, n);
+      Value phase = arith::DivUIOp::create(nb, loc, i, n);
+      s.st.parity = arith::IndexCastOp::create(
+          nb, loc, nb.getI32Type(), arith::AndIOp::create(nb, loc, phase, indexConst(nb, loc, 1)));
+      g.pipelineStages[s.op] = s.st;
+    }
+    return success();
+  };
+  auto atStepEnd = [&](OpBuilder& nb, Value k) -> LogicalResult {
+    if (minOutputSlots) {
+      NVVM::FenceProxyOp::create(
+          nb, loc, NVVM::ProxyKindAttr::get(nb.getContext(), NVVM::ProxyKind::async_shared),
+          NVVM::SharedSpaceAttr::get(nb.getContext(), NVVM::SharedSpace::shared_cta));
+      if (minOutputSlots >= 2)
+        onThread0(nb, [&](OpBuilder& tb, Location l) {
+          NVVM::CpAsyncBulkWaitGroupOp::create(tb, l, tb.getI32IntegerAttr(minOutputSlots - 2),
+                                               tb.getUnitAttr());
+        });
+    }
+    gpu::BarrierOp::create(nb, loc);  // release: every thread is done with the step's buffers
+    SmallVector<std::pair<const Stage*, SmallVector<Value>>> refills;
+    for (const Stage& s : stages) {
+      if (s.st.output) continue;
+      Value next = arith::AddIOp::create(nb, loc, k, indexConst(nb, loc, s.st.slots));
+      FailureOr<SmallVector<Value>> coords = coordsAt(s, loop, next, g, nb);
+      if (failed(coords)) return failure();
+      refills.push_back({&s, *coords});
+    }
+    onThread0(nb, [&](OpBuilder& tb, Location l) {
+      for (const Stage& s : stages) {
+        if (!s.st.output) continue;
+        const StagedBlock& current = g.staged.at(BlockOp(s.op).getResult());
+        issueStageStore(tb, l, current, current.slot, current.coords);
+      }
+      if (minOutputSlots) NVVM::CpAsyncBulkCommitGroupOp::create(tb, l);
+      if (minOutputSlots == 1)
+        NVVM::CpAsyncBulkWaitGroupOp::create(tb, l, tb.getI32IntegerAttr(0), tb.getUnitAttr());
+      for (auto& [s, coords] : refills) {
+        Value next = arith::AddIOp::create(tb, l, k, indexConst(tb, l, s->st.slots));
+        Value inRange = arith::CmpIOp::create(tb, l, arith::CmpIPredicate::slt, next, hi);
+        const StagedBlock& current = g.staged.at(BlockOp(s->op).getResult());
+        scf::IfOp::create(tb, l, inRange, [&](OpBuilder& ib, Location il) {
+          issueStageLoad(ib, il, current, current.slot, coords);
+          scf::YieldOp::create(ib, il);
+        });
+      }
+    });
+    if (minOutputSlots == 1) gpu::BarrierOp::create(nb, loc);
+    return success();
+  };
+  if (failed(lowerForWith(loop, g, b, atStepStart, atStepEnd))) return failure();
+  for (const Stage& s : stages) g.pipelineStages.erase(s.op);
+
+  // Epilogue: the last stores have read their buffers; the barriers can be reused.
+  if (minOutputSlots || hasInputs)
+    onThread0(b, [&](OpBuilder& tb, Location l) {
+      if (minOutputSlots)
+        NVVM::CpAsyncBulkWaitGroupOp::create(tb, l, tb.getI32IntegerAttr(0), tb.getUnitAttr());
+      for (const Stage& s : stages)
+        if (!s.st.output) invalidateStageBarriers(tb, l, s.st);
+    });
+  return success();
+}
+
+}  // namespace mlir::pallas::gpu_lowering
