@@ -274,6 +274,51 @@ Value chunk_or(const RowOf& x, const Value& c, const Value&, bool masked, double
   return masked ? chunk_f32(x, c, 1, fill) : full_chunk_f32(x, c);
 }
 
+/// How a row path reads its chunks (a kernel instance each, see "Row paths
+/// as kernel instances"): kDirect loads them from global memory into
+/// registers; kStaged stages them in shared memory through a TMA pipeline
+/// (emit_pipeline: the next chunk's copy is in flight while this one is
+/// folded), the sm_90 instance, whose entry point falls back to the direct
+/// twin where TMA's rules do not hold (KernelSpec::direct).
+enum class ChunkSource { kDirect, kStaged };
+inline ChunkSource chunk_source(const KernelSpec& spec) {
+  return spec.direct() ? ChunkSource::kDirect : ChunkSource::kStaged;
+}
+
+/// `acc = f(c, v, acc)` over the chunks c of `seg` of a row, with v chunk c
+/// as f32 and `fill` past the row end; `inits` broadcast to `carry_shape`.
+/// kDirect: fold_segment_elements (full chunks unmasked, the partial one
+/// padded). kStaged: emit_pipeline over [1, kChunk] blocks of the row (8 TMA
+/// boxes of 256 elements each, no swizzle: each thread reads its own 16-byte
+/// runs), which arrive with TMA's zero fill past the row end; a non-zero
+/// `fill` is selected there.
+template <class F>
+std::vector<Value> fold_row_chunks(ChunkSource source, const Row& row, const Value& cols,
+                                   const Segment& seg, double fill, std::vector<double> inits, F f,
+                                   std::vector<int64_t> carry_shape = {kChunk}) {
+  if (source == ChunkSource::kDirect)
+    return fold_segment_elements(
+        seg, cols, std::move(inits),
+        [&](Value c, std::vector<Value> acc, bool masked) {
+          return f(c, chunk_or(row, c, cols, masked, fill), std::move(acc));
+        },
+        carry_shape);
+  std::vector<Value> carry;
+  for (double v : inits) carry.push_back(broadcast_to(constant(v, f32), carry_shape));
+  Value r = row.index;
+  return emit_pipeline(seg.first, seg.end,
+                       {PipelineOperand{row.array,
+                                        {squeezed, Blocked{kChunk}},
+                                        [r](const Value& c) { return at(r, c); },
+                                        InShared{.swizzle = 0}}},
+                       std::move(carry),
+                       [&](Value c, std::vector<Ref> blocks, std::vector<Value> acc) {
+                         Value v = blocks[0].load().cast(f32);
+                         if (fill != 0.0) v = select(in_row(c, cols), v, fill);
+                         return f(c, v, std::move(acc));
+                       });
+}
+
 /// The elements of one 16-byte run of dtype T: 8 of bf16 or f16, 4 of f32.
 /// The GPU's strided layout gives a run to one thread, so a reduction over
 /// each run of a chunk reshaped to [kChunk / run, run] stays in that thread.
@@ -300,20 +345,44 @@ inline DType dtype_of(const Row& x) { return x.array.dtype(); }
 /// before, and softmax's 0 / 0 is NaN as before. Half, because the
 /// approximate exp of half-precision kernels computes m * log2(e) (the FMA
 /// fold of ElementwiseRules.cpp), which must stay finite.
-template <class RowOf>
-std::vector<Value> segment_logsumexp(const RowOf& x, const Value& cols, const Segment& seg) {
+/// `chunks` folds a segment (fold_segment_elements or fold_row_chunks);
+/// segment_logsumexp below picks it.
+template <class Fold>
+std::vector<Value> segment_logsumexp_by(DType T, Fold chunks) {
   const double lowest = std::numeric_limits<float>::lowest() / 2;
-  const int64_t run = run_elements(dtype_of(x)), groups = kChunk / run;
-  std::vector<Value> ml = fold_segment_elements(
-      seg, cols, {lowest, 0.0},
-      [&](Value c, std::vector<Value> acc, bool masked) {
-        Value v = reshape(chunk_or(x, c, cols, masked, kNegInf), {groups, run});
+  const int64_t run = run_elements(T), groups = kChunk / run;
+  std::vector<Value> ml = chunks(
+      std::vector<double>{lowest, 0.0},
+      [&](Value, Value chunk, std::vector<Value> acc) {
+        Value v = reshape(chunk, {groups, run});
         Value m = maximum(acc[0], max(v, 1, /*keepdims=*/true));
         return std::vector<Value>{m, acc[1] * exp(acc[0] - m) + sum(exp(v - m), 1, true)};
       },
-      {groups, 1});
+      std::vector<int64_t>{groups, 1});
   Value m = max(ml[0]);
   return {m, sum(ml[1] * exp(ml[0] - m))};
+}
+
+template <class RowOf>
+std::vector<Value> segment_logsumexp(const RowOf& x, const Value& cols, const Segment& seg) {
+  return segment_logsumexp_by(
+      dtype_of(x), [&](std::vector<double> inits, auto f, std::vector<int64_t> shape) {
+        return fold_segment_elements(
+            seg, cols, std::move(inits),
+            [&](Value c, std::vector<Value> acc, bool masked) {
+              return f(c, chunk_or(x, c, cols, masked, kNegInf), std::move(acc));
+            },
+            shape);
+      });
+}
+
+/// The same over a row's chunks read from `source` (fold_row_chunks).
+inline std::vector<Value> segment_logsumexp(ChunkSource source, const Row& x, const Value& cols,
+                                            const Segment& seg) {
+  return segment_logsumexp_by(
+      dtype_of(x), [&](std::vector<double> inits, auto f, std::vector<int64_t> shape) {
+        return fold_row_chunks(source, x, cols, seg, kNegInf, std::move(inits), f, shape);
+      });
 }
 
 /// Writes this program's partials (one value per workspace, at r * P + s) and

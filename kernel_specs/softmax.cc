@@ -105,10 +105,12 @@ namespace {
 /// [rows, cols] x -> [rows] out on a (cdiv(rows, R), P) grid (see rows.h),
 /// with one f32 partial per program; returns the semaphores the body arrives at.
 /// Three kernel instances (KernelSpec::variant): tiles of 16 or 4 short rows,
-/// or rows (a row's segments over P programs).
+/// or rows (a row's segments over P programs), whose chunks a TMA pipeline
+/// stages in shared memory on sm_90 (fold_row_chunks; its direct twin elsewhere).
 struct RowReduction {
   Semaphores arrived;
-  int path;  // kTile16, kTile4, or kRow2048 standing for every row path
+  int path;            // kTile16, kTile4, or kRow2048 standing for every row path
+  ChunkSource source;  // how the rows path reads its chunks
 };
 RowReduction declare_row_reduction(KernelSpec& spec, DType T) {
   DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
@@ -129,7 +131,7 @@ RowReduction declare_row_reduction(KernelSpec& spec, DType T) {
     spec.grid(row_path_grid(path, rows, cols));
   spec.block(x, {full, full}, all_rows);
   spec.block(out, {full}, whole);
-  return {arrived, path};
+  return {arrived, path, chunk_source(spec)};
 }
 
 enum class Reduction { kSum, kMax };
@@ -152,11 +154,10 @@ void row_reduction(Reduction kind, const RowReduction& decl, Ref x, Ref out, Ref
   auto row = [&](Value r) {
     Row in{x, r};
     // Elements past the row end of the last, partial chunk read as the identity.
-    Value parts = fold_segment_elements(segment_of_row(cols), cols, {identity},
-                                        [&](Value c, std::vector<Value> acc, bool masked) {
-                                          Value v = chunk_or(in, c, cols, masked, identity);
-                                          return std::vector<Value>{combine(acc[0], v)};
-                                        })[0];
+    Value parts = fold_row_chunks(decl.source, in, cols, segment_of_row(cols), identity, {identity},
+                                  [&](Value, Value v, std::vector<Value> acc) {
+                                    return std::vector<Value>{combine(acc[0], v)};
+                                  })[0];
     Value part = is_sum ? sum(parts) : max(parts);
     when(publish_partials(arrived, {{partials, part}}), [&] {
       Value total = fold_partials({identity}, [&](Value s, std::vector<Value> acc) {

@@ -24,6 +24,7 @@ namespace {
 constexpr int kRecordInts = 8;
 
 const char* kernel_name(const KernelImage& image) {
+  if (image.metadata && image.metadata->entry) return image.metadata->entry;
   return image.metadata && image.metadata->name ? image.metadata->name : image.symbol;
 }
 

@@ -245,22 +245,22 @@ TEST(Metadata, EveryKernelHasSpillFreeCubinsForBothTargets) {
       &kernels::log_softmax_bf16_split_metadata(),
       &kernels::row_sum_f32_tile16_metadata(),
       &kernels::row_sum_f32_tile4_metadata(),
-      &kernels::row_sum_f32_rows_metadata(),
+      &kernels::row_sum_f32_rows_direct_metadata(),
       &kernels::row_sum_f16_tile16_metadata(),
       &kernels::row_sum_f16_tile4_metadata(),
-      &kernels::row_sum_f16_rows_metadata(),
+      &kernels::row_sum_f16_rows_direct_metadata(),
       &kernels::row_sum_bf16_tile16_metadata(),
       &kernels::row_sum_bf16_tile4_metadata(),
-      &kernels::row_sum_bf16_rows_metadata(),
+      &kernels::row_sum_bf16_rows_direct_metadata(),
       &kernels::row_max_f32_tile16_metadata(),
       &kernels::row_max_f32_tile4_metadata(),
-      &kernels::row_max_f32_rows_metadata(),
+      &kernels::row_max_f32_rows_direct_metadata(),
       &kernels::row_max_f16_tile16_metadata(),
       &kernels::row_max_f16_tile4_metadata(),
-      &kernels::row_max_f16_rows_metadata(),
+      &kernels::row_max_f16_rows_direct_metadata(),
       &kernels::row_max_bf16_tile16_metadata(),
       &kernels::row_max_bf16_tile4_metadata(),
-      &kernels::row_max_bf16_rows_metadata(),
+      &kernels::row_max_bf16_rows_direct_metadata(),
       &kernels::sum_all_f32_metadata(),
       &kernels::sum_all_f16_metadata(),
       &kernels::sum_all_bf16_metadata(),
@@ -292,6 +292,30 @@ TEST(Metadata, EveryKernelHasSpillFreeCubinsForBothTargets) {
       EXPECT_GT(t.cubin_bytes, 1000u) << t.arch;
     }
   }
+  // The TMA instances (blocks staged in shared memory, pipelines) exist for
+  // sm_90a only; their `_direct` twins (above) serve both targets.
+  const KernelMetadata* staged[] = {
+      &kernels::row_sum_f32_rows_metadata(),   &kernels::row_sum_f16_rows_metadata(),
+      &kernels::row_sum_bf16_rows_metadata(),  &kernels::row_max_f32_rows_metadata(),
+      &kernels::row_max_f16_rows_metadata(),   &kernels::row_max_bf16_rows_metadata(),
+      &kernels::cross_entropy_f32_metadata(),  &kernels::cross_entropy_f16_metadata(),
+      &kernels::cross_entropy_bf16_metadata(), &kernels::transpose_f32_metadata(),
+      &kernels::transpose_f16_metadata(),      &kernels::transpose_bf16_metadata(),
+      &kernels::transpose_i32_metadata(),
+  };
+  for (const KernelMetadata* m : staged) {
+    SCOPED_TRACE(m->name);
+    ASSERT_EQ(m->targets.size(), 1u);
+    EXPECT_STREQ(m->targets[0].arch, "sm_90a");
+    EXPECT_GT(m->targets[0].registers, 0);
+    EXPECT_LE(m->targets[0].registers, 96);
+    EXPECT_EQ(m->targets[0].spill_stores, 0);
+    EXPECT_EQ(m->targets[0].spill_loads, 0);
+  }
+  // Messages name what the user called, not the instance.
+  EXPECT_STREQ(kernels::row_sum_f32_rows_metadata().entry, "row_sum_f32");
+  EXPECT_STREQ(kernels::row_sum_f32_rows_direct_metadata().entry, "row_sum_f32");
+  EXPECT_STREQ(kernels::cross_entropy_bf16_direct_metadata().entry, "cross_entropy_bf16");
   EXPECT_STREQ(kernels::bias_gelu_bf16_metadata().grid, "[cdiv(rows, 8), cdiv(cols, 256)]");
   EXPECT_EQ(kernels::axpy_f32_metadata().operands[2].role, OperandRole::kInOut);
   EXPECT_EQ(kernels::bias_gelu_f16_metadata().operands[1].block_shape[0], 256);

@@ -50,6 +50,9 @@ struct KernelMetadata {
   // What each run-time check of the kernel (spec.check) reports, "{0}".."{2}" standing for
   // the values the failing program recorded: "operand 'labels' element {0} is {1}, ...".
   std::span<const char* const> checks = {};
+  // What the user called, named in messages: "softmax_f32" for the instances
+  // "softmax_f32_tile16" (a variant) and "transpose_f32_direct" (a TMA kernel's twin).
+  const char* entry = nullptr;
 };
 
 }  // namespace pallas

@@ -195,7 +195,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   os << "constexpr pallas::KernelMetadata " << name << "_metadata_value = {\"" << name << "\", \""
      << spec.op() << "\", \"" << gridText(spec) << "\", " << spec.threads() << ", " << name
      << "_operands, " << targets << ", std::span<const char* const>(" << name << "_checks, "
-     << spec.check_messages().size() << ")};\n\n";
+     << spec.check_messages().size() << "), \"" << spec.entry_name() << "\"};\n\n";
   if (!inst.gpu.empty()) os << "constexpr pallas::detail::Cubin " << name << "_cubins[] = {\n";
   for (const GpuBinary& bin : inst.gpu)
     os << "    {" << bin.sm << ", " << (bin.arch_specific ? "true" : "false") << ", " << name << "_"
