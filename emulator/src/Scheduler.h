@@ -30,6 +30,14 @@ struct Thread {
   int barrier_id = -1;
   uint64_t wait_generation = 0;  // of the barrier or collective waited on
   std::string spin_on;           // what a spinning thread waits for (mbarrier waits)
+  /// Per mbarrier (by shared offset): how many of its phases this thread has
+  /// seen complete (mbarrier.try_wait.parity); it may read what copies
+  /// completing those phases wrote (tma.cc).
+  std::map<int64_t, uint32_t> phases_seen;
+  /// Bulk async-groups (TMA stores): groups committed, and groups known
+  /// complete (cp.async.bulk.wait_group.read); a store belongs to group
+  /// `bulk_committed` until the next commit.
+  uint64_t bulk_committed = 0, bulk_completed = 0;
 };
 
 /// One bar.sync id of a CTA.
@@ -69,6 +77,15 @@ struct ShadowByte {
   int32_t reader = kNobody;
   uint32_t write_epoch = 0;
   uint32_t read_epoch = 0;
+  /// Written by a TMA load completing phase `copy_phase` of the mbarrier at
+  /// shared offset `copy_barrier` (-1: not): a thread reads it only once it
+  /// has waited for that phase.
+  int64_t copy_barrier = -1;
+  uint32_t copy_phase = 0;
+  /// Read by a TMA store of thread `store_thread` in its bulk group
+  /// `store_group` (kNobody: not): nothing writes it until that group is waited for.
+  int32_t store_thread = kNobody;
+  uint64_t store_group = 0;
 };
 
 struct Cta {
@@ -88,8 +105,6 @@ struct Cta {
   std::vector<Collective> warps;
   /// mbarrier objects, by shared offset (tma.cc).
   std::map<int64_t, MBarrier> mbarriers;
-  /// Bulk async-groups (TMA stores) each thread committed and not yet waited for.
-  std::vector<int> bulk_groups;
   uint32_t epoch = 1;  // advanced by every barrier of all the CTA's threads
 };
 
@@ -108,6 +123,11 @@ LaunchState& current();
 
 /// "block (1, 0, 0), thread (17, 0, 0)"
 std::string where(const Cta& cta, const Thread& thread);
+/// "thread (17, 0, 0)"
+std::string thread_name(const Cta& cta, int32_t linear);
+/// Fails when byte `offset` of shared memory is still read by a TMA store
+/// whose bulk group was not waited for; `writer` names what writes it.
+void check_store_done(const Cta& cta, int64_t offset, const std::string& writer);
 
 /// Records `message` (the first failure wins) for the running thread and
 /// stops it: it is never resumed, and the launch ends.

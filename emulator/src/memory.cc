@@ -19,12 +19,6 @@ std::string hex(uintptr_t v) {
   return buf;
 }
 
-std::string thread_name(const Cta& cta, int32_t linear) {
-  const Thread& t = cta.threads[static_cast<size_t>(linear)];
-  return "thread (" + std::to_string(t.x) + ", " + std::to_string(t.y) + ", " +
-         std::to_string(t.z) + ")";
-}
-
 [[noreturn]] void out_of_bounds(uintptr_t a, int64_t bytes, int32_t flags) {
   const LaunchState& s = current();
   std::string what = std::string(flags & kAccessAtomic  ? "atomic"
@@ -53,10 +47,28 @@ std::string thread_name(const Cta& cta, int32_t linear) {
        " bytes past the end of " + range);
 }
 
+/// A load of byte `i`, which a TMA load wrote: the thread must have waited
+/// for the mbarrier phase that copy completes.
+void check_copy_seen(const Thread& t, int64_t i, const ShadowByte& sh) {
+  auto seen = t.phases_seen.find(sh.copy_barrier);
+  if (seen != t.phases_seen.end() && seen->second > sh.copy_phase) return;
+  fail("a load of shared offset " + std::to_string(i) +
+       " before its TMA copy completed: the copy completes phase " + std::to_string(sh.copy_phase) +
+       " of the mbarrier at shared offset " + std::to_string(sh.copy_barrier) +
+       ", which this thread has not waited for (mbarrier.try_wait.parity); it may read the "
+       "stage's previous contents");
+}
+
 void check_race(Cta& cta, const Thread& t, int64_t offset, int64_t bytes, bool store) {
   const int32_t me = t.linear;
   for (int64_t i = offset; i < offset + bytes; ++i) {
     ShadowByte& sh = cta.shadow[static_cast<size_t>(i)];
+    if (store) {
+      check_store_done(cta, i, "a store by this thread");
+      sh.copy_barrier = -1;  // the thread's own data now
+    } else if (sh.copy_barrier >= 0) {
+      check_copy_seen(t, i, sh);
+    }
     auto race = [&](int32_t other, const char* what) {
       fail("shared-memory race at shared offset " + std::to_string(i) + ": " +
            std::string(store ? "a store" : "a load") + " by this thread and " + what + " by " +
@@ -78,6 +90,28 @@ void check_race(Cta& cta, const Thread& t, int64_t offset, int64_t bytes, bool s
 }
 
 }  // namespace
+
+namespace pallas::emulator::detail {
+
+std::string thread_name(const Cta& cta, int32_t linear) {
+  const Thread& t = cta.threads[static_cast<size_t>(linear)];
+  return "thread (" + std::to_string(t.x) + ", " + std::to_string(t.y) + ", " +
+         std::to_string(t.z) + ")";
+}
+
+void check_store_done(const Cta& cta, int64_t offset, const std::string& writer) {
+  const ShadowByte& sh = cta.shadow[static_cast<size_t>(offset)];
+  if (sh.store_thread == ShadowByte::kNobody) return;
+  const Thread& issuer = cta.threads[static_cast<size_t>(sh.store_thread)];
+  if (issuer.bulk_completed > sh.store_group) return;
+  fail(writer + " overwrites shared offset " + std::to_string(offset) +
+       " while a TMA store still reads it (bulk group " + std::to_string(sh.store_group) + " of " +
+       thread_name(cta, sh.store_thread) +
+       ", not yet waited for): wait for the store (cp.async.bulk.wait_group.read, Pallas' "
+       "wait_smem_to_gmem) before writing the stage again");
+}
+
+}  // namespace pallas::emulator::detail
 
 extern "C" void pallas_emu_access(const void* address, int64_t bytes, int64_t align,
                                   int32_t flags) {

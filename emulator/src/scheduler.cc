@@ -216,7 +216,6 @@ bool launch(const LaunchConfig& config, std::string& error) {
       auto raw = reinterpret_cast<uintptr_t>(cta->storage.data());
       cta->shared = reinterpret_cast<std::byte*>((raw + Cta::kSharedAlign - 1) / Cta::kSharedAlign *
                                                  Cta::kSharedAlign);
-      cta->bulk_groups.assign(static_cast<size_t>(threads), 0);
       cta->shadow.assign(static_cast<size_t>(config.shared_bytes), ShadowByte{});
       cta->warps.resize(static_cast<size_t>((threads + 31) / 32));
       cta->threads.resize(static_cast<size_t>(threads));

@@ -9,6 +9,16 @@
 // by expect-tx match the bytes copied. A wait on a phase that can never
 // complete is a deadlock naming the barrier and what it still expects.
 //
+// What a real copy's asynchrony allows is tracked per shared byte (the
+// shadow, Scheduler.h), so that a program relying on the eager copies fails:
+//   - a byte a TMA load wrote is read only by a thread that waited for the
+//     mbarrier phase the copy completes (else it could see the old stage);
+//   - a TMA load overwrites only bytes no other thread touched since the last
+//     barrier (the consumers released the stage);
+//   - a byte a TMA store reads is written (by a thread or a TMA load) only
+//     after the storing thread waited for the store's bulk group
+//     (cp.async.bulk.wait_group.read).
+//
 // The swizzle is TMA's: the 16-byte piece p of 128-byte line l of the
 // box (row-major, densely packed) is stored at piece p ^ (l % (S / 16)) for a
 // swizzle of S bytes (see StagingRules.cpp for a worked example).
@@ -17,6 +27,7 @@
 
 #include "pallas/emulator/abi.h"
 
+#include <algorithm>
 #include <cstring>
 
 using namespace pallas::emulator;
@@ -137,6 +148,7 @@ extern "C" void pallas_emu_mbarrier_init(void* barrier, int32_t count) {
     fail("mbarrier.init of " + barrier_name(offset) +
          ", which is still initialised (mbarrier.inval it before initialising it again)");
   cta.mbarriers[offset] = MBarrier{count, count, 0, 0};
+  for (Thread& t : cta.threads) t.phases_seen.erase(offset);  // a new barrier's phases
 }
 
 extern "C" void pallas_emu_mbarrier_inval(void* barrier) {
@@ -163,7 +175,14 @@ extern "C" void pallas_emu_mbarrier_wait_parity(void* barrier, int32_t parity) {
   for (;;) {
     const MBarrier& bar = barrier_at(cta, barrier, "mbarrier.try_wait.parity");
     // The phase of parity `parity` has completed when the current one differs.
-    if ((bar.phase & 1u) != static_cast<uint32_t>(parity & 1)) break;
+    if ((bar.phase & 1u) != static_cast<uint32_t>(parity & 1)) {
+      // The latest completed phase of this parity, and every one before it.
+      const uint32_t completed =
+          (bar.phase - 1) % 2 == static_cast<uint32_t>(parity & 1) ? bar.phase : bar.phase - 1;
+      uint32_t& seen = current().thread->phases_seen[offset];
+      seen = std::max(seen, completed);
+      break;
+    }
     current().thread->spin_on = barrier_name(offset) + " (phase " + std::to_string(bar.phase) +
                                 ": " + std::to_string(bar.pending) + " of " +
                                 std::to_string(bar.expected) + " arrivals and " +
@@ -183,7 +202,29 @@ extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* bar
   auto* smem = static_cast<std::byte*>(dst);
   const int64_t eb = map.element_bytes;
   const int64_t base_offset = shared_offset(cta, dst, "TMA load destination", 0);
+  const int64_t barrier_offset = shared_offset(cta, barrier, "mbarrier", 8);
+  const int32_t me = current().thread->linear;
   for_each_run(map, coords, [&](int64_t o, const std::byte* src) {
+    // The stage's consumers released it: no other thread touched these bytes
+    // since the last barrier, and no TMA store still reads them.
+    for (int64_t k = 0; k < eb; ++k) {
+      const int64_t at = base_offset + swizzle(o, map.swizzle) + k;
+      const ShadowByte& sh = cta.shadow[static_cast<size_t>(at)];
+      const bool read =
+          sh.read_epoch == cta.epoch && sh.reader != me && sh.reader != ShadowByte::kNobody;
+      const bool written =
+          sh.write_epoch == cta.epoch && sh.writer != me && sh.writer != ShadowByte::kNobody;
+      if (read || written)
+        fail("a TMA load of operand '" + std::string(map.name) + "' overwrites shared offset " +
+             std::to_string(at) + ", which " +
+             (read ? (sh.reader == ShadowByte::kSeveral ? std::string("several threads")
+                                                        : thread_name(cta, sh.reader)) +
+                         " read"
+                   : thread_name(cta, sh.writer) + " wrote") +
+             " since the last barrier: the producer reuses a stage before its consumers "
+             "released it (a barrier after their last access)");
+      check_store_done(cta, at, "a TMA load of operand '" + std::string(map.name) + "'");
+    }
     std::byte* to = smem + swizzle(o, map.swizzle);
     if (src) {
       pallas_emu_access(src, eb, 1, kAccessLoad);  // inside a buffer of the launch
@@ -191,9 +232,14 @@ extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* bar
     } else {
       std::memset(to, 0, static_cast<size_t>(eb));  // outside the array: zero fill
     }
-    // The async proxy wrote these bytes: no thread owns them in this epoch.
-    for (int64_t k = 0; k < eb; ++k)
-      cta.shadow[static_cast<size_t>(base_offset + swizzle(o, map.swizzle) + k)] = ShadowByte{};
+    // The async proxy wrote these bytes: no thread owns them in this epoch, and
+    // a thread reads them once it has seen the phase this copy completes.
+    for (int64_t k = 0; k < eb; ++k) {
+      ShadowByte& sh = cta.shadow[static_cast<size_t>(base_offset + swizzle(o, map.swizzle) + k)];
+      sh = ShadowByte{};
+      sh.copy_barrier = barrier_offset;
+      sh.copy_phase = bar.phase;
+    }
   });
   bar.tx -= box_bytes(map);
   maybe_complete(cta, shared_offset(cta, barrier, "mbarrier", 8), bar);
@@ -207,21 +253,31 @@ extern "C" void pallas_emu_tma_store(const void* descriptor, const void* src, in
   const int32_t coords[5] = {c0, c1, c2, c3, c4};
   const auto* smem = static_cast<const std::byte*>(src);
   const int64_t eb = map.element_bytes;
+  const int64_t base_offset = shared_offset(cta, src, "TMA store source", 0);
+  Thread& me = *current().thread;
   for_each_run(map, coords, [&](int64_t o, const std::byte* dst) {
+    // The store reads its source until its bulk group is waited for (an
+    // uncommitted copy belongs to the thread's next group), even where it clips.
+    for (int64_t k = 0; k < eb; ++k) {
+      ShadowByte& sh = cta.shadow[static_cast<size_t>(base_offset + swizzle(o, map.swizzle) + k)];
+      sh.store_thread = me.linear;
+      sh.store_group = me.bulk_committed;
+    }
     if (!dst) return;  // outside the array: clipped
     pallas_emu_access(dst, eb, 1, kAccessStore);
     std::memcpy(const_cast<std::byte*>(dst), smem + swizzle(o, map.swizzle),
                 static_cast<size_t>(eb));
   });
-  // An uncommitted copy belongs to the thread's next bulk group.
-  ++cta.bulk_groups[static_cast<size_t>(current().thread->linear)];
 }
 
-extern "C" void pallas_emu_bulk_commit(void) {}
+extern "C" void pallas_emu_bulk_commit(void) { ++current().thread->bulk_committed; }
 
 extern "C" void pallas_emu_bulk_wait(int32_t pending, int32_t read_only) {
-  (void)read_only;
-  // Copies complete when issued: every group is done, whatever `pending` allows.
+  (void)read_only;  // the emulator's stores write global memory when issued
   if (pending < 0) fail("cp.async.bulk.wait_group with a negative count");
-  current().cta->bulk_groups[static_cast<size_t>(current().thread->linear)] = 0;
+  // Every committed group but the newest `pending` is complete.
+  Thread& t = *current().thread;
+  const auto keep = static_cast<uint64_t>(pending);
+  if (t.bulk_committed > keep)
+    t.bulk_completed = std::max(t.bulk_completed, t.bulk_committed - keep);
 }

@@ -2,6 +2,7 @@
 // each is reported exactly, naming kernel, block, thread and address; the
 // correct twins run clean and give the same results under any schedule seed.
 
+#include "pallas/emulator/abi.h"
 #include "pallas/emulator/simt.h"
 
 #include <gmock/gmock.h>
@@ -29,6 +30,10 @@ PLANTED(cross_cta_flag)
 PLANTED(misaligned_vector)
 PLANTED(mbarrier_never_completes)
 PLANTED(mbarrier_completes)
+PLANTED(tma_read_before_wait)
+PLANTED(tma_expect_tx)
+PLANTED(tma_stage_reuse)
+PLANTED(tma_store_then_overwrite)
 #undef PLANTED
 }
 
@@ -203,6 +208,135 @@ TEST(EmulatorChecks, MBarrierPhaseCompletesForEveryWaiter) {
               "")
         << "seed " << seed;
     EXPECT_EQ(std::accumulate(out.begin(), out.end(), 0.0f), 128.0f);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Asynchronous copies: the planted TMA kernels over a 256-element f32 array
+//===----------------------------------------------------------------------===//
+
+/// An EmuTensorMap over `v` (256 floats), one box of all of it.
+EmuTensorMap tensor_map(std::vector<float>& v, const char* name) {
+  EmuTensorMap map{};
+  map.magic = kEmuTensorMapMagic;
+  map.rank = 1;
+  map.element_bytes = 4;
+  map.base = v.data();
+  map.dims[0] = static_cast<uint32_t>(v.size());
+  map.box[0] = 256;
+  map.name = name;
+  return map;
+}
+
+/// Runs a planted TMA kernel: (out, descriptor over `array`[, scalar]).
+template <class Scalar = std::nullptr_t>
+std::string run_tma(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
+                    std::vector<float>& out, std::vector<float>& array, Scalar scalar = nullptr,
+                    uint64_t seed = 0) {
+  EmuTensorMap map = tensor_map(array, "x");
+  const void* descriptor = &map;
+  Descriptor d(out);
+  std::vector<void*> args;
+  d.append(args);
+  args.push_back(&descriptor);
+  if constexpr (!std::is_same_v<Scalar, std::nullptr_t>) args.push_back(&scalar);
+  LaunchConfig config;
+  config.kernel = kernel;
+  config.entry = entry;
+  config.args = args.data();
+  config.grid = {1, 1, 1};
+  config.block = {128, 1, 1};
+  config.shared_bytes = shared_bytes;
+  std::vector<Buffer> buffers{buffer("out", out)};
+  if (array.data() != out.data()) buffers.push_back(buffer("x", array));
+  config.buffers = buffers;
+  config.options.schedule_seed = seed;
+  std::string error;
+  if (launch(config, error)) return "";
+  return error.empty() ? "<failed without a message>" : error;
+}
+
+std::vector<float> iota_floats(size_t n) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), 1.0f);
+  return v;
+}
+
+TEST(EmulatorChecks, ReadingAStageBeforeItsCopyCompleted) {
+  std::vector<float> out(128), x = iota_floats(256);
+  std::string error = run_tma("tma_read_before_wait", pallas_emu_tma_read_before_wait,
+                              pallas_emu_tma_read_before_wait_shared_bytes, out, x);
+  EXPECT_THAT(error, HasSubstr(": a load of shared offset "));
+  EXPECT_THAT(error, HasSubstr("before its TMA copy completed: the copy completes phase 0 of the "
+                               "mbarrier at shared offset "));
+  EXPECT_THAT(error, HasSubstr("which this thread has not waited for"));
+}
+
+TEST(EmulatorChecks, ExpectTxMatchingTheCopyCompletesThePhase) {
+  for (uint64_t seed : {0, 1, 2}) {
+    std::vector<float> out(128, 0.0f), x = iota_floats(256);
+    EXPECT_EQ(run_tma("tma_expect_tx", pallas_emu_tma_expect_tx,
+                      pallas_emu_tma_expect_tx_shared_bytes, out, x, int32_t{1024}, seed),
+              "")
+        << "seed " << seed;
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], x[i]) << "element " << i;
+  }
+}
+
+TEST(EmulatorChecks, ExpectTxFewerBytesThanTheCopy) {
+  std::vector<float> out(128), x = iota_floats(256);
+  std::string error = run_tma("tma_expect_tx", pallas_emu_tma_expect_tx,
+                              pallas_emu_tma_expect_tx_shared_bytes, out, x, int32_t{512});
+  EXPECT_THAT(error, HasSubstr("received 512 more bytes of copies than its expect-tx announced "
+                               "in phase 0"));
+}
+
+TEST(EmulatorChecks, ExpectTxMoreBytesThanTheCopyDeadlocks) {
+  std::vector<float> out(128), x = iota_floats(256);
+  std::string error = run_tma("tma_expect_tx", pallas_emu_tma_expect_tx,
+                              pallas_emu_tma_expect_tx_shared_bytes, out, x, int32_t{2048});
+  EXPECT_THAT(error, HasSubstr("deadlock, no thread can make progress"));
+  EXPECT_THAT(error, HasSubstr("(phase 0: 0 of 1 arrivals and 1024 bytes of copies outstanding)"));
+}
+
+TEST(EmulatorChecks, ProducerReusingAStageBeforeItsConsumersReleasedIt) {
+  std::vector<float> out(128), x = iota_floats(256);
+  std::string error = run_tma("tma_stage_reuse", pallas_emu_tma_stage_reuse,
+                              pallas_emu_tma_stage_reuse_shared_bytes, out, x, false);
+  EXPECT_THAT(error, HasSubstr("thread (0, 0, 0): a TMA load of operand 'x' overwrites shared "
+                               "offset "));
+  EXPECT_THAT(error, HasSubstr("since the last barrier: the producer reuses a stage before its "
+                               "consumers released it"));
+}
+
+TEST(EmulatorChecks, StageReleasedByABarrierIsRefilledSafely) {
+  for (uint64_t seed : {0, 1, 2}) {
+    std::vector<float> out(128, 0.0f), x = iota_floats(256);
+    EXPECT_EQ(run_tma("tma_stage_reuse", pallas_emu_tma_stage_reuse,
+                      pallas_emu_tma_stage_reuse_shared_bytes, out, x, true, seed),
+              "")
+        << "seed " << seed;
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 2 * x[i]) << "element " << i;
+  }
+}
+
+TEST(EmulatorChecks, StageOverwrittenWhileATmaStoreReadsIt) {
+  std::vector<float> out(256, -1.0f);
+  std::string error = run_tma("tma_store_then_overwrite", pallas_emu_tma_store_then_overwrite,
+                              pallas_emu_tma_store_then_overwrite_shared_bytes, out, out, false);
+  EXPECT_THAT(error, HasSubstr("a store by this thread overwrites shared offset "));
+  EXPECT_THAT(error, HasSubstr("while a TMA store still reads it (bulk group 0 of thread (0, 0, "
+                               "0), not yet waited for)"));
+}
+
+TEST(EmulatorChecks, StageWrittenAgainAfterWaitingForTheStore) {
+  for (uint64_t seed : {0, 1, 2}) {
+    std::vector<float> out(256, -1.0f);
+    EXPECT_EQ(run_tma("tma_store_then_overwrite", pallas_emu_tma_store_then_overwrite,
+                      pallas_emu_tma_store_then_overwrite_shared_bytes, out, out, true, seed),
+              "")
+        << "seed " << seed;
+    for (size_t i = 0; i < 256; ++i) ASSERT_EQ(out[i], float(i % 128)) << "element " << i;
   }
 }
 

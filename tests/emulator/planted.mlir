@@ -276,5 +276,144 @@ module attributes {gpu.container_module} {
       memref.store %one, %out[%tid] : memref<?xf32>
       gpu.return
     }
+      // --- Asynchronous copies (TMA): the checks of emulator/src/tma.cc -------
+    // %desc is an EmuTensorMap over a 1-D f32 array of 256 elements, box 256
+    // (1024 bytes); %buf is its 128-aligned stage buffer.
+
+    // Thread 0 issues the copy and every thread reads the stage without
+    // waiting for the mbarrier phase the copy completes: it could see the
+    // stage's old contents.
+    gpu.func @tma_read_before_wait(%out: memref<?xf32>, %desc: !llvm.ptr) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}, %buf: memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 128 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %is0 = arith.cmpi eq, %tid, %c0 : index
+      %bi = memref.extract_aligned_pointer_as_index %bar : memref<1xi64, #gpu.address_space<workgroup>> -> index
+      %b64 = arith.index_cast %bi : index to i64
+      %p = llvm.inttoptr %b64 : i64 to !llvm.ptr<3>
+      %si = memref.extract_aligned_pointer_as_index %buf : memref<256xf32, #gpu.address_space<workgroup>> -> index
+      %s64 = arith.index_cast %si : index to i64
+      %s3 = llvm.inttoptr %s64 : i64 to !llvm.ptr<3>
+      %dst = llvm.addrspacecast %s3 : !llvm.ptr<3> to !llvm.ptr<7>
+      %one = arith.constant 1 : i32
+      %bytes = arith.constant 1024 : i32
+      %origin = arith.constant 0 : i32
+      scf.if %is0 {
+        nvvm.mbarrier.init %p, %one : !llvm.ptr<3>, i32
+        nvvm.mbarrier.arrive.expect_tx %p, %bytes : !llvm.ptr<3>, i32
+        nvvm.cp.async.bulk.tensor.shared.cluster.global %dst, %desc, %p, box[%origin] : !llvm.ptr<7>, !llvm.ptr
+      }
+      gpu.barrier
+      %v = memref.load %buf[%tid] : memref<256xf32, #gpu.address_space<workgroup>>
+      memref.store %v, %out[%tid] : memref<?xf32>
+      gpu.return
+    }
+
+    // The twin, and the expect-tx pair: thread 0 announces %expect bytes
+    // (1024 is right; 512 is fewer than the copy brings, 2048 more than it
+    // brings, so the phase never completes), every thread waits for phase 0
+    // and reads its element.
+    gpu.func @tma_expect_tx(%out: memref<?xf32>, %desc: !llvm.ptr, %expect: i32) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}, %buf: memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 128 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %is0 = arith.cmpi eq, %tid, %c0 : index
+      %bi = memref.extract_aligned_pointer_as_index %bar : memref<1xi64, #gpu.address_space<workgroup>> -> index
+      %b64 = arith.index_cast %bi : index to i64
+      %p = llvm.inttoptr %b64 : i64 to !llvm.ptr<3>
+      %si = memref.extract_aligned_pointer_as_index %buf : memref<256xf32, #gpu.address_space<workgroup>> -> index
+      %s64 = arith.index_cast %si : index to i64
+      %s3 = llvm.inttoptr %s64 : i64 to !llvm.ptr<3>
+      %dst = llvm.addrspacecast %s3 : !llvm.ptr<3> to !llvm.ptr<7>
+      %one = arith.constant 1 : i32
+      %origin = arith.constant 0 : i32
+      %ticks = arith.constant 1000 : i32
+      scf.if %is0 {
+        nvvm.mbarrier.init %p, %one : !llvm.ptr<3>, i32
+      }
+      gpu.barrier
+      scf.if %is0 {
+        nvvm.mbarrier.arrive.expect_tx %p, %expect : !llvm.ptr<3>, i32
+        nvvm.cp.async.bulk.tensor.shared.cluster.global %dst, %desc, %p, box[%origin] : !llvm.ptr<7>, !llvm.ptr
+      }
+      nvvm.mbarrier.try_wait.parity %p, %origin, %ticks : !llvm.ptr<3>, i32, i32
+      %v = memref.load %buf[%tid] : memref<256xf32, #gpu.address_space<workgroup>>
+      memref.store %v, %out[%tid] : memref<?xf32>
+      gpu.return
+    }
+
+    // One stage used twice: thread 0 (the producer) fills it, every thread
+    // waits for phase 0 and reads its element; the producer refills it (phase
+    // 1) and every thread reads again. With %release the threads pass a
+    // barrier before the refill (they released the stage); without it the
+    // refill overwrites elements other threads have just read.
+    gpu.func @tma_stage_reuse(%out: memref<?xf32>, %desc: !llvm.ptr, %release: i1) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}, %buf: memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 128 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %producer = arith.cmpi eq, %tid, %c0 : index
+      %bi = memref.extract_aligned_pointer_as_index %bar : memref<1xi64, #gpu.address_space<workgroup>> -> index
+      %b64 = arith.index_cast %bi : index to i64
+      %p = llvm.inttoptr %b64 : i64 to !llvm.ptr<3>
+      %si = memref.extract_aligned_pointer_as_index %buf : memref<256xf32, #gpu.address_space<workgroup>> -> index
+      %s64 = arith.index_cast %si : index to i64
+      %s3 = llvm.inttoptr %s64 : i64 to !llvm.ptr<3>
+      %dst = llvm.addrspacecast %s3 : !llvm.ptr<3> to !llvm.ptr<7>
+      %one = arith.constant 1 : i32
+      %bytes = arith.constant 1024 : i32
+      %zero = arith.constant 0 : i32
+      %ticks = arith.constant 1000 : i32
+      scf.if %producer {
+        nvvm.mbarrier.init %p, %one : !llvm.ptr<3>, i32
+        nvvm.mbarrier.arrive.expect_tx %p, %bytes : !llvm.ptr<3>, i32
+        nvvm.cp.async.bulk.tensor.shared.cluster.global %dst, %desc, %p, box[%zero] : !llvm.ptr<7>, !llvm.ptr
+      }
+      gpu.barrier
+      nvvm.mbarrier.try_wait.parity %p, %zero, %ticks : !llvm.ptr<3>, i32, i32
+      %v0 = memref.load %buf[%tid] : memref<256xf32, #gpu.address_space<workgroup>>
+      scf.if %release {
+        gpu.barrier
+      }
+      scf.if %producer {
+        nvvm.mbarrier.arrive.expect_tx %p, %bytes : !llvm.ptr<3>, i32
+        nvvm.cp.async.bulk.tensor.shared.cluster.global %dst, %desc, %p, box[%zero] : !llvm.ptr<7>, !llvm.ptr
+      }
+      nvvm.mbarrier.try_wait.parity %p, %one, %ticks : !llvm.ptr<3>, i32, i32
+      %v1 = memref.load %buf[%tid] : memref<256xf32, #gpu.address_space<workgroup>>
+      %sum = arith.addf %v0, %v1 : f32
+      memref.store %sum, %out[%tid] : memref<?xf32>
+      gpu.return
+    }
+
+    // Every thread writes two elements of the stage; thread 0 stores it to
+    // %desc's array with TMA; then every thread writes the stage again. With
+    // %wait thread 0 waits for the store's bulk group (wait_smem_to_gmem)
+    // before the barrier; without it the stage is overwritten while the
+    // store may still read it.
+    gpu.func @tma_store_then_overwrite(%out: memref<?xf32>, %desc: !llvm.ptr, %wait: i1) workgroup(%buf: memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 128 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %c128 = arith.constant 128 : index
+      %is0 = arith.cmpi eq, %tid, %c0 : index
+      %hi = arith.addi %tid, %c128 : index
+      %si = memref.extract_aligned_pointer_as_index %buf : memref<256xf32, #gpu.address_space<workgroup>> -> index
+      %s64 = arith.index_cast %si : index to i64
+      %s3 = llvm.inttoptr %s64 : i64 to !llvm.ptr<3>
+      %origin = arith.constant 0 : i32
+      %t32 = arith.index_cast %tid : index to i32
+      %v = arith.sitofp %t32 : i32 to f32
+      memref.store %v, %buf[%tid] : memref<256xf32, #gpu.address_space<workgroup>>
+      memref.store %v, %buf[%hi] : memref<256xf32, #gpu.address_space<workgroup>>
+      nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+      gpu.barrier
+      scf.if %is0 {
+        nvvm.cp.async.bulk.tensor.global.shared.cta %desc, %s3, box[%origin] : !llvm.ptr, !llvm.ptr<3>
+        nvvm.cp.async.bulk.commit.group
+        scf.if %wait {
+          nvvm.cp.async.bulk.wait_group 0 {read}
+        }
+      }
+      gpu.barrier
+      %zero = arith.constant 0.0 : f32
+      memref.store %zero, %buf[%tid] : memref<256xf32, #gpu.address_space<workgroup>>
+      gpu.return
+    }
   }
 }
