@@ -272,6 +272,17 @@ void bench_rows(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int64_t 
       {"row_max", t, shape, e * (mat + r),
        median_ms([&](int i) { check(pallas::kernels::row_max(cx(i), ms(i), launch), "row_max"); },
                  reps)});
+  // Rows past 512 elements: the rows path stages its chunks with a TMA pipeline on
+  // sm_90a; rows of c - 1 elements (a row stride TMA cannot copy) take its direct twin.
+  if (c > 512) {
+    auto odd = [&](int i) { return TensorView<const T, 2>(x[i % sets].data, {r, c - 1}); };
+    rows.push_back(
+        {"row_sum", t, std::to_string(r) + "x" + std::to_string(c - 1) + " (direct)",
+         e * (double(r) * (c - 1) + r),
+         median_ms(
+             [&](int i) { check(pallas::kernels::row_sum(odd(i), ms(i), launch), "row_sum"); },
+             reps)});
+  }
 }
 
 /// cross_entropy over [rows, vocab] logits: reads the logits once, the labels, writes the loss.
@@ -281,7 +292,8 @@ void bench_cross_entropy(std::vector<Row>& rows, int64_t r, int64_t v, int reps,
   using pallas::TensorView;
   const double e = sizeof(T), mat = double(r) * v;
   const int sets = rotation(e * mat, l2);
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(v - 1));
+  // Labels below v - 1: valid for the direct rows of v - 1 too.
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(v - 2));
   std::vector<int32_t> host_labels(static_cast<size_t>(r));
   for (int32_t& l : host_labels) l = pick(rng);
   std::vector<DeviceArray<T>> logits;
@@ -295,6 +307,19 @@ void bench_cross_entropy(std::vector<Row>& rows, int64_t r, int64_t v, int reps,
                       [&](int i) {
                         check(pallas::kernels::cross_entropy(
                                   TensorView<const T, 2>(logits[i % sets].data, {r, v}),
+                                  TensorView<const int32_t, 1>(labels.data, {r}),
+                                  TensorView<float, 1>(loss.data, {r}), launch),
+                              "cross_entropy");
+                      },
+                      reps)});
+  // A vocabulary of v - 1 (a row stride TMA cannot copy): the direct twin.
+  rows.push_back({"cross_entropy", dtype_name<T>(),
+                  std::to_string(r) + "x" + std::to_string(v - 1) + " (direct)",
+                  e * double(r) * (v - 1) + 8.0 * r,
+                  median_ms(
+                      [&](int i) {
+                        check(pallas::kernels::cross_entropy(
+                                  TensorView<const T, 2>(logits[i % sets].data, {r, v - 1}),
                                   TensorView<const int32_t, 1>(labels.data, {r}),
                                   TensorView<float, 1>(loss.data, {r}), launch),
                               "cross_entropy");

@@ -116,9 +116,14 @@ ELEMENTWISE = ["add", "mul", "axpy", "gelu", "silu", "bias_gelu", "cast"]
 ROW = ["rms_norm", "rms_norm_residual", "layer_norm", "layer_norm_residual", "softmax",
        "log_softmax", "row_sum", "row_max", "cross_entropy"]
 WHOLE = ["sum_all", "max_all"]
-# Ops whose blocks are staged in shared memory by TMA (InShared): on sm_90 their
-# instances (not the `_direct` twins) must copy with UTMALDG and UTMASTG.
+# Ops whose blocks are staged in shared memory by TMA (InShared) in and out: on
+# sm_90 their instances (not the `_direct` twins) must copy with UTMALDG and
+# UTMASTG. Any other instance with a `_direct` twin stages inputs (a TMA
+# pipeline: the rows path of row_sum and row_max, cross_entropy) and must
+# have UTMALDG; its global loads are TMA copies, so the 16-byte rule checks
+# its direct twin instead.
 STAGED = ["transpose"]
+STAGED_OUTPUTS = {"transpose"}
 # Ops whose outputs are per-row or per-array scalars: no 16-byte store rule.
 REDUCTIONS = {"row_sum", "row_max", "cross_entropy", "sum_all", "max_all"}
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}
@@ -620,6 +625,7 @@ class Kernel:
     dtype: str | None
     res: Resources
     sass: Analysis | None = None
+    staged: bool = False     # a TMA instance (blocks staged in shared memory)
 
     def elem_bytes(self) -> int:
         return DTYPE_BYTES.get(self.dtype or "bf16", 2)
@@ -662,6 +668,7 @@ def load_ours(ptx_dir: Path, arch: str | None, ptxas: str, nvdisasm: str | None,
               jobs: int, exclude_arch: str | None = None) -> list[Kernel]:
     items = [i for i in our_ptx(ptx_dir, arch) if i[1] != exclude_arch]
     cache.mkdir(parents=True, exist_ok=True)
+    names = {inst for inst, _, _ in our_ptx(ptx_dir, None)}
 
     def one(item):
         inst, a, p = item
@@ -669,6 +676,7 @@ def load_ours(ptx_dir: Path, arch: str | None, ptxas: str, nvdisasm: str | None,
         op, kind, dtype = classify(inst)
         r = next(iter(res.values()), Resources()) if len(res) == 1 else res.get(inst, Resources())
         k = Kernel(inst, "ours", inst, a, op, kind, dtype, r)
+        k.staged = kind == "staged" or f"{inst}_direct" in names
         if nvdisasm:
             funcs = disassemble(nvdisasm, cubin, cache)
             if inst in funcs:
@@ -747,12 +755,14 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
             out.append(("spill", f"{k.instance} ({k.arch}): {k.res.spill_stores} bytes spill "
                                  f"stores, {k.res.spill_loads} bytes spill loads (ptxas -v, "
                                  f"{k.res.regs} registers)"))
-        if k.kind == "staged" and k.sass and k.arch.startswith("sm_9"):
-            missing = [op for op in ("UTMALDG", "UTMASTG") if op not in k.sass.opcodes]
+        if k.staged and k.sass and k.arch.startswith("sm_9"):
+            need = ("UTMALDG", "UTMASTG") if k.op in STAGED_OUTPUTS else ("UTMALDG",)
+            missing = [op for op in need if op not in k.sass.opcodes]
             if missing:
                 out.append(("tma", f"{k.instance} ({k.arch}): a kernel with staged blocks has "
                                    f"no {' or '.join(missing)} (TMA copies)"))
-        if not check_width or k.kind not in ("elementwise", "row", "whole") or not k.sass:
+        if (not check_width or k.kind not in ("elementwise", "row", "whole") or not k.sass
+                or k.staged):
             continue
         p = k.sass.path
         if not p.ld.get(16):

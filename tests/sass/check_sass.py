@@ -14,8 +14,10 @@ assembled as the codegen does (ptxas -arch=<arch> -O3 -v). The rules and the
           with LDG.E.128, and (except for the reductions, whose outputs are
           per-row scalars) stores with STG.E.128 when it stores 16 bytes or
           more per thread;
-  tma     every kernel with blocks staged in shared memory (InShared; not its
-          `_direct` twin) has UTMALDG and UTMASTG in its sm_90a SASS.
+  tma     every kernel with blocks staged in shared memory (InShared or a TMA
+          pipeline; not its `_direct` twin) has UTMALDG in its sm_90a SASS, and
+          UTMASTG where its outputs are staged (transpose). Such kernels'
+          global loads are TMA copies: the wide rule checks their twins.
 --planted runs both on the PTX in DIR and passes only if each planted file is
 rejected by the rule its name says (`_planted_spill`, `_planted_narrow`):
 the checks can fail.
@@ -95,13 +97,14 @@ def main() -> int:
     rule = "spill" if args.rule == "spills" else args.rule
     found = [v for r, v in sr.violations(kernels, check_width=rule == "wide") if r == rule]
     if args.rule == "tma":
-        checked = [k for k in kernels if k.kind == "staged" and k.arch.startswith("sm_9")]
-        what = "TMA copies (UTMALDG, UTMASTG) in staged kernels"
+        checked = [k for k in kernels if k.staged and k.arch.startswith("sm_9")]
+        what = "TMA copies (UTMALDG; UTMASTG for staged outputs) in staged kernels"
         if not checked:
             print("FAIL: no staged kernel built for sm_90a")
             return 1
     elif args.rule == "wide":
-        checked = [k for k in kernels if k.kind in ("elementwise", "row", "whole")]
+        checked = [k for k in kernels
+                   if k.kind in ("elementwise", "row", "whole") and not k.staged]
         what = "16-byte main-path global accesses"
     else:
         checked = kernels
