@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 namespace pallas::edsl {
 namespace {
 
@@ -418,6 +420,97 @@ TEST(Validator, ReshapeKeepsTheElementCount) {
 
 // Every traced op carries the spec line that made it, and a lowering error
 // (here the GPU's: its reductions combine 32-bit values) names that line.
+// --- Blocks staged in shared memory and pipelines ---------------------------
+
+/// f32 x -> out over [n], one program, both whole: emit_pipeline's operands.
+void declare_whole_x_out(KernelSpec& spec) {
+  DimExpr n = spec.dim("n");
+  Operand x = spec.input("x", f32, {n});
+  Operand out = spec.output("out", f32, {n});
+  spec.grid({1});
+  for (Operand o : {x, out}) spec.block(o, {full}, [](const ProgramIds&) { return at(0); });
+}
+
+TEST(Validator, StagedBlockLongerThanABoxIsAMultipleOfIt) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    spec.grid({cdiv(n, 300)});
+    spec.block(x, {Blocked{300}}, first, InShared{.swizzle = 0});
+  };
+  EXPECT_EQ(trace_error("long_box", fn),
+            "spec 'long_box': operand 'x' block dim 0 is 300; a TMA box has at most 256 "
+            "elements a dim, so a longer staged block dim is copied as boxes of 256 and must be "
+            "a multiple of it");
+}
+
+TEST(Validator, StageBuffersAndPipelineDepthAreOneToFour) {
+  auto buffers = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    spec.grid({cdiv(n, 256)});
+    spec.block(x, {Blocked{256}}, first, InShared{.swizzle = 0, .buffers = 5});
+  };
+  EXPECT_EQ(trace_error("five_buffers", buffers),
+            "spec 'five_buffers': operand 'x': 5 stage buffers; a pipelined block has 1 to 4 "
+            "(0: the pipeline's depth)");
+  auto depth = [](KernelSpec& spec) { spec.max_concurrent_steps(0); };
+  EXPECT_EQ(trace_error("no_depth", depth),
+            "spec 'no_depth': max_concurrent_steps(0): a pipeline keeps 1 to 4 steps");
+}
+
+TEST(Validator, EmitPipelineOperandIsAWholeArray) {
+  auto fn = [](KernelSpec& spec) {
+    declare_x_out(spec);  // 256-element blocks, not the whole array
+    spec.body([](Ref x, Ref out) {
+      emit_pipeline(index(0), index(2),
+                    {PipelineOperand{x, {Blocked{128}}, [](const Value& s) { return at(s); }}}, {},
+                    [](Value, std::vector<Ref>, std::vector<Value> c) { return c; });
+      out.store(x.load());
+    });
+  };
+  EXPECT_EQ(trace_error("pipeline_of_a_block", fn),
+            "spec 'pipeline_of_a_block': emit_pipeline operand 0 ('x'): its block must be the "
+            "whole array (every dim full); the pipeline copies blocks of it");
+}
+
+TEST(Validator, EmitPipelineStagesInputsOnly) {
+  auto fn = [](KernelSpec& spec) {
+    declare_whole_x_out(spec);
+    spec.body([](Ref, Ref out) {
+      emit_pipeline(
+          index(0), index(2),
+          {PipelineOperand{
+              out, {Blocked{256}}, [](const Value& s) { return at(s); }, InShared{.swizzle = 0}}},
+          {}, [](Value, std::vector<Ref>, std::vector<Value> c) { return c; });
+    });
+  };
+  EXPECT_EQ(trace_error("staged_output_pipeline", fn),
+            "spec 'staged_output_pipeline': operand 'out': emit_pipeline stages input blocks "
+            "only");
+}
+
+TEST(Validator, PipelineBlockRefLivesInItsBody) {
+  auto fn = [](KernelSpec& spec) {
+    declare_whole_x_out(spec);
+    spec.body([](Ref x, Ref out) {
+      std::optional<Ref> kept;
+      emit_pipeline(
+          index(0), index(2),
+          {PipelineOperand{
+              x, {Blocked{256}}, [](const Value& s) { return at(s); }, InShared{.swizzle = 0}}},
+          {}, [&](Value, std::vector<Ref> blocks, std::vector<Value> c) {
+            kept = blocks[0];
+            return c;
+          });
+      out.store_at(kept->load(), {index(0)});
+    });
+  };
+  EXPECT_EQ(trace_error("escaped_block", fn),
+            "spec 'escaped_block': a block Ref of operand 'x' was used after the emit_pipeline "
+            "body it was given to");
+}
+
 TEST(Validator, LoweringErrorsNameTheSpecLine) {
   static int body_line = 0;
   auto fn = [](KernelSpec& spec) {
