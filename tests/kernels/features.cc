@@ -413,3 +413,36 @@ PALLAS_KERNEL(pipelined_chunk_sum_d1) { pipelined_chunk_sum<1>(spec); }
 PALLAS_KERNEL(pipelined_chunk_sum_d2) { pipelined_chunk_sum<2>(spec); }
 PALLAS_KERNEL(pipelined_chunk_sum_d3) { pipelined_chunk_sum<3>(spec); }
 PALLAS_KERNEL(pipelined_chunk_sum_d4) { pipelined_chunk_sum<4>(spec); }
+
+// out[r] = sum(x[r, :] * y[r, :]) in one program that runs an emit_pipeline
+// per row (so its barriers are invalidated and initialised again for each
+// row), x with three stage buffers and y with the pipeline's two, over
+// chunks of 512 (two TMA boxes each).
+PALLAS_KERNEL(pipelined_row_dots) {
+  DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
+  Operand x = spec.input("x", f32, {rows, cols});
+  Operand y = spec.input("y", f32, {rows, cols});
+  Operand out = spec.output("out", f32, {rows});
+  spec.grid({1});
+  auto whole = [](const ProgramIds&) { return at(0, 0); };
+  spec.block(x, {full, full}, whole);
+  spec.block(y, {full, full}, whole);
+  spec.block(out, {full}, [](const ProgramIds&) { return at(0); });
+  spec.body([](Ref x, Ref y, Ref out) {
+    Value chunks = (x.extent(1) + index(511)) / index(512);
+    fori(index(0), x.extent(0), {}, [&](Value r, std::vector<Value>) {
+      auto chunk = [r](const Value& c) { return at(r, c); };
+      std::vector<Value> acc = emit_pipeline(
+          index(0), chunks,
+          {PipelineOperand{
+               x, {squeezed, Blocked{512}}, chunk, InShared{.swizzle = 0, .buffers = 3}},
+           PipelineOperand{y, {squeezed, Blocked{512}}, chunk, InShared{.swizzle = 0}}},
+          {broadcast_to(constant(0, f32), {512})},
+          [](Value, std::vector<Ref> b, std::vector<Value> acc) {
+            return std::vector<Value>{acc[0] + b[0].load() * b[1].load()};
+          });
+      out.store_at(sum(acc[0]), {r});
+      return std::vector<Value>{};
+    });
+  });
+}

@@ -22,6 +22,7 @@
 #include <pallas/kernels/pipelined_chunk_sum_d2.h>
 #include <pallas/kernels/pipelined_chunk_sum_d3.h>
 #include <pallas/kernels/pipelined_chunk_sum_d4.h>
+#include <pallas/kernels/pipelined_row_dots.h>
 #include <pallas/kernels/power.h>
 #include <pallas/kernels/row_sums_sequential.h>
 #include <pallas/kernels/scratch_and_while.h>
@@ -608,6 +609,49 @@ TEST_P(FeaturesTest, EmitPipelineDepths1To4) {
   both(2, [](auto... a) { return kernels::pipelined_chunk_sum_d2(a...); });
   both(3, [](auto... a) { return kernels::pipelined_chunk_sum_d3(a...); });
   both(4, [](auto... a) { return kernels::pipelined_chunk_sum_d4(a...); });
+}
+
+// A pipeline run once per row in one program (its barriers invalidated and
+// initialised again each time), with two staged inputs of different depths.
+TEST_P(FeaturesTest, PipelineRunAgainWithMixedDepths) {
+  struct Shape {
+    int64_t rows, cols, stride;
+  };
+  for (Shape sh : {Shape{1, 1, 1}, Shape{3, 512, 512}, Shape{4, 1500, 1500}, Shape{5, 2049, 2052},
+                   Shape{2, 700, 701}}) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE(std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " stride " +
+                 std::to_string(sh.stride) + " seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    Array<float> x(GetParam(), sh.rows * sh.stride), y(GetParam(), sh.rows * sh.stride),
+        out(GetParam(), sh.rows);
+    x.fill_random(rng, -1, 1);
+    y.fill_random(rng, -1, 1);
+    out.poison();
+    x.upload();
+    y.upload();
+    out.upload();
+    const uint64_t before = detail::tma_descriptors_handed_out();
+    Status st = kernels::pipelined_row_dots(
+        TensorView<const float, 2>(x.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+        TensorView<const float, 2>(y.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+        TensorView<float, 1>(out.data(), {sh.rows}), launch());
+    ASSERT_TRUE(st.ok()) << st.message();
+    out.download();
+    if (GetParam() != Backend::kCuda) {
+      const bool tma = GetParam() == Backend::kEmulator && (sh.rows == 1 || sh.stride % 4 == 0);
+      EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 2u : 0u);
+    }
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      double dot = 0, scale = 0;
+      for (int64_t c = 0; c < sh.cols; ++c) {
+        const double p = double(x.host()[r * sh.stride + c]) * y.host()[r * sh.stride + c];
+        dot += p;
+        scale += std::abs(p);
+      }
+      EXPECT_NEAR(out.host()[r], dot, 1e-5 * scale + 1e-6) << "row " << r;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FeaturesTest,
