@@ -118,7 +118,7 @@ ROW = ["rms_norm", "rms_norm_residual", "layer_norm", "layer_norm_residual", "so
 WHOLE = ["sum_all", "max_all"]
 # Ops whose blocks are staged in shared memory by TMA (InShared) in and out: on
 # sm_90 their instances (not the `_direct` twins) must copy with UTMALDG and
-# UTMASTG. Any other instance with a `_direct` twin stages inputs (a TMA
+# UTMASTG; on sm_80 every staged instance must copy with LDGSTS (cp.async). Any other instance with a `_direct` twin stages inputs (a TMA
 # pipeline: the rows path of row_sum and row_max, cross_entropy) and must
 # have UTMALDG; its global loads are TMA copies, so the 16-byte rule checks
 # its direct twin instead.
@@ -761,6 +761,9 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
             if missing:
                 out.append(("tma", f"{k.instance} ({k.arch}): a kernel with staged blocks has "
                                    f"no {' or '.join(missing)} (TMA copies)"))
+        if k.staged and k.sass and k.arch.startswith("sm_8") and "LDGSTS" not in k.sass.opcodes:
+            out.append(("tma", f"{k.instance} ({k.arch}): the sm_80 form of a kernel with staged "
+                               "blocks has no LDGSTS (cp.async copies)"))
         if (not check_width or k.kind not in ("elementwise", "row", "whole") or not k.sass
                 or k.staged):
             continue

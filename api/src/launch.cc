@@ -357,11 +357,15 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
   emulator::LaunchConfig config;
   config.kernel = name;
   config.entry = image.emulator_entry;
+  const int64_t* static_shared = image.emulator_shared_bytes;
+  if (options.compute_capability < 90 && image.emulator_cp_async_entry != nullptr) {
+    config.entry = image.emulator_cp_async_entry;  // a staged kernel's sm_80 form
+    static_shared = image.emulator_cp_async_shared_bytes;
+  }
   config.args = args;
   config.grid = grid;
   config.block = {image.threads, 1, 1};
-  config.shared_bytes =
-      (image.emulator_shared_bytes ? *image.emulator_shared_bytes : 0) + image.dynamic_shared_bytes;
+  config.shared_bytes = (static_shared ? *static_shared : 0) + image.dynamic_shared_bytes;
   config.buffers = buffers;
   config.options.concurrent_ctas = options.concurrent_programs;
   config.options.schedule_seed = options.schedule_seed;

@@ -130,7 +130,8 @@ bool tma_path_available(const KernelImage& image, const Launch& launch) {
     case Backend::kHost:
       return false;
     case Backend::kEmulator:
-      return image.emulator_entry != nullptr;
+      return launch.emulator.compute_capability >= 90 ? image.emulator_entry != nullptr
+                                                      : image.emulator_cp_async_entry != nullptr;
     case Backend::kCuda:
       break;
   }

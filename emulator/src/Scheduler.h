@@ -38,6 +38,9 @@ struct Thread {
   /// complete (cp.async.bulk.wait_group.read); a store belongs to group
   /// `bulk_committed` until the next commit.
   uint64_t bulk_committed = 0, bulk_completed = 0;
+  /// Shared offsets this thread's cp.async copies wrote that no
+  /// cp.async.mbarrier.arrive tracks yet.
+  std::vector<int64_t> cp_async_untracked;
 };
 
 /// One bar.sync id of a CTA.
@@ -80,6 +83,8 @@ struct ShadowByte {
   /// Written by a TMA load completing phase `copy_phase` of the mbarrier at
   /// shared offset `copy_barrier` (-1: not): a thread reads it only once it
   /// has waited for that phase.
+  /// kUntrackedCopy: written by a cp.async no mbarrier tracks yet.
+  static constexpr int64_t kUntrackedCopy = -2;
   int64_t copy_barrier = -1;
   uint32_t copy_phase = 0;
   /// Read by a TMA store of thread `store_thread` in its bulk group
@@ -128,6 +133,11 @@ std::string thread_name(const Cta& cta, int32_t linear);
 /// Fails when byte `offset` of shared memory is still read by a TMA store
 /// whose bulk group was not waited for; `writer` names what writes it.
 void check_store_done(const Cta& cta, int64_t offset, const std::string& writer);
+/// Fails unless the bytes [offset, offset + bytes) of shared memory, about to
+/// be overwritten by an asynchronous copy (`what`) issued by this thread, were
+/// released: no other thread touched them since the last barrier, no TMA
+/// store still reads them.
+void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, const std::string& what);
 
 /// Records `message` (the first failure wins) for the running thread and
 /// stops it: it is never resumed, and the launch ends.

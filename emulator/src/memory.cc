@@ -50,6 +50,10 @@ std::string hex(uintptr_t v) {
 /// A load of byte `i`, which a TMA load wrote: the thread must have waited
 /// for the mbarrier phase that copy completes.
 void check_copy_seen(const Thread& t, int64_t i, const ShadowByte& sh) {
+  if (sh.copy_barrier == ShadowByte::kUntrackedCopy)
+    fail("a load of shared offset " + std::to_string(i) +
+         " before its cp.async copy completed: no mbarrier tracks the copy yet "
+         "(cp.async.mbarrier.arrive), so nothing says it has landed");
   auto seen = t.phases_seen.find(sh.copy_barrier);
   if (seen != t.phases_seen.end() && seen->second > sh.copy_phase) return;
   fail("a load of shared offset " + std::to_string(i) +
@@ -66,7 +70,7 @@ void check_race(Cta& cta, const Thread& t, int64_t offset, int64_t bytes, bool s
     if (store) {
       check_store_done(cta, i, "a store by this thread");
       sh.copy_barrier = -1;  // the thread's own data now
-    } else if (sh.copy_barrier >= 0) {
+    } else if (sh.copy_barrier != -1) {
       check_copy_seen(t, i, sh);
     }
     auto race = [&](int32_t other, const char* what) {
@@ -109,6 +113,26 @@ void check_store_done(const Cta& cta, int64_t offset, const std::string& writer)
        thread_name(cta, sh.store_thread) +
        ", not yet waited for): wait for the store (cp.async.bulk.wait_group.read, Pallas' "
        "wait_smem_to_gmem) before writing the stage again");
+}
+
+void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, const std::string& what) {
+  const int32_t me = current().thread->linear;
+  for (int64_t at = offset; at < offset + bytes; ++at) {
+    const ShadowByte& sh = cta.shadow[static_cast<size_t>(at)];
+    const bool read =
+        sh.read_epoch == cta.epoch && sh.reader != me && sh.reader != ShadowByte::kNobody;
+    const bool written =
+        sh.write_epoch == cta.epoch && sh.writer != me && sh.writer != ShadowByte::kNobody;
+    if (read || written)
+      fail(what + " overwrites shared offset " + std::to_string(at) + ", which " +
+           (read ? (sh.reader == ShadowByte::kSeveral ? std::string("several threads")
+                                                      : thread_name(cta, sh.reader)) +
+                       " read"
+                 : thread_name(cta, sh.writer) + " wrote") +
+           " since the last barrier: the producer reuses a stage before its consumers released "
+           "it (a barrier after their last access)");
+    check_store_done(cta, at, what);
+  }
 }
 
 }  // namespace pallas::emulator::detail

@@ -192,6 +192,77 @@ extern "C" void pallas_emu_mbarrier_wait_parity(void* barrier, int32_t parity) {
   current().thread->spin_on.clear();
 }
 
+extern "C" int32_t pallas_emu_mbarrier_test_parity(void* barrier, int32_t parity) {
+  Cta& cta = *current().cta;
+  const int64_t offset = shared_offset(cta, barrier, "mbarrier.test_wait.parity", 8);
+  const MBarrier& bar = barrier_at(cta, barrier, "mbarrier.test_wait.parity");
+  if ((bar.phase & 1u) != static_cast<uint32_t>(parity & 1)) {
+    const uint32_t completed =
+        (bar.phase - 1) % 2 == static_cast<uint32_t>(parity & 1) ? bar.phase : bar.phase - 1;
+    uint32_t& seen = current().thread->phases_seen[offset];
+    seen = std::max(seen, completed);
+    current().thread->spin_on.clear();
+    return 1;
+  }
+  // Not yet: the caller loops; let the other threads run meanwhile.
+  current().thread->spin_on = barrier_name(offset) + " (phase " + std::to_string(bar.phase) + ": " +
+                              std::to_string(bar.pending) + " of " + std::to_string(bar.expected) +
+                              " arrivals and " + std::to_string(bar.tx) +
+                              " bytes of copies outstanding)";
+  suspend(Wait::kSpin);
+  return 0;
+}
+
+extern "C" void pallas_emu_cp_async(void* dst, const void* src, int32_t bytes, int32_t src_bytes) {
+  Cta& cta = *current().cta;
+  Thread& me = *current().thread;
+  if (bytes != 4 && bytes != 8 && bytes != 16)
+    fail("cp.async of " + std::to_string(bytes) + " bytes; PTX copies 4, 8 or 16");
+  if (src_bytes < 0 || src_bytes > bytes)
+    fail("cp.async with a source size of " + std::to_string(src_bytes) + " bytes for a copy of " +
+         std::to_string(bytes));
+  const int64_t offset = shared_offset(cta, dst, "cp.async destination", bytes);
+  if (offset % bytes != 0)
+    fail("cp.async of " + std::to_string(bytes) + " bytes to shared offset " +
+         std::to_string(offset) + ", which is not " + std::to_string(bytes) + "-byte aligned");
+  if (reinterpret_cast<uintptr_t>(src) % static_cast<uintptr_t>(bytes) != 0)
+    fail("cp.async of " + std::to_string(bytes) + " bytes from a global address that is not " +
+         std::to_string(bytes) + "-byte aligned");
+  check_stage_released(cta, offset, bytes, "a cp.async copy");
+  if (src_bytes > 0) pallas_emu_access(src, src_bytes, 1, kAccessLoad);  // inside a buffer
+  auto* to = static_cast<std::byte*>(dst);
+  std::memcpy(to, src, static_cast<size_t>(src_bytes));
+  std::memset(to + src_bytes, 0, static_cast<size_t>(bytes - src_bytes));  // zero fill
+  for (int64_t k = offset; k < offset + bytes; ++k) {
+    ShadowByte& sh = cta.shadow[static_cast<size_t>(k)];
+    sh = ShadowByte{};  // the copy's, not a thread's, until an mbarrier tracks it
+    sh.copy_barrier = ShadowByte::kUntrackedCopy;
+    me.cp_async_untracked.push_back(k);
+  }
+}
+
+extern "C" void pallas_emu_cp_async_mbarrier_arrive_noinc(void* barrier) {
+  Cta& cta = *current().cta;
+  Thread& me = *current().thread;
+  MBarrier& bar = barrier_at(cta, barrier, "cp.async.mbarrier.arrive");
+  const int64_t offset = shared_offset(cta, barrier, "mbarrier", 8);
+  // The copies land at issue here, so the arrival is at once; a thread reads
+  // their bytes once it has seen the phase this arrival completes.
+  for (int64_t k : me.cp_async_untracked) {
+    ShadowByte& sh = cta.shadow[static_cast<size_t>(k)];
+    if (sh.copy_barrier != ShadowByte::kUntrackedCopy) continue;  // overwritten since
+    sh.copy_barrier = offset;
+    sh.copy_phase = bar.phase;
+  }
+  me.cp_async_untracked.clear();
+  if (bar.pending == 0)
+    fail("cp.async.mbarrier.arrive on " + barrier_name(offset) + " in phase " +
+         std::to_string(bar.phase) + ", whose " + std::to_string(bar.expected) +
+         " arrivals are all in");
+  --bar.pending;
+  maybe_complete(cta, offset, bar);
+}
+
 extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* barrier, int32_t rank,
                                     int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
   Cta& cta = *current().cta;
@@ -203,28 +274,11 @@ extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* bar
   const int64_t eb = map.element_bytes;
   const int64_t base_offset = shared_offset(cta, dst, "TMA load destination", 0);
   const int64_t barrier_offset = shared_offset(cta, barrier, "mbarrier", 8);
-  const int32_t me = current().thread->linear;
   for_each_run(map, coords, [&](int64_t o, const std::byte* src) {
-    // The stage's consumers released it: no other thread touched these bytes
-    // since the last barrier, and no TMA store still reads them.
-    for (int64_t k = 0; k < eb; ++k) {
-      const int64_t at = base_offset + swizzle(o, map.swizzle) + k;
-      const ShadowByte& sh = cta.shadow[static_cast<size_t>(at)];
-      const bool read =
-          sh.read_epoch == cta.epoch && sh.reader != me && sh.reader != ShadowByte::kNobody;
-      const bool written =
-          sh.write_epoch == cta.epoch && sh.writer != me && sh.writer != ShadowByte::kNobody;
-      if (read || written)
-        fail("a TMA load of operand '" + std::string(map.name) + "' overwrites shared offset " +
-             std::to_string(at) + ", which " +
-             (read ? (sh.reader == ShadowByte::kSeveral ? std::string("several threads")
-                                                        : thread_name(cta, sh.reader)) +
-                         " read"
-                   : thread_name(cta, sh.writer) + " wrote") +
-             " since the last barrier: the producer reuses a stage before its consumers "
-             "released it (a barrier after their last access)");
-      check_store_done(cta, at, "a TMA load of operand '" + std::string(map.name) + "'");
-    }
+    // The stage's consumers released it (no other thread touched these
+    // bytes since the last barrier), and no TMA store still reads them.
+    check_stage_released(cta, base_offset + swizzle(o, map.swizzle), eb,
+                         "a TMA load of operand '" + std::string(map.name) + "'");
     std::byte* to = smem + swizzle(o, map.swizzle);
     if (src) {
       pallas_emu_access(src, eb, 1, kAccessLoad);  // inside a buffer of the launch

@@ -513,7 +513,7 @@ TEST_P(FeaturesTest, LeadingAxisReductions) {
 // strides TMA can copy (the TMA instance runs on the emulator) and strides
 // it cannot (the direct twin). Outputs are poisoned, their padding guarded.
 template <class Kernel>
-void check_pipelined_axpb(Backend backend, int depth, Kernel kernel) {
+void check_pipelined_axpb(Backend backend, int depth, Kernel kernel, int compute_capability = 90) {
   struct Shape {
     int64_t rows, cols, stride;
   };
@@ -532,7 +532,7 @@ void check_pipelined_axpb(Backend backend, int depth, Kernel kernel) {
     const uint64_t before = detail::tma_descriptors_handed_out();
     Status st = kernel(TensorView<const float, 2>(x.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
                        TensorView<float, 2>(out.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
-                       Launch{backend, nullptr});
+                       Launch{backend, nullptr, {.compute_capability = compute_capability}});
     ASSERT_TRUE(st.ok()) << st.message();
     out.download();
     if (backend != Backend::kCuda) {  // TMA where its rules hold, on the emulator only
@@ -564,7 +564,8 @@ TEST_P(FeaturesTest, PipelinedArbitraryAxisDepths1To4) {
 // sum(x) and sum(i * x[i]) against float64, f32 and bf16, for lengths around
 // the chunk and box sizes; a misaligned start takes the direct twin.
 template <class T, class Kernel>
-void check_pipelined_chunk_sum(Backend backend, int depth, Kernel kernel) {
+void check_pipelined_chunk_sum(Backend backend, int depth, Kernel kernel,
+                               int compute_capability = 90) {
   for (int64_t n : {1, 255, 2047, 2048, 2049, 5000, 16385}) {
     for (int64_t offset : {0, 1}) {
       const uint32_t seed = fresh_seed();
@@ -580,7 +581,8 @@ void check_pipelined_chunk_sum(Backend backend, int depth, Kernel kernel) {
       out.upload();
       const uint64_t before = detail::tma_descriptors_handed_out();
       Status st = kernel(TensorView<const T, 1>(x.data() + offset, {n}),
-                         TensorView<float, 1>(out.data(), {2}), Launch{backend, nullptr});
+                         TensorView<float, 1>(out.data(), {2}),
+                         Launch{backend, nullptr, {.compute_capability = compute_capability}});
       ASSERT_TRUE(st.ok()) << st.message();
       out.download();
       if (backend != Backend::kCuda) {
@@ -652,6 +654,24 @@ TEST_P(FeaturesTest, PipelineRunAgainWithMixedDepths) {
       EXPECT_NEAR(out.host()[r], dot, 1e-5 * scale + 1e-6) << "row " << r;
     }
   }
+}
+
+// The sm_80 forms of the same kernels (cp.async copies by every thread, the
+// stage's mbarrier counting one arrival per thread, outputs stored from
+// registers), run by the emulator standing for an sm_80 device.
+TEST_P(FeaturesTest, CpAsyncFormsOfThePipelines) {
+  if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the sm_80 form is checked on the emulator";
+  const Backend e = Backend::kEmulator;
+  check_pipelined_axpb(
+      e, 1, [](auto... a) { return kernels::pipelined_axpb_d1(a...); }, 80);
+  check_pipelined_axpb(
+      e, 3, [](auto... a) { return kernels::pipelined_axpb_d3(a...); }, 80);
+  check_pipelined_axpb(
+      e, 4, [](auto... a) { return kernels::pipelined_axpb_d4(a...); }, 80);
+  check_pipelined_chunk_sum<float>(
+      e, 2, [](auto... a) { return kernels::pipelined_chunk_sum_d2(a...); }, 80);
+  check_pipelined_chunk_sum<bfloat16>(
+      e, 3, [](auto... a) { return kernels::pipelined_chunk_sum_d3(a...); }, 80);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FeaturesTest,

@@ -1,4 +1,30 @@
 // RUN: pallas-opt %s --split-input-file --verify-diagnostics --pallas-assign-layouts --convert-pallas-to-gpu | FileCheck %s
+// RUN: pallas-opt %s --split-input-file --verify-diagnostics --pallas-assign-layouts --convert-pallas-to-gpu=async-copies=cp-async | FileCheck %s --check-prefix=CPASYNC
+
+// The sm_80 form (async-copies=cp-async): the same stages, barriers and
+// phases, but every thread copies its 16-byte pieces (a 32x32 f32 block is
+// 256 pieces: 2 per thread, each with the bytes it has in the array), then
+// arrives on the slot's barrier, which counts 128 arrivals; loads spin on
+// test.wait; the output is stored from registers (no bulk stores on sm_80).
+// CPASYNC-LABEL: gpu.func @pipelined_axpb
+// CPASYNC: nvvm.mbarrier.init %{{.*}}, %c128_i32
+// CPASYNC: nvvm.mbarrier.init %{{.*}}, %c128_i32
+// CPASYNC-NOT: nvvm.fence.mbarrier.init
+// CPASYNC: gpu.barrier
+// CPASYNC: scf.if
+// CPASYNC: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg, %{{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
+// CPASYNC: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg, %{{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
+// CPASYNC-NOT: nvvm.cp.async.shared.global
+// CPASYNC: nvvm.cp.async.mbarrier.arrive %{{.*}} {noinc = true}
+// CPASYNC: scf.for
+// CPASYNC: scf.while
+// CPASYNC: nvvm.mbarrier.test.wait
+// CPASYNC-NOT: nvvm.cp.async.bulk
+// CPASYNC: gpu.barrier
+// CPASYNC: nvvm.cp.async.shared.global
+// CPASYNC: nvvm.cp.async.mbarrier.arrive
+// CPASYNC: nvvm.mbarrier.inval
+// CPASYNC: gpu.return
 
 // A pipelined sequential axis (PipelineRules.cpp): an scf.for marked
 // pallas.pipeline whose staged blocks are its stages, two stage buffers

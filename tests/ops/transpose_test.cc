@@ -34,7 +34,8 @@ bool same_bits(T a, T b) {
 
 /// Runs one transpose; `offset` elements shift x's data (misaligning it for TMA).
 template <class T>
-void check_transpose(Backend backend, TransposeShape s, int64_t offset, bool expect_tma) {
+void check_transpose(Backend backend, TransposeShape s, int64_t offset, bool expect_tma,
+                     int compute_capability = 90) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(std::string(dtype_name<T>()) + " " + std::to_string(s.rows) + "x" +
                std::to_string(s.cols) + " strides " + std::to_string(s.cols + s.in_pad) + "/" +
@@ -52,9 +53,10 @@ void check_transpose(Backend backend, TransposeShape s, int64_t offset, bool exp
   x.upload();
   y.upload();
   const uint64_t before = detail::tma_descriptors_handed_out();
-  Status status = kernels::transpose(
-      TensorView<const T, 2>(x.data() + offset, {s.rows, s.cols}, {xs, 1}),
-      TensorView<T, 2>(y.data(), {s.cols, s.rows}, {ys, 1}), Launch{backend, nullptr});
+  Status status =
+      kernels::transpose(TensorView<const T, 2>(x.data() + offset, {s.rows, s.cols}, {xs, 1}),
+                         TensorView<T, 2>(y.data(), {s.cols, s.rows}, {ys, 1}),
+                         Launch{backend, nullptr, {.compute_capability = compute_capability}});
   ASSERT_TRUE(status.ok()) << status.message();
   y.download();
   EXPECT_EQ(detail::tma_descriptors_handed_out() - before, expect_tma ? 2u : 0u)
@@ -74,7 +76,7 @@ void check_transpose(Backend backend, TransposeShape s, int64_t offset, bool exp
 class TransposeTest : public BackendTest {};
 
 template <class T>
-void check_all(Backend backend) {
+void check_all(Backend backend, int compute_capability = 90) {
   const int64_t tile = 128 / static_cast<int64_t>(sizeof(T));
   const int64_t per16 = 16 / static_cast<int64_t>(sizeof(T));  // elements in 16 bytes
   // TMA copies these (strides multiples of 16 bytes) on the emulator; the CUDA backend
@@ -88,18 +90,26 @@ void check_all(Backend backend) {
            {2 * tile + 3, 3 * per16, 0, per16 - (2 * tile + 3) % per16},
            {97, 5 * per16, per16, 16 * per16 - 97 % (16 * per16)},
        })
-    check_transpose<T>(backend, s, 0, tma);
+    check_transpose<T>(backend, s, 0, tma, compute_capability);
   // Strides TMA cannot copy, and misaligned data: the direct twin.
   for (TransposeShape s : std::vector<TransposeShape>{
            {2, 3, 0, 0}, {tile + 1, tile - 1, 0, 0}, {37, 131, 1, 2}, {3, 2 * tile, 0, 0}})
-    check_transpose<T>(backend, s, 0, false);
-  check_transpose<T>(backend, {tile, tile, 0, 0}, 1, false);
+    check_transpose<T>(backend, s, 0, false, compute_capability);
+  check_transpose<T>(backend, {tile, tile, 0, 0}, 1, false, compute_capability);
 }
 
 TEST_P(TransposeTest, F32) { check_all<float>(GetParam()); }
 TEST_P(TransposeTest, F16) { check_all<half>(GetParam()); }
 TEST_P(TransposeTest, BF16) { check_all<bfloat16>(GetParam()); }
 TEST_P(TransposeTest, I32) { check_all<int32_t>(GetParam()); }
+
+// The sm_80 form (cp.async into the same swizzled buffer, the output stored from
+// registers), run by the emulator standing for an sm_80 device.
+TEST_P(TransposeTest, CpAsyncForm) {
+  if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the sm_80 form is checked on the emulator";
+  check_all<float>(Backend::kEmulator, 80);
+  check_all<bfloat16>(Backend::kEmulator, 80);
+}
 
 INSTANTIATE_TEST_SUITE_P(Backends, TransposeTest,
                          ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda),

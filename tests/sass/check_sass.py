@@ -16,7 +16,8 @@ assembled as the codegen does (ptxas -arch=<arch> -O3 -v). The rules and the
           more per thread;
   tma     every kernel with blocks staged in shared memory (InShared or a TMA
           pipeline; not its `_direct` twin) has UTMALDG in its sm_90a SASS, and
-          UTMASTG where its outputs are staged (transpose). Such kernels'
+          UTMASTG where its outputs are staged (transpose), and LDGSTS
+          (cp.async) in its sm_80 SASS. Such kernels'
           global loads are TMA copies: the wide rule checks their twins.
 --planted runs both on the PTX in DIR and passes only if each planted file is
 rejected by the rule its name says (`_planted_spill`, `_planted_narrow`):
@@ -97,8 +98,9 @@ def main() -> int:
     rule = "spill" if args.rule == "spills" else args.rule
     found = [v for r, v in sr.violations(kernels, check_width=rule == "wide") if r == rule]
     if args.rule == "tma":
-        checked = [k for k in kernels if k.staged and k.arch.startswith("sm_9")]
-        what = "TMA copies (UTMALDG; UTMASTG for staged outputs) in staged kernels"
+        checked = [k for k in kernels if k.staged and k.arch.startswith(("sm_9", "sm_8"))]
+        what = ("async copies in staged kernels (sm_90a: UTMALDG, UTMASTG for staged "
+                "outputs; sm_80: LDGSTS)")
         if not checked:
             print("FAIL: no staged kernel built for sm_90a")
             return 1

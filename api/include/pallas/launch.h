@@ -29,6 +29,10 @@ const char* to_string(Backend backend);
 struct EmulatorOptions {
   int concurrent_programs = 4;  // CTAs resident at once
   uint64_t schedule_seed = 0;   // 0: round-robin; else a random order per pass from this seed
+  // The GPU the emulator stands for (major * 10 + minor): from 90 it runs the TMA forms of
+  // kernels with blocks staged in shared memory, below 90 their sm_80 forms (cp.async), as a
+  // device of that generation would.
+  int compute_capability = 90;
 };
 
 struct Launch {

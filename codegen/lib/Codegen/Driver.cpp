@@ -189,16 +189,28 @@ int codegenMain(int argc, char** argv) {
     std::string error;
     CompiledInstance inst{&k, {}};
     mlir::OwningOpRef<mlir::ModuleOp> gpuModule(mlir::ModuleOp(*k.module).clone());
-    // TMA exists from sm_90 on: a staged kernel is built for those targets
-    // only, and older GPUs run its direct twin.
-    GpuOptions targets = gpu;
-    if (k.spec->has_staged_blocks())
-      std::erase_if(targets.archs, [](const std::string& arch) {
-        return arch.size() < 5 || std::atoi(arch.c_str() + 3) < 90;
-      });
+    // A staged kernel copies with TMA from sm_90 on, and with cp.async on
+    // older targets (a lowering of its own: sm_80 has no TMA).
+    const bool staged = k.spec->has_staged_blocks();
+    auto before90 = [](const std::string& arch) {
+      return arch.size() < 5 || std::atoi(arch.c_str() + 3) < 90;
+    };
+    GpuOptions targets = gpu, older = gpu;
+    if (staged) {
+      std::erase_if(targets.archs, before90);
+      std::erase_if(older.archs, [&](const std::string& a) { return !before90(a); });
+      older.cp_async = true;
+    }
     if (!targets.archs.empty() && !compileForGpu(*gpuModule, targets, inst.gpu, error)) {
       std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";
       return 1;
+    }
+    if (staged && !older.archs.empty()) {
+      mlir::OwningOpRef<mlir::ModuleOp> cpAsyncModule(mlir::ModuleOp(*k.module).clone());
+      if (!compileForGpu(*cpAsyncModule, older, inst.gpu, error)) {
+        std::cerr << "pallas-codegen: " << k.instance << " (cp.async): " << error << "\n";
+        return 1;
+      }
     }
     mlir::OwningOpRef<mlir::ModuleOp> hostModule(mlir::ModuleOp(*k.module).clone());
     std::unique_ptr<llvm::Module> lowered = lowerForHost(*hostModule, llvmContext, error);
@@ -211,6 +223,20 @@ int codegenMain(int argc, char** argv) {
     if (!emulated || llvm::Linker::linkModules(*lowered, std::move(emulated))) {
       std::cerr << "pallas-codegen: " << k.instance << ": emulator form: " << error << "\n";
       return 1;
+    }
+    if (staged) {  // the sm_80 (cp.async) form too: pallas_emu_<instance>_cp_async
+      mlir::OwningOpRef<mlir::ModuleOp> emuCpAsync(mlir::ModuleOp(*k.module).clone());
+      emuCpAsync->walk([](mlir::func::FuncOp f) {
+        if (f->hasAttr(mlir::pallas::kKernelAttrName))
+          f.setSymName((f.getSymName() + "_cp_async").str());
+      });
+      std::unique_ptr<llvm::Module> cpAsync =
+          lowerForEmulator(*emuCpAsync, llvmContext, error, /*cpAsync=*/true);
+      if (!cpAsync || llvm::Linker::linkModules(*lowered, std::move(cpAsync))) {
+        std::cerr << "pallas-codegen: " << k.instance << ": emulator cp.async form: " << error
+                  << "\n";
+        return 1;
+      }
     }
     if (!host) {
       host = std::move(lowered);

@@ -148,6 +148,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
      << "(void** args, int64_t grid0, int64_t grid1, int64_t grid2);\n"
      << "extern \"C\" void pallas_emu_" << name << "(void** args);\n"
      << "extern \"C\" const int64_t pallas_emu_" << name << "_shared_bytes;\n";
+  const bool staged = spec.has_staged_blocks();
+  if (staged)  // its sm_80 form, copying with cp.async (Driver.cpp)
+    os << "extern \"C\" void pallas_emu_" << name << "_cp_async(void** args);\n"
+       << "extern \"C\" const int64_t pallas_emu_" << name << "_cp_async_shared_bytes;\n";
   os << "\nnamespace {\n\n";
   for (const GpuBinary& bin : inst.gpu) {
     os << "// " << bin.arch << ": " << bin.registers << " registers, " << bin.spill_stores
@@ -201,11 +205,18 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     os << "    {" << bin.sm << ", " << (bin.arch_specific ? "true" : "false") << ", " << name << "_"
        << bin.arch << ", sizeof(" << name << "_" << bin.arch << ")},\n";
   if (!inst.gpu.empty()) os << "};\n\n";
+  // One launch size for every target: the largest plan (a staged kernel's
+  // sm_80 form needs no buffers for its outputs).
+  int dynamicShared = 0;
+  for (const GpuBinary& bin : inst.gpu)
+    dynamicShared = std::max(dynamicShared, bin.dynamic_shared_bytes);
   os << "const pallas::detail::KernelImage " << name << "_image = {&" << name
      << "_metadata_value, \"" << name << "\", " << cubins << ", &pallas_host_" << name << ", "
-     << spec.threads() << ", " << (inst.gpu.empty() ? 0 : inst.gpu.front().dynamic_shared_bytes)
-     << ", &pallas_emu_" << name << ", &pallas_emu_" << name
-     << "_shared_bytes};\n\n}  // namespace\n\n";
+     << spec.threads() << ", " << dynamicShared << ", &pallas_emu_" << name << ", &pallas_emu_"
+     << name << "_shared_bytes";
+  if (staged)
+    os << ", &pallas_emu_" << name << "_cp_async, &pallas_emu_" << name << "_cp_async_shared_bytes";
+  os << "};\n\n}  // namespace\n\n";
 
   // The typed entry point.
   // An instance of a variant is launched by the op's entry point (emitDispatch).

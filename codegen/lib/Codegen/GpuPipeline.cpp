@@ -92,9 +92,10 @@ std::string gpuModuleToNVVMPipeline(bool gridConstant) {
          (gridConstant ? "true" : "false") + "}";
 }
 
-std::string gpuToNVVMPipeline(bool gridConstant) {
-  return "pallas-sink-broadcasts,pallas-assign-layouts,convert-pallas-to-gpu," +
-         gpuModuleToNVVMPipeline(gridConstant);
+std::string gpuToNVVMPipeline(bool gridConstant, bool cpAsync) {
+  return std::string(
+             "pallas-sink-broadcasts,pallas-assign-layouts,convert-pallas-to-gpu{async-copies=") +
+         (cpAsync ? "cp-async" : "tma") + "}," + gpuModuleToNVVMPipeline(gridConstant);
 }
 
 bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
@@ -106,7 +107,7 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
   mlir::PassManager lower(ctx);
   // NVVM ops without an LLVM intrinsic (mbarrier.try_wait.parity) become
   // inline PTX; the emulator instead rewrites them before this step.
-  std::string pipeline = gpuToNVVMPipeline(/*gridConstant=*/true) +
+  std::string pipeline = gpuToNVVMPipeline(/*gridConstant=*/true, options.cp_async) +
                          ",gpu.module(convert-nvvm-to-llvm,reconcile-unrealized-casts)";
   if (mlir::failed(mlir::parsePassPipeline(pipeline, lower)) || mlir::failed(lower.run(module))) {
     error = "GPU lowering failed:\n" + diagnostics.text();

@@ -136,9 +136,9 @@ std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMCont
 }
 
 std::unique_ptr<llvm::Module> lowerForEmulator(mlir::ModuleOp module, llvm::LLVMContext& context,
-                                               std::string& error) {
-  return lowerToCpu(module, gpuToNVVMPipeline(/*gridConstant=*/false), /*emulator=*/true, context,
-                    error);
+                                               std::string& error, bool cpAsync) {
+  return lowerToCpu(module, gpuToNVVMPipeline(/*gridConstant=*/false, cpAsync), /*emulator=*/true,
+                    context, error);
 }
 
 std::unique_ptr<llvm::Module> lowerGpuModuleForEmulator(mlir::ModuleOp module,

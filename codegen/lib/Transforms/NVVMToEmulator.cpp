@@ -339,6 +339,21 @@ class Rewriter {
       SmallVector<Value> args{store.getTmaDescriptor(), store.getSrcMem()};
       args.append(coords(store.getCoordinates()));
       call(loc, "pallas_emu_tma_store", Type(), args);
+    } else if (auto copy = dyn_cast<NVVM::CpAsyncOp>(op)) {  // sm_80's 4/8/16-byte copies
+      Value srcSize = copy.getCpSize() ? copy.getCpSize() : constI32(loc, copy.getSize());
+      call(loc, "pallas_emu_cp_async", Type(),
+           {copy.getDst(), copy.getSrc(), constI32(loc, copy.getSize()), srcSize});
+    } else if (auto arrive = dyn_cast<NVVM::CpAsyncMBarrierArriveOp>(op)) {
+      if (!arrive.getNoinc())
+        return op->emitOpError("no emulator rule for cp.async.mbarrier.arrive without .noinc");
+      call(loc, "pallas_emu_cp_async_mbarrier_arrive_noinc", Type(), {arrive.getAddr()});
+    } else if (auto test = dyn_cast<NVVM::MBarrierTestWaitOp>(op)) {
+      if (!test.getStateOrPhase().getType().isInteger(32))
+        return op->emitOpError("no emulator rule for mbarrier.test.wait on a state");
+      Value done = call(loc, "pallas_emu_mbarrier_test_parity", i32(),
+                        {test.getAddr(), test.getStateOrPhase()});
+      replace(op, {LLVM::TruncOp::create(b_, loc, b_.getI1Type(), done)});
+      return success();
     } else if (isa<NVVM::CpAsyncBulkCommitGroupOp>(op)) {
       call(loc, "pallas_emu_bulk_commit", Type(), {});
     } else if (auto wait = dyn_cast<NVVM::CpAsyncBulkWaitGroupOp>(op)) {

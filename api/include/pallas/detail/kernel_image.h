@@ -43,6 +43,10 @@ struct KernelImage {
   // and run by the SIMT runtime (emulator/), and its static shared memory; null when not built.
   ThreadEntry emulator_entry = nullptr;
   const int64_t* emulator_shared_bytes = nullptr;
+  // A kernel with blocks staged in shared memory: its sm_80 form (cp.async copies instead of
+  // TMA), which the emulator runs when EmulatorOptions::compute_capability is below 90.
+  ThreadEntry emulator_cp_async_entry = nullptr;
+  const int64_t* emulator_cp_async_shared_bytes = nullptr;
 };
 
 // The cubin to run on a device of compute capability sm / 10 . sm % 10, or null when there is

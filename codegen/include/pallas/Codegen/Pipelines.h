@@ -22,6 +22,9 @@ struct GpuOptions {
   /// PTX ISA version written into the PTX: 8.0 is accepted by every ptxas
   /// from CUDA 12.0 on and is the first with sm_90a.
   std::string ptx_features = "+ptx80";
+  /// Staged blocks are copied with cp.async by every thread (the sm_80 form
+  /// of a staged kernel), not TMA (convert-pallas-to-gpu's async-copies).
+  bool cp_async = false;
 };
 
 /// One kernel compiled for one GPU target, with ptxas' resource report.
@@ -42,7 +45,8 @@ struct GpuBinary {
 /// what becomes PTX, and what the emulator runs. `gridConstant`: TMA
 /// descriptor parameters are __grid_constant__ (the CUDA form; the emulator's
 /// are plain byval pointers).
-std::string gpuToNVVMPipeline(bool gridConstant = true);
+/// `cpAsync`: staged blocks are copied with cp.async (sm_80), not TMA.
+std::string gpuToNVVMPipeline(bool gridConstant = true, bool cpAsync = false);
 /// Its second half: gpu.modules of gpu.func kernels to the NVVM dialect.
 std::string gpuModuleToNVVMPipeline(bool gridConstant = true);
 
@@ -60,8 +64,9 @@ std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMCont
 /// dialect, then to host code calling the emulator's SIMT runtime:
 /// `void pallas_emu_<kernel>(void** args)` runs one GPU thread, and
 /// `const int64_t pallas_emu_<kernel>_shared_bytes` is its static shared memory.
+/// `cpAsync`: the sm_80 form of a staged kernel (see gpuToNVVMPipeline).
 std::unique_ptr<llvm::Module> lowerForEmulator(mlir::ModuleOp module, llvm::LLVMContext& context,
-                                               std::string& error);
+                                               std::string& error, bool cpAsync = false);
 
 /// The same for a module of gpu.func kernels written directly in the gpu
 /// dialect (test kernels with barriers, shuffles and shared memory).

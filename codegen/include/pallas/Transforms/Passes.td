@@ -119,7 +119,20 @@ def ConvertPallasToGPU : Pass<"convert-pallas-to-gpu", "ModuleOp"> {
     `nvvm.cp.async.bulk.tensor.shared.cluster.global` completing on an
     `nvvm.mbarrier` that its loads wait on, an output is copied out with
     `nvvm.cp.async.bulk.tensor.global.shared.cta` when the program ends.
+
+    With `async-copies=cp-async` (the sm_80 form of a staged kernel: Ampere
+    has no TMA) every thread copies 16-byte pieces of a staged input block
+    with `nvvm.cp.async.shared.global` (zero-filling what lies outside the
+    array), into the same swizzled layout, and arrives on the block's mbarrier
+    (initialised with one arrival per thread) with
+    `nvvm.cp.async.mbarrier.arrive {noinc}`; loads wait with
+    `nvvm.mbarrier.test.wait` in a loop. Staged outputs are stored from
+    registers as unstaged blocks are. The descriptor parameters stay (unused).
   }];
+  let options = [
+    Option<"asyncCopies", "async-copies", "std::string", /*default=*/"\"tma\"",
+           "How staged blocks are copied: 'tma' (sm_90) or 'cp-async' (sm_80)">
+  ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::vector::VectorDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
                            "::mlir::arith::ArithDialect", "::mlir::LLVM::LLVMDialect",

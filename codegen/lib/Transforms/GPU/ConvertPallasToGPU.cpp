@@ -307,8 +307,16 @@ struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUP
     gpu_lowering::populateControlFlowRules(rules);
     gpu_lowering::populateSemaphoreRules(rules);
     gpu_lowering::populateLayoutConversionRules(rules);
-    for (func::FuncOp k : kernels)
-      if (failed(gpu_lowering::GpuLowering(k, gpuModule, rules).run())) return signalPassFailure();
+    if (asyncCopies != "tma" && asyncCopies != "cp-async") {
+      module.emitError() << "convert-pallas-to-gpu: async-copies='" << asyncCopies
+                         << "'; expected 'tma' or 'cp-async'";
+      return signalPassFailure();
+    }
+    for (func::FuncOp k : kernels) {
+      gpu_lowering::GpuLowering lowering(k, gpuModule, rules);
+      lowering.cpAsync = asyncCopies == "cp-async";
+      if (failed(lowering.run())) return signalPassFailure();
+    }
   }
 };
 

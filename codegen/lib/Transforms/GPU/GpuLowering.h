@@ -111,16 +111,21 @@ void copyOutStagedBlocks(GpuLowering& g, OpBuilder& b);
 // The pieces StagingRules and PipelineRules share.
 /// The stage buffers (and, for an input, barriers) of `blk`, `slots` of each.
 FailureOr<StagedBlock> allocateStage(BlockOp blk, int64_t slots, GpuLowering& g, OpBuilder& b);
-/// Thread 0: mbarrier.init of every barrier of `st` (one arrival each) and
-/// fence.mbarrier_init; the caller puts a barrier after it.
-void initStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st);
+/// Thread 0: mbarrier.init of every barrier of `st` (one arrival each for
+/// TMA, one per thread for cp.async) and fence.mbarrier_init; the caller
+/// puts a barrier after it.
+void initStageBarriers(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st);
 /// Thread 0: mbarrier.inval of every barrier of `st` (its memory may be
 /// initialised again: the pipeline runs again).
 void invalidateStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st);
-/// Thread 0: expect-tx on slot `slot`'s barrier and the TMA copies of the
-/// block at `coords` (i32, innermost first) into stage buffer `slot`.
-void issueStageLoad(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
-                    ValueRange coords);
+/// Copies the block at `coords` (i32, innermost first) into stage buffer
+/// `slot`, completing on the slot's barrier, when `when` (i1) holds: TMA
+/// (thread 0: expect-tx and the box copies) or cp.async (every thread: its
+/// 16-byte pieces, then cp.async.mbarrier.arrive.noinc). Every thread calls it.
+void emitStageLoad(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st, Value slot,
+                   ValueRange coords, Value when);
+/// Every thread: waits until the current step's copy of `st` has completed.
+void waitForStage(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st);
 /// Thread 0: the TMA copies of stage buffer `slot` to the block at `coords`
 /// (no commit).
 void issueStageStore(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
@@ -216,6 +221,12 @@ class GpuLowering {
   /// The kernel's `pallas.approx_math`: every float input is f16 or bf16, so
   /// transcendentals may be approximate (ElementwiseRules.cpp: relaxFloatSemantics).
   bool approxTranscendentals = false;
+  /// Staged inputs are copied with cp.async by every thread (sm_80), not TMA;
+  /// staged outputs are stored from registers (convert-pallas-to-gpu's async-copies).
+  bool cpAsync = false;
+  /// Whether `blk` is staged in this lowering: staged, and not an output
+  /// when copies are cp.async (sm_80 has no bulk stores).
+  bool stagesBlock(BlockOp blk) const;
 
  private:
   LogicalResult lowerOp(Operation* op, OpBuilder& b);

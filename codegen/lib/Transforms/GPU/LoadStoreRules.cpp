@@ -106,7 +106,7 @@ struct RunAccess {
 };
 
 LogicalResult lowerBlockOp(BlockOp blk, GpuLowering& g, OpBuilder& b) {
-  if (blk.getStaged()) return lowerStagedBlock(blk, g, b);
+  if (g.stagesBlock(blk)) return lowerStagedBlock(blk, g, b);
   g.refs[blk.getResult()] =
       resolveBlock(b, blk.getLoc(), blk, g.map.lookup(blk.getArray()), g.mapped(blk.getIndices()));
   return success();

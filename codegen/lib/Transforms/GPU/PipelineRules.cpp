@@ -6,7 +6,8 @@
 // pallas.block defined in the loop body) with n = `buffers` gets n stage
 // buffers and, for an input, n mbarriers; step i (counting from the loop's
 // lower bound) uses buffer i % n and waits for phase i / n of its barrier,
-// i.e. parity (i / n) % 2. Thread 0 is the producer, every thread a consumer:
+// i.e. parity (i / n) % 2. Thread 0 is the producer (with cp.async on sm_80
+// every thread copies its pieces: StagingRules.cpp), every thread a consumer:
 //
 //   thread 0: mbarrier.init (one arrival) of every input stage's barriers
 //   bar.sync
@@ -118,7 +119,7 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
   // The stages: the staged blocks defined in the loop body.
   std::vector<Stage> stages;
   for (BlockOp blk : loop.getBody()->getOps<BlockOp>()) {
-    if (!blk.getStaged()) continue;
+    if (!g.stagesBlock(blk)) continue;  // sm_80 stores staged outputs from registers
     FailureOr<SmallVector<Operation*>> slice = indexSlice(blk, loop);
     if (failed(slice)) return failure();
     FailureOr<StagedBlock> st = allocateStage(blk, blk.getBuffers().value_or(1), g, b);
@@ -144,7 +145,7 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
   if (hasInputs) {
     onThread0(b, [&](OpBuilder& tb, Location l) {
       for (const Stage& s : stages)
-        if (!s.st.output) initStageBarriers(tb, l, s.st);
+        if (!s.st.output) initStageBarriers(tb, l, g, s.st);
     });
     gpu::BarrierOp::create(b, loc);
   }
@@ -155,11 +156,7 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
       FailureOr<SmallVector<Value>> coords = coordsAt(s, loop, step, g, b);
       if (failed(coords)) return failure();
       Value inRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, step, hi);
-      Value go = arith::AndIOp::create(b, loc, inRange, g.isThread(b, loc, 0));
-      scf::IfOp::create(b, loc, go, [&](OpBuilder& tb, Location l) {
-        issueStageLoad(tb, l, s.st, indexConst(tb, l, slot), *coords);
-        scf::YieldOp::create(tb, l);
-      });
+      emitStageLoad(b, loc, g, s.st, indexConst(b, loc, slot), *coords, inRange);
     }
   }
 
@@ -197,25 +194,23 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
       if (failed(coords)) return failure();
       refills.push_back({&s, *coords});
     }
-    onThread0(nb, [&](OpBuilder& tb, Location l) {
-      for (const Stage& s : stages) {
-        if (!s.st.output) continue;
-        const StagedBlock& current = g.staged.at(BlockOp(s.op).getResult());
-        issueStageStore(tb, l, current, current.slot, current.coords);
-      }
-      if (minOutputSlots) NVVM::CpAsyncBulkCommitGroupOp::create(tb, l);
-      if (minOutputSlots == 1)
-        NVVM::CpAsyncBulkWaitGroupOp::create(tb, l, tb.getI32IntegerAttr(0), tb.getUnitAttr());
-      for (auto& [s, coords] : refills) {
-        Value next = arith::AddIOp::create(tb, l, k, indexConst(tb, l, s->st.slots));
-        Value inRange = arith::CmpIOp::create(tb, l, arith::CmpIPredicate::slt, next, hi);
-        const StagedBlock& current = g.staged.at(BlockOp(s->op).getResult());
-        scf::IfOp::create(tb, l, inRange, [&](OpBuilder& ib, Location il) {
-          issueStageLoad(ib, il, current, current.slot, coords);
-          scf::YieldOp::create(ib, il);
-        });
-      }
-    });
+    if (minOutputSlots)
+      onThread0(nb, [&](OpBuilder& tb, Location l) {
+        for (const Stage& s : stages) {
+          if (!s.st.output) continue;
+          const StagedBlock& current = g.staged.at(BlockOp(s.op).getResult());
+          issueStageStore(tb, l, current, current.slot, current.coords);
+        }
+        NVVM::CpAsyncBulkCommitGroupOp::create(tb, l);
+        if (minOutputSlots == 1)
+          NVVM::CpAsyncBulkWaitGroupOp::create(tb, l, tb.getI32IntegerAttr(0), tb.getUnitAttr());
+      });
+    for (auto& [s, coords] : refills) {
+      Value next = arith::AddIOp::create(nb, loc, k, indexConst(nb, loc, s->st.slots));
+      Value inRange = arith::CmpIOp::create(nb, loc, arith::CmpIPredicate::slt, next, hi);
+      const StagedBlock& current = g.staged.at(BlockOp(s->op).getResult());
+      emitStageLoad(nb, loc, g, current, current.slot, coords, inRange);
+    }
     if (minOutputSlots == 1) gpu::BarrierOp::create(nb, loc);
     return success();
   };

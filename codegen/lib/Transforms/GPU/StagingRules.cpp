@@ -40,6 +40,17 @@
 // 700 is in copy 2 at 188, i.e. buffer element 2 * 256 + 188 = 700 (a 1-row
 // block's tiling is its row-major order).
 //
+// sm_80 has no TMA: with cp.async copies (GpuLowering::cpAsync) every
+// thread copies 16-byte pieces of the block into the same swizzled layout,
+// piece p of the box (row-major, 16 bytes each) by thread p % threads, with
+// `cp.async.cg.shared.global [dst], [src], 16, n` where n < 16 bytes lie in
+// the array (the rest zero-filled, as TMA fills), then
+// `cp.async.mbarrier.arrive.noinc` on the block's barrier, which expects one
+// such arrival per thread; loads spin on `mbarrier.test_wait.parity`.
+// Worked example: a [1, 2048] f32 chunk is 512 pieces, 4 per thread of 128;
+// on a row of 2050 elements, chunk 1's piece 0 has 8 bytes in the array
+// (elements 2048 and 2049) and n = 8, its other pieces n = 0.
+//
 // In a pipeline (PipelineRules.cpp) a block has several stage buffers
 // (slots) of slotElements each and a barrier per slot; the current step's
 // slot and phase parity come from the pipeline, and loads and stores add
@@ -247,12 +258,21 @@ FailureOr<StagedBlock> allocateStage(BlockOp blk, int64_t slots, GpuLowering& g,
   return st;
 }
 
-void initStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st) {
+bool GpuLowering::stagesBlock(BlockOp blk) const {
+  if (!blk.getStaged()) return false;
+  const bool output =
+      llvm::any_of(blk.getResult().getUsers(), [](Operation* u) { return isa<StoreOp>(u); });
+  return !(cpAsync && output);
+}
+
+void initStageBarriers(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st) {
+  // TMA: thread 0's expect-tx is the one arrival; cp.async: every thread's.
+  const int64_t arrivals = g.cpAsync ? g.strided().getThreads() : 1;
   for (int64_t s = 0; s < st.slots; ++s)
     NVVM::MBarrierInitOp::create(b, loc,
                                  slotBarrier(b, loc, st, arith::ConstantIndexOp::create(b, loc, s)),
-                                 i32(b, loc, 1), Value());
-  NVVM::FenceMbarrierInitOp::create(b, loc);
+                                 i32(b, loc, arrivals), Value());
+  if (!g.cpAsync) NVVM::FenceMbarrierInitOp::create(b, loc);  // sm_90's fence.mbarrier_init
 }
 
 void invalidateStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st) {
@@ -261,8 +281,11 @@ void invalidateStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st) 
         b, loc, slotBarrier(b, loc, st, arith::ConstantIndexOp::create(b, loc, s)));
 }
 
-void issueStageLoad(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
-                    ValueRange coords) {
+namespace {
+
+/// Thread 0's TMA copies of the block at `coords` into stage buffer `slot`.
+void issueTmaLoad(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
+                  ValueRange coords) {
   Value bar = slotBarrier(b, loc, st, slot);
   NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, i32(b, loc, st.bytes()),
                                          NVVM::MemScopeKindAttr(), b.getBoolAttr(false), Value());
@@ -274,6 +297,130 @@ void issueStageLoad(OpBuilder& b, Location loc, const StagedBlock& st, Value slo
         Value(), NVVM::TMALoadModeAttr::get(b.getContext(), NVVM::TMALoadMode::TILE),
         b.getBoolAttr(false), NVVM::CTAGroupKindAttr(), Value());
   });
+}
+
+/// This thread's cp.async pieces of the block at `coords` (TMA's i32,
+/// innermost first) into stage buffer `slot`, then its arrival on the slot's
+/// barrier once they have landed.
+void issueCpAsyncLoad(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st, Value slot,
+                      ValueRange coords) {
+  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+  const int64_t rank = static_cast<int64_t>(st.box.size());
+  const int64_t perPiece = 16 / st.elementBytes, pieces = st.bytes() / 16;
+  const int64_t threads = g.strided().getThreads();
+  Value array = g.map.lookup(BlockOp(st.op).getArray());
+  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, array);
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, array);
+  SmallVector<Value> origin;  // per array dim, outermost first
+  for (int64_t d = rank - 1; d >= 0; --d)
+    origin.push_back(arith::IndexCastOp::create(b, loc, b.getIndexType(), coords[d]));
+  Value slotBytes = arith::MulIOp::create(b, loc, slot, c(st.slotElements * st.elementBytes));
+  Value smem = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, st.buffer);
+  for (int64_t k = 0; k < (pieces + threads - 1) / threads; ++k) {
+    Value piece = arith::AddIOp::create(b, loc, g.tid, c(k * threads));
+    auto copy = [&](OpBuilder& pb, Location l) {
+      auto pc = [&](int64_t v) { return arith::ConstantIndexOp::create(pb, l, v); };
+      // The piece's block coordinates (row-major over the box).
+      SmallVector<Value> at(rank);
+      Value rest = arith::MulIOp::create(pb, l, piece, pc(perPiece));
+      for (int64_t d = rank - 1; d >= 0; --d) {
+        at[d] = arith::RemUIOp::create(pb, l, rest, pc(st.box[d]));
+        rest = arith::DivUIOp::create(pb, l, rest, pc(st.box[d]));
+      }
+      // Its elements in the array: every outer coordinate inside, and how
+      // many of its elements along the last dim (0 to perPiece).
+      Value inside = arith::ConstantIntOp::create(pb, l, pb.getI1Type(), 1);
+      Value offset = meta.getOffset();
+      Value valid;
+      for (int64_t d = 0; d < rank; ++d) {
+        Value gd = arith::AddIOp::create(pb, l, origin[d], at[d]);
+        Value extent = meta.getSizes()[d];
+        Value ok;
+        if (d == rank - 1) {
+          Value left = arith::SubIOp::create(pb, l, extent, gd);
+          valid = arith::MaxSIOp::create(pb, l, arith::MinSIOp::create(pb, l, left, pc(perPiece)),
+                                         pc(0));
+          ok = arith::CmpIOp::create(pb, l, arith::CmpIPredicate::sgt, valid, pc(0));
+        } else {
+          ok = arith::CmpIOp::create(pb, l, arith::CmpIPredicate::slt, gd, extent);
+          inside = arith::AndIOp::create(pb, l, inside, ok);
+        }
+        // Outside the array the piece reads nothing: its address stays in it.
+        Value used = arith::SelectOp::create(pb, l, ok, gd, pc(0));
+        offset = arith::AddIOp::create(pb, l, offset,
+                                       arith::MulIOp::create(pb, l, used, meta.getStrides()[d]));
+      }
+      Value inBytes = arith::SelectOp::create(
+          pb, l, inside, arith::MulIOp::create(pb, l, valid, pc(st.elementBytes)), pc(0));
+      offset = arith::SelectOp::create(pb, l, inside, offset, meta.getOffset());
+      Value src = arith::AddIOp::create(pb, l, base,
+                                        arith::MulIOp::create(pb, l, offset, pc(st.elementBytes)));
+      Value dstElement = swizzled(pb, l, boxFlat(pb, l, st, at), st.elementBytes, st.swizzle);
+      Value dst =
+          arith::AddIOp::create(pb, l, arith::AddIOp::create(pb, l, smem, slotBytes),
+                                arith::MulIOp::create(pb, l, dstElement, pc(st.elementBytes)));
+      auto ptr = [&](Value addr, unsigned space) {
+        Value i64 = arith::IndexCastOp::create(pb, l, pb.getI64Type(), addr);
+        return LLVM::IntToPtrOp::create(pb, l, LLVM::LLVMPointerType::get(pb.getContext(), space),
+                                        i64);
+      };
+      NVVM::CpAsyncOp::create(
+          pb, l, ptr(dst, kSharedSpace), ptr(src, 1), pb.getI32IntegerAttr(16),
+          NVVM::LoadCacheModifierKindAttr::get(pb.getContext(), NVVM::LoadCacheModifierKind::CG),
+          arith::IndexCastOp::create(pb, l, pb.getI32Type(), inBytes));
+    };
+    if ((k + 1) * threads <= pieces) {
+      copy(b, loc);
+    } else {  // the last round: threads past the last piece copy nothing
+      Value has = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, piece, c(pieces));
+      scf::IfOp::create(b, loc, has, [&](OpBuilder& pb, Location l) {
+        copy(pb, l);
+        scf::YieldOp::create(pb, l);
+      });
+    }
+  }
+  NVVM::CpAsyncMBarrierArriveOp::create(b, loc, slotBarrier(b, loc, st, slot), b.getBoolAttr(true));
+}
+
+}  // namespace
+
+void emitStageLoad(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st, Value slot,
+                   ValueRange coords, Value when) {
+  SmallVector<Value> at(coords.begin(), coords.end());
+  Value go = when;
+  if (!g.cpAsync) {  // thread 0 issues the TMA copies
+    Value first = g.isThread(b, loc, 0);
+    go = when ? arith::AndIOp::create(b, loc, when, first).getResult() : first;
+  }
+  auto issue = [&](OpBuilder& ib, Location l) {
+    if (g.cpAsync)
+      issueCpAsyncLoad(ib, l, g, st, slot, at);
+    else
+      issueTmaLoad(ib, l, st, slot, at);
+  };
+  if (!go) return issue(b, loc);
+  scf::IfOp::create(b, loc, go, [&](OpBuilder& ib, Location l) {
+    issue(ib, l);
+    scf::YieldOp::create(ib, l);
+  });
+}
+
+void waitForStage(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st) {
+  Value bar = slotBarrier(b, loc, st, st.slot);
+  if (!g.cpAsync) {  // sm_90: try_wait suspends the thread for a while per attempt
+    NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, st.parity, i32(b, loc, 1000000));
+    return;
+  }
+  // sm_80: test_wait.parity until the phase has completed.
+  scf::WhileOp::create(
+      b, loc, TypeRange{}, ValueRange{},
+      [&](OpBuilder& wb, Location l, ValueRange) {
+        Value done = NVVM::MBarrierTestWaitOp::create(wb, l, wb.getI1Type(), bar, st.parity);
+        Value again = arith::XOrIOp::create(wb, l, done,
+                                            arith::ConstantIntOp::create(wb, l, wb.getI1Type(), 1));
+        scf::ConditionOp::create(wb, l, again, ValueRange{});
+      },
+      [&](OpBuilder& wb, Location l, ValueRange) { scf::YieldOp::create(wb, l); });
 }
 
 void issueStageStore(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
@@ -319,16 +466,12 @@ LogicalResult lowerStagedBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
     return success();
   }
   Location loc = blk.getLoc();
-  Value first = g.isThread(b, loc, 0);
-  scf::IfOp::create(b, loc, first, [&](OpBuilder& tb, Location l) {
-    initStageBarriers(tb, l, *st);
+  scf::IfOp::create(b, loc, g.isThread(b, loc, 0), [&](OpBuilder& tb, Location l) {
+    initStageBarriers(tb, l, g, *st);
     scf::YieldOp::create(tb, l);
   });
   gpu::BarrierOp::create(b, loc);
-  scf::IfOp::create(b, loc, first, [&](OpBuilder& tb, Location l) {
-    issueStageLoad(tb, l, *st, st->slot, st->coords);
-    scf::YieldOp::create(tb, l);
-  });
+  emitStageLoad(b, loc, g, *st, st->slot, st->coords, Value());
   return success();
 }
 
@@ -356,8 +499,7 @@ LogicalResult lowerStagedLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
   if (!lastDimContiguous(box, load.getSizes(), type.getShape()))
     return load.emitOpError("a staged block is loaded without broadcasting along its last dim");
   // Wait for the copy: the current phase of the slot's barrier (at once once complete).
-  NVVM::MBarrierTryWaitParityOp::create(b, loc, slotBarrier(b, loc, st, st.slot), st.parity,
-                                        i32(b, loc, 1000000));
+  waitForStage(b, loc, g, st);
   const int64_t perPiece = 16 / elementBytes;
   VectorType pieceType = VectorType::get({perPiece}, et);
   Value slotStart = slotOffset(b, loc, st);

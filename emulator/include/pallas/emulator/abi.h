@@ -107,6 +107,15 @@ void pallas_emu_setmaxnreg(int32_t count);
 void pallas_emu_mbarrier_init(void* barrier, int32_t count);
 /// mbarrier.inval: the barrier's memory may be initialised again.
 void pallas_emu_mbarrier_inval(void* barrier);
+/// mbarrier.test_wait.parity: 1 once the phase of parity `parity` has
+/// completed; else 0, after letting the other threads run.
+int32_t pallas_emu_mbarrier_test_parity(void* barrier, int32_t parity);
+/// cp.async (sm_80): copies `src_bytes` of the `bytes` from global `src` to
+/// shared `dst`, zero-filling the rest.
+void pallas_emu_cp_async(void* dst, const void* src, int32_t bytes, int32_t src_bytes);
+/// cp.async.mbarrier.arrive.noinc: the thread's arrival on `barrier` once its
+/// earlier cp.async copies have landed (at once here: they land when issued).
+void pallas_emu_cp_async_mbarrier_arrive_noinc(void* barrier);
 /// mbarrier.arrive.expect_tx: announce `bytes` of copies, then arrive.
 void pallas_emu_mbarrier_arrive_expect_tx(void* barrier, int32_t bytes);
 /// mbarrier.try_wait.parity in a loop: returns once the phase of parity
