@@ -12,7 +12,7 @@ namespace {
 class LossesTest : public BackendTest {};
 
 template <class T>
-void check_cross_entropy(Backend backend) {
+void check_cross_entropy(Backend backend, int compute_capability = 90) {
   struct Shape {
     int64_t rows, vocab, pad;
   };
@@ -37,7 +37,8 @@ void check_cross_entropy(Backend backend) {
     Status st = kernels::cross_entropy(
         TensorView<const T, 2>(logits.data(), {s.rows, s.vocab}, {stride, 1}),
         TensorView<const int32_t, 1>(labels.data(), {s.rows}),
-        TensorView<float, 1>(loss.data(), {s.rows}), Launch{backend, nullptr});
+        TensorView<float, 1>(loss.data(), {s.rows}),
+        Launch{backend, nullptr, {.compute_capability = compute_capability}});
     ASSERT_TRUE(st.ok()) << st.message();
     // The logits' chunks are staged by a TMA pipeline where TMA can copy them (row
     // strides of a multiple of 16 bytes, or one row): on the emulator; the host runs the
@@ -64,6 +65,13 @@ void check_cross_entropy(Backend backend) {
 TEST_P(LossesTest, CrossEntropy) {
   check_cross_entropy<float>(GetParam());
   check_cross_entropy<bfloat16>(GetParam());
+}
+
+// The sm_80 form of the staged instance (cp.async pipeline) on the emulator.
+TEST_P(LossesTest, CrossEntropyCpAsyncForm) {
+  if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the sm_80 form is checked on the emulator";
+  check_cross_entropy<float>(Backend::kEmulator, 80);
+  check_cross_entropy<bfloat16>(Backend::kEmulator, 80);
 }
 
 // Masked logits (-inf, as attention masks and vocabulary padding write them):

@@ -208,7 +208,7 @@ void check_softmax(Backend backend, bool log, const std::vector<RowShape>& shape
 }
 
 template <class T>
-void check_row_reductions(Backend backend) {
+void check_row_reductions(Backend backend, int compute_capability = 90) {
   for (RowShape s : row_shapes()) {
     uint32_t seed = fresh_seed();
     SCOPED_TRACE(std::string("row_sum/row_max ") + dtype_name<T>() + " " + describe(s) +
@@ -222,7 +222,7 @@ void check_row_reductions(Backend backend) {
     x.a.upload();
     sums.upload();
     maxes.upload();
-    Launch launch{backend, nullptr};
+    Launch launch{backend, nullptr, {.compute_capability = compute_capability}};
     const uint64_t before = detail::tma_descriptors_handed_out();
     ASSERT_TRUE(kernels::row_sum(x.cview(), TensorView<T, 1>(sums.data(), {s.rows}), launch).ok());
     ASSERT_TRUE(kernels::row_max(x.cview(), TensorView<T, 1>(maxes.data(), {s.rows}), launch).ok());
@@ -280,6 +280,11 @@ TEST_P(RowsTest, LogSoftmax) {
 TEST_P(RowsTest, RowSumAndMax) {
   check_row_reductions<float>(GetParam());
   check_row_reductions<bfloat16>(GetParam());
+}
+// The sm_80 form of the rows path's staged instance (cp.async pipeline) on the emulator.
+TEST_P(RowsTest, RowSumAndMaxCpAsyncForm) {
+  if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the sm_80 form is checked on the emulator";
+  check_row_reductions<half>(Backend::kEmulator, 80);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, RowsTest,
