@@ -1,6 +1,7 @@
 // Operand checks of generated entry points (pallas::detail::check_operand, check_dim).
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "pallas/detail/kernel_image.h"
@@ -24,6 +25,12 @@ std::string hex(uintptr_t value) {
 }
 
 }  // namespace
+
+std::string number_text(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", value);
+  return buf;
+}
 
 Status check_operand(const char* kernel, const char* operand, const void* data, size_t element_size,
                      int rank, const int64_t* shape, const int64_t* strides) {

@@ -52,6 +52,8 @@ constexpr int64_t kMaxGridYZ = 65535;
 constexpr int kDefaultDynamicSharedBytes = 48 * 1024;
 
 const char* kernel_name(const KernelImage& image) {
+  // What the user called (a variant's or a TMA kernel's twin's entry point), else the instance.
+  if (image.metadata != nullptr && image.metadata->entry != nullptr) return image.metadata->entry;
   if (image.metadata != nullptr && image.metadata->name != nullptr) return image.metadata->name;
   return image.symbol != nullptr ? image.symbol : "<unnamed kernel>";
 }
@@ -380,6 +382,18 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
 Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
                      const Launch& launch) {
   const char* name = kernel_name(image);
+  if (launch.backend == Backend::kEmulator) {  // options the emulator cannot stand for
+    if (launch.emulator.concurrent_programs <= 0)
+      return Status::Error(StatusCode::kInvalidArgument,
+                           std::string(name) + ": Launch::emulator.concurrent_programs is " +
+                               std::to_string(launch.emulator.concurrent_programs) +
+                               "; at least 1 program must be resident");
+    if (launch.emulator.compute_capability < 80 || launch.emulator.compute_capability > 129)
+      return Status::Error(StatusCode::kInvalidArgument,
+                           std::string(name) + ": Launch::emulator.compute_capability is " +
+                               std::to_string(launch.emulator.compute_capability) +
+                               "; the emulator stands for sm_80 to sm_12x (80 to 129)");
+  }
   for (size_t axis = 0; axis < 3; ++axis) {
     if (grid[axis] < 0) {
       return Status::Error(StatusCode::kInvalidArgument,

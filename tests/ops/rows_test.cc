@@ -297,7 +297,33 @@ TEST(Status, NegativeEpsIsRejected) {
                                TensorView<const float, 1>(w.data(), {4}), -1.0f,
                                TensorView<float, 2>(y.data(), {2, 4}), Launch{Backend::kHost});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "rms_norm_f32: scalar 'eps' is -1.000000, it must be at least 0");
+  EXPECT_EQ(s.message(), "rms_norm_f32: scalar 'eps' is -1, it must be at least 0");
+  // As the user wrote it, not rounded to six decimals ("-0.000000").
+  s = kernels::rms_norm(TensorView<const float, 2>(x.data(), {2, 4}),
+                        TensorView<const float, 1>(w.data(), {4}), -1e-9f,
+                        TensorView<float, 2>(y.data(), {2, 4}), Launch{Backend::kHost});
+  EXPECT_EQ(s.message(), "rms_norm_f32: scalar 'eps' is -1e-09, it must be at least 0");
+}
+
+TEST(Status, BadEmulatorOptionsAreInvalidArguments) {
+  std::vector<float> x(8), w(4), y(8);
+  auto run = [&](EmulatorOptions options) {
+    return kernels::rms_norm(TensorView<const float, 2>(x.data(), {2, 4}),
+                             TensorView<const float, 1>(w.data(), {4}), 1e-5f,
+                             TensorView<float, 2>(y.data(), {2, 4}),
+                             Launch{Backend::kEmulator, nullptr, options});
+  };
+  Status s = run({.concurrent_programs = 0});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "rms_norm_f32: Launch::emulator.concurrent_programs is 0; at least 1 program must be "
+            "resident");
+  s = run({.compute_capability = 75});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "rms_norm_f32: Launch::emulator.compute_capability is 75; the emulator stands for "
+            "sm_80 to sm_12x (80 to 129)");
+  EXPECT_TRUE(run({.compute_capability = 80}).ok());
 }
 
 TEST(Status, NormWeightLengthMismatch) {

@@ -243,8 +243,9 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     if (d.role != Role::kScalar || !d.min_value) continue;
     os << "  if (!(" << d.name << " >= " << *d.min_value << "))\n"
        << "    return pallas::Status::Error(pallas::StatusCode::kInvalidArgument,\n"
-       << "        std::string(kKernel) + \": scalar '" << d.name << "' is \" + std::to_string("
-       << d.name << ") + \", it must be at least " << *d.min_value << "\");\n";
+       << "        std::string(kKernel) + \": scalar '" << d.name
+       << "' is \" + pallas::detail::number_text(" << d.name << ") + \", it must be at least "
+       << *d.min_value << "\");\n";
   }
   // Bind each run-time dim from its first operand; check every other use.
   std::vector<std::pair<int, int>> bound(spec.dim_names().size(), {-1, -1});

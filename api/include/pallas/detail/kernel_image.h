@@ -134,6 +134,10 @@ Status device_error_record(const KernelImage& image, int device, void*& record);
 Status check_operand(const char* kernel, const char* operand, const void* data, size_t element_size,
                      int rank, const int64_t* shape, const int64_t* strides);
 
+// A scalar as a message shows it: printf's %g ("-1e-09", "0.5", "-1"), not
+// std::to_string's fixed six decimals ("-0.000000").
+std::string number_text(double value);
+
 // Checks that dim `dim` of `operand` equals the value of the named dim, which was set by
 // dim `set_by_dim` of `set_by_operand` (null when the value is fixed by the kernel):
 //   "add_f32: operand 'y' dim 0 is 100, but dim 'n' is 1000 (set by operand 'x' dim 0)"
