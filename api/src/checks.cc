@@ -1,4 +1,5 @@
 // Operand checks of generated entry points (pallas::detail::check_operand, check_dim).
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -24,7 +25,85 @@ std::string hex(uintptr_t value) {
   return std::string(buf, end);
 }
 
+/// A view's bytes as rows: `rows` runs of `width` bytes, `stride` bytes apart
+/// from `base` (exact: the view is exactly these rows; else only its span).
+struct ByteRows {
+  int64_t base = 0, rows = 0, stride = 0, width = 0;
+  bool exact = true;
+  bool empty() const { return rows == 0; }
+  int64_t end() const { return base + (rows - 1) * stride + width; }
+};
+
+ByteRows byte_rows(const void* data, size_t element, int rank, const int64_t* shape,
+                   const int64_t* strides) {
+  ByteRows r;
+  r.base = static_cast<int64_t>(reinterpret_cast<uintptr_t>(data));
+  const auto es = static_cast<int64_t>(element);
+  for (int d = 0; d < rank; ++d)
+    if (shape[d] == 0) return r;  // empty
+  // The innermost dim is contiguous (check_operand); merge every outer dim that
+  // continues it (stride * element == the bytes inside it), then count the rest.
+  r.width = es;
+  r.rows = 1;
+  int64_t outer_dims = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    const int64_t stride = strides[d] * es;
+    if (outer_dims == 0 && (d == rank - 1 || stride == r.width)) {
+      r.width = d == rank - 1 ? shape[d] * es : r.width * shape[d];
+      continue;
+    }
+    if (outer_dims == 1 && stride == r.stride * r.rows) {  // continues the rows
+      r.rows *= shape[d];
+      continue;
+    }
+    if (outer_dims == 1) {  // a second, independent outer dim: only the span is known
+      r.exact = false;
+      r.width = r.end() - r.base;  // the span so far, as one row
+      r.rows = 1;
+    }
+    r.stride = stride;
+    r.rows *= shape[d];
+    outer_dims = 1;
+  }
+  if (r.rows == 1) r.stride = 0;
+  return r;
+}
+
+/// Whether the rows of `a` and `b` share a byte.
+bool overlap(const ByteRows& a, const ByteRows& b) {
+  if (a.empty() || b.empty()) return false;
+  if (a.end() <= b.base || b.end() <= a.base) return false;  // disjoint spans
+  const int64_t stride = a.rows > 1 ? a.stride : b.stride;
+  if (!a.exact || !b.exact || stride == 0 || (a.rows > 1 && b.rows > 1 && a.stride != b.stride))
+    return true;  // intersecting spans of views not compared row by row
+  // Row i of a is [a.base + i S, + a.width), row j of b [b.base + j S, + b.width); with
+  // k = j - i and d = b.base - a.base they meet iff -b.width < d + k S < a.width.
+  const int64_t d = b.base - a.base;
+  auto floor_div = [](int64_t x, int64_t y) {
+    return x / y - ((x % y != 0) && ((x < 0) != (y < 0)));
+  };
+  const int64_t k_min = floor_div(-b.width - d, stride) + 1;
+  const int64_t k_max = -floor_div(-(a.width - d), stride) - 1;  // ceil((a.width - d) / S) - 1
+  const int64_t lo = std::max(k_min, -(a.rows - 1)), hi = std::min(k_max, b.rows - 1);
+  return lo <= hi;
+}
+
 }  // namespace
+
+Status check_no_overlap(const char* kernel, const char* a_name, const void* a, size_t a_element,
+                        int a_rank, const int64_t* a_shape, const int64_t* a_strides,
+                        const char* b_name, const void* b, size_t b_element, int b_rank,
+                        const int64_t* b_shape, const int64_t* b_strides) {
+  if (!overlap(byte_rows(a, a_element, a_rank, a_shape, a_strides),
+               byte_rows(b, b_element, b_rank, b_shape, b_strides)))
+    return Status::Ok();
+  return Status::Error(StatusCode::kInvalidArgument,
+                       std::string(kernel) + ": output '" + a_name + "' overlaps operand '" +
+                           b_name +
+                           "' in memory (only an operand the kernel declares in-place may share "
+                           "memory with an output)");
+}
 
 std::string number_text(double value) {
   char buf[32];

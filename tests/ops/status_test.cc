@@ -334,5 +334,68 @@ TEST(Argv, CallsTheTypedEntryPoint) {
   EXPECT_EQ(out, (std::vector<float>{11, 22, 33}));
 }
 
+// An output may share memory with no other operand the spec does not declare
+// in-place: the entry point rejects the call and leaves the output untouched.
+TEST(Status, OutputOverlappingAnInputIsRejected) {
+  for (Backend backend : {Backend::kHost, Backend::kEmulator}) {
+    SCOPED_TRACE(to_string(backend));
+    std::vector<float> x(101, 1.0f), y(100, 2.0f);
+    const std::string want =
+        "add_f32: output 'out' overlaps operand 'x' in memory (only an operand the kernel "
+        "declares in-place may share memory with an output)";
+    // In place over x, and shifted by one element.
+    for (int64_t shift : {0, 1}) {
+      Status s = kernels::add(TensorView<const float, 1>(x.data(), {100}),
+                              TensorView<const float, 1>(y.data(), {100}),
+                              TensorView<float, 1>(x.data() + shift, {100}), Launch{backend});
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(s.message(), want);
+      EXPECT_EQ(x, std::vector<float>(101, 1.0f));  // untouched
+    }
+    // Two outputs on the same memory: rms_norm_residual's y and h.
+    std::vector<float> a(8, 1.0f), r(8, 1.0f), w(4, 1.0f), yh(8, -7.0f);
+    Status s = kernels::rms_norm_residual(
+        TensorView<const float, 2>(a.data(), {2, 4}), TensorView<const float, 2>(r.data(), {2, 4}),
+        TensorView<const float, 1>(w.data(), {4}), 1e-5f, TensorView<float, 2>(yh.data(), {2, 4}),
+        TensorView<float, 2>(yh.data(), {2, 4}), Launch{backend});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(),
+              "rms_norm_residual_f32: output 'y' overlaps operand 'h' in memory (only an operand "
+              "the kernel declares in-place may share memory with an output)");
+    // A loss written over its labels.
+    std::vector<int32_t> labels(3, 0);
+    std::vector<float> logits(30, 0.5f);
+    s = kernels::cross_entropy(TensorView<const float, 2>(logits.data(), {3, 10}),
+                               TensorView<const int32_t, 1>(labels.data(), {3}),
+                               TensorView<float, 1>(reinterpret_cast<float*>(labels.data()), {3}),
+                               Launch{backend});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(labels, std::vector<int32_t>(3, 0));
+  }
+}
+
+// Column blocks of one matrix share no byte: out = cols [4, 8) of m, x = cols [0, 4);
+// the result equals the one written to separate memory. A declared in-place operand
+// (axpy's y) still works.
+TEST(Status, DisjointViewsOfOneMatrixAndDeclaredAliasesAreAccepted) {
+  std::vector<float> m(4 * 8), bias(4, 0.5f), separate(16, 0.0f);
+  for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(i) / 8.0f;
+  TensorView<const float, 2> x(m.data(), {4, 4}, {8, 1});
+  TensorView<const float, 1> b(bias.data(), {4});
+  ASSERT_TRUE(kernels::bias_gelu(x, b, TensorView<float, 2>(separate.data(), {4, 4}),
+                                 Launch{Backend::kHost})
+                  .ok());
+  Status s = kernels::bias_gelu(x, b, TensorView<float, 2>(m.data() + 4, {4, 4}, {8, 1}),
+                                Launch{Backend::kHost});
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(m[r * 8 + 4 + c], separate[r * 4 + c]);
+  std::vector<float> xs(16, 2.0f), ys(16, 1.0f);
+  s = kernels::axpy(3.0f, TensorView<const float, 1>(xs.data(), {16}),
+                    TensorView<float, 1>(ys.data(), {16}), Launch{Backend::kHost});
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ys, std::vector<float>(16, 7.0f));
+}
+
 }  // namespace
 }  // namespace pallas::testing

@@ -324,6 +324,58 @@ Status check(const void* data, size_t element_size, std::array<int64_t, R> shape
                        strides.data());
 }
 
+// check_no_overlap: `out` (f32 unless said) against `x`.
+struct View {
+  uintptr_t at;
+  std::vector<int64_t> shape, strides;
+  size_t element = 4;
+};
+bool overlaps(const View& out, const View& x) {
+  Status s = detail::check_no_overlap(
+      "add_f32", "out", addr(out.at), out.element, static_cast<int>(out.shape.size()),
+      out.shape.data(), out.strides.data(), "x", addr(x.at), x.element,
+      static_cast<int>(x.shape.size()), x.shape.data(), x.strides.data());
+  if (!s.ok()) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(),
+              "add_f32: output 'out' overlaps operand 'x' in memory (only an operand the kernel "
+              "declares in-place may share memory with an output)");
+  }
+  return !s.ok();
+}
+
+TEST(CheckNoOverlap, WholeRangesOfContiguousViews) {
+  EXPECT_FALSE(overlaps({0x1000, {100}, {1}}, {0x2000, {100}, {1}}));
+  EXPECT_FALSE(overlaps({0x1000, {100}, {1}}, {0x1190, {100}, {1}}));  // adjacent: 400 bytes
+  EXPECT_TRUE(overlaps({0x1000, {100}, {1}}, {0x1000, {100}, {1}}));   // in place
+  EXPECT_TRUE(overlaps({0x1004, {100}, {1}}, {0x1000, {100}, {1}}));   // shifted by one
+  EXPECT_TRUE(overlaps({0x1000, {10, 10}, {10, 1}}, {0x1000 + 396, {1}, {1}}));  // last element
+  // A loss written over its labels: f32 over i32 of the same bytes.
+  EXPECT_TRUE(overlaps({0x1000, {8}, {1}}, {0x1000, {8}, {1}, 4}));
+  EXPECT_FALSE(overlaps({0x1000, {0}, {1}}, {0x1000, {8}, {1}}));  // empty: nothing to share
+}
+
+TEST(CheckNoOverlap, RowsOfOneMatrixAreComparedRowByRow) {
+  // [4, 8] f32 (rows of 32 bytes): columns 0-3 and 4-7 share no byte.
+  EXPECT_FALSE(overlaps({0x1000, {4, 4}, {8, 1}}, {0x1010, {4, 4}, {8, 1}}));
+  EXPECT_TRUE(overlaps({0x1000, {4, 5}, {8, 1}}, {0x1010, {4, 4}, {8, 1}}));  // column 4 twice
+  // Even and odd rows of one matrix.
+  EXPECT_FALSE(overlaps({0x1000, {2, 8}, {16, 1}}, {0x1020, {2, 8}, {16, 1}}));
+  // One row against the rows of a matrix: inside a gap, or on a row.
+  EXPECT_FALSE(overlaps({0x1010, {4}, {1}}, {0x1000, {4, 4}, {8, 1}}));
+  EXPECT_TRUE(overlaps({0x1048, {4}, {1}}, {0x1000, {4, 4}, {8, 1}}));
+  // Contiguous outer dims merge into rows: [2, 2, 4] with strides {16, 8, 1} is [4, 4] by 8.
+  EXPECT_FALSE(overlaps({0x1000, {2, 2, 4}, {16, 8, 1}}, {0x1010, {4, 4}, {8, 1}}));
+}
+
+TEST(CheckNoOverlap, OtherStridedViewsOverlapWhenTheirRangesDo) {
+  // Different row strides, ranges intersecting: reported although no byte is shared.
+  EXPECT_TRUE(overlaps({0x1000, {2, 4}, {16, 1}}, {0x1010, {2, 4}, {32, 1}}));
+  // Two independent outer dims (a 3-D view with padding) against a row inside its range.
+  EXPECT_TRUE(overlaps({0x1000, {2, 2, 4}, {64, 8, 1}}, {0x1040, {4}, {1}}));
+  EXPECT_FALSE(overlaps({0x1000, {2, 2, 4}, {64, 8, 1}}, {0x2000, {4}, {1}}));
+}
+
 TEST(CheckOperand, AcceptsGoodViews) {
   EXPECT_TRUE(check<2>(addr(0x1000), 4, {4, 10}, {10, 1}).ok());
   EXPECT_TRUE(check<2>(addr(0x1000), 4, {4, 10}, {16, 1}).ok());  // padded rows

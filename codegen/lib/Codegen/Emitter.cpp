@@ -237,6 +237,25 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
        << d.name << ".shape().data(), " << d.name << ".strides().data()); !s.ok())\n"
        << "    return s;\n";
   }
+  // Outputs share no memory with any other operand: only a declared alias
+  // (one in-place parameter) may (check_no_overlap says what counts).
+  auto writable = [&](const OperandDecl& d) {
+    return d.role == Role::kOutput || d.aliased_to >= 0;
+  };
+  for (int w : entryParams(spec)) {
+    if (!writable(ops[w])) continue;
+    for (int p : entryParams(spec)) {
+      if (p == w || ops[p].role == Role::kScalar || (writable(ops[p]) && p < w)) continue;
+      const OperandDecl& a = ops[w];
+      const OperandDecl& b = ops[p];
+      os << "  if (pallas::Status s = pallas::detail::check_no_overlap(kKernel, \"" << a.name
+         << "\", " << a.name << ".data(), sizeof(" << cppType(a.dtype) << "), " << a.shape.size()
+         << ", " << a.name << ".shape().data(), " << a.name << ".strides().data(), \"" << b.name
+         << "\", " << b.name << ".data(), sizeof(" << cppType(b.dtype) << "), " << b.shape.size()
+         << ", " << b.name << ".shape().data(), " << b.name << ".strides().data()); !s.ok())\n"
+         << "    return s;\n";
+    }
+  }
   // Scalars with a lower bound (NaN fails the comparison too).
   for (int i : entryParams(spec)) {
     const OperandDecl& d = ops[i];

@@ -134,6 +134,21 @@ Status device_error_record(const KernelImage& image, int device, void*& record);
 Status check_operand(const char* kernel, const char* operand, const void* data, size_t element_size,
                      int rank, const int64_t* shape, const int64_t* strides);
 
+// Checks that output `a` shares no byte with operand `b` (another input or output of the
+// call that the spec does not declare as an alias of it) -> kInvalidArgument naming both:
+//   "add_f32: output 'out' overlaps operand 'x' in memory (only an operand the kernel
+//    declares in-place may share memory with an output)"
+// What counts as overlap: two views whose address ranges intersect. Views that are rows of
+// one matrix (rank 1 or 2 after merging contiguous dims, the same row stride when both have
+// several rows) are compared row by row, so column blocks of one matrix, or alternate rows,
+// do not overlap; any other pair of views whose ranges intersect does, even where their
+// elements interleave without touching. Both views passed check_operand; an empty view
+// overlaps nothing.
+Status check_no_overlap(const char* kernel, const char* a_name, const void* a, size_t a_element,
+                        int a_rank, const int64_t* a_shape, const int64_t* a_strides,
+                        const char* b_name, const void* b, size_t b_element, int b_rank,
+                        const int64_t* b_shape, const int64_t* b_strides);
+
 // A scalar as a message shows it: printf's %g ("-1e-09", "0.5", "-1"), not
 // std::to_string's fixed six decimals ("-0.000000").
 std::string number_text(double value);
