@@ -169,48 +169,32 @@ extern "C" void pallas_emu_mbarrier_arrive_expect_tx(void* barrier, int32_t byte
   maybe_complete(cta, shared_offset(cta, barrier, "mbarrier", 8), bar);
 }
 
-extern "C" void pallas_emu_mbarrier_wait_parity(void* barrier, int32_t parity) {
-  Cta& cta = *current().cta;
-  const int64_t offset = shared_offset(cta, barrier, "mbarrier.try_wait.parity", 8);
-  for (;;) {
-    const MBarrier& bar = barrier_at(cta, barrier, "mbarrier.try_wait.parity");
-    // The phase of parity `parity` has completed when the current one differs.
-    if ((bar.phase & 1u) != static_cast<uint32_t>(parity & 1)) {
-      // The latest completed phase of this parity, and every one before it.
-      const uint32_t completed =
-          (bar.phase - 1) % 2 == static_cast<uint32_t>(parity & 1) ? bar.phase : bar.phase - 1;
-      uint32_t& seen = current().thread->phases_seen[offset];
-      seen = std::max(seen, completed);
-      break;
-    }
-    current().thread->spin_on = barrier_name(offset) + " (phase " + std::to_string(bar.phase) +
-                                ": " + std::to_string(bar.pending) + " of " +
-                                std::to_string(bar.expected) + " arrivals and " +
-                                std::to_string(bar.tx) + " bytes of copies outstanding)";
-    suspend(Wait::kSpin);
-  }
-  current().thread->spin_on.clear();
-}
-
 extern "C" int32_t pallas_emu_mbarrier_test_parity(void* barrier, int32_t parity) {
   Cta& cta = *current().cta;
-  const int64_t offset = shared_offset(cta, barrier, "mbarrier.test_wait.parity", 8);
-  const MBarrier& bar = barrier_at(cta, barrier, "mbarrier.test_wait.parity");
+  Thread& me = *current().thread;
+  const int64_t offset = shared_offset(cta, barrier, "mbarrier wait", 8);
+  const MBarrier& bar = barrier_at(cta, barrier, "mbarrier wait");
+  // The phase of parity `parity` has completed when the current one differs.
   if ((bar.phase & 1u) != static_cast<uint32_t>(parity & 1)) {
+    // The thread has seen the latest completed phase of this parity, and every one before.
     const uint32_t completed =
         (bar.phase - 1) % 2 == static_cast<uint32_t>(parity & 1) ? bar.phase : bar.phase - 1;
-    uint32_t& seen = current().thread->phases_seen[offset];
+    uint32_t& seen = me.phases_seen[offset];
     seen = std::max(seen, completed);
-    current().thread->spin_on.clear();
+    me.spin_on.clear();
     return 1;
   }
-  // Not yet: the caller loops; let the other threads run meanwhile.
-  current().thread->spin_on = barrier_name(offset) + " (phase " + std::to_string(bar.phase) + ": " +
-                              std::to_string(bar.pending) + " of " + std::to_string(bar.expected) +
-                              " arrivals and " + std::to_string(bar.tx) +
-                              " bytes of copies outstanding)";
+  // Not yet: the caller tries again; the other threads run meanwhile.
+  me.spin_on = barrier_name(offset) + " (phase " + std::to_string(bar.phase) + ": " +
+               std::to_string(bar.pending) + " of " + std::to_string(bar.expected) +
+               " arrivals and " + std::to_string(bar.tx) + " bytes of copies outstanding)";
   suspend(Wait::kSpin);
   return 0;
+}
+
+extern "C" void pallas_emu_mbarrier_wait_parity(void* barrier, int32_t parity) {
+  while (!pallas_emu_mbarrier_test_parity(barrier, parity)) {
+  }
 }
 
 extern "C" void pallas_emu_cp_async(void* dst, const void* src, int32_t bytes, int32_t src_bytes) {
