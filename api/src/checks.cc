@@ -105,6 +105,31 @@ Status check_no_overlap(const char* kernel, const char* a_name, const void* a, s
                            "memory with an output)");
 }
 
+Status check_index_range(const char* kernel, const char* operand, int rank, const int64_t* shape,
+                         const int64_t* strides) {
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  // The last element's offset + 1, saturating (check_operand accepted the view: extents and
+  // strides are non-negative).
+  int64_t span = 1;
+  bool too_big = false;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 0) return Status::Ok();  // empty: nothing is indexed
+    if (shape[d] - 1 > kMax || (strides[d] != 0 && (shape[d] - 1) > kMax / strides[d])) {
+      too_big = true;
+      continue;
+    }
+    span += (shape[d] - 1) * strides[d];
+    too_big = too_big || span > kMax;
+  }
+  if (!too_big) return Status::Ok();
+  std::string how_many = "more than " + std::to_string(kMax);
+  if (span > kMax && span < (int64_t{1} << 62)) how_many = std::to_string(span);
+  return Status::Error(StatusCode::kInvalidArgument,
+                       std::string(kernel) + ": operand '" + operand + "' spans " + how_many +
+                           " elements; its kernel indexes in 32 bits, at most " +
+                           std::to_string(kMax));
+}
+
 std::string number_text(double value) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", value);

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -89,7 +90,13 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
       continue;
     }
     if (launch.backend != Backend::kCuda) {  // zeroed heap memory, 16-byte aligned
-      item.host = std::make_unique<std::byte[]>(req.bytes + 16);
+      // A size no allocator can serve (or one that would wrap) fails like one that it cannot.
+      if (req.bytes < (uint64_t{1} << 48))
+        item.host.reset(new (std::nothrow) std::byte[req.bytes + 16]);
+      if (!item.host)
+        return Status::Error(StatusCode::kOutOfMemory,
+                             std::string(name) + ": allocating " + std::to_string(req.bytes) +
+                                 " bytes of launch memory (workspace, semaphores) failed");
       auto addr = reinterpret_cast<uintptr_t>(item.host.get());
       item.data = reinterpret_cast<void*>((addr + 15) / 16 * 16);
       std::fill(item.host.get(), item.host.get() + req.bytes + 16, std::byte{0});

@@ -26,6 +26,8 @@ const char* to_string(StatusCode code) {
       return "unsupported backend";
     case StatusCode::kEmulatorCheckFailed:
       return "emulator check failed";
+    case StatusCode::kOutOfMemory:
+      return "out of memory";
   }
   return "unknown status code";
 }

@@ -3,8 +3,10 @@
 
 #include "test_support.h"
 
+#include <pallas/detail/kernel_image.h>
 #include <pallas/kernels.h>
 
+#include <array>
 #include <type_traits>
 
 namespace pallas::testing {
@@ -395,6 +397,34 @@ TEST(Status, DisjointViewsOfOneMatrixAndDeclaredAliasesAreAccepted) {
                     TensorView<float, 1>(ys.data(), {16}), Launch{Backend::kHost});
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(ys, std::vector<float>(16, 7.0f));
+}
+
+// Operands of 2^31 elements or more are rejected before anything is read: the kernels
+// index and mask in 32 bits. (The views are never dereferenced, so a small buffer serves.)
+TEST(Status, OperandsPastThirtyTwoBitIndexingAreRejected) {
+  std::vector<float> x(16), y(16), out(16);
+  const int64_t big = int64_t{1} << 31;
+  Status s = kernels::add(TensorView<const float, 1>(x.data(), {big}),
+                          TensorView<const float, 1>(y.data(), {big}),
+                          TensorView<float, 1>(out.data(), {big}), Launch{Backend::kHost});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "add_f32: operand 'x' spans 2147483648 elements; its kernel indexes in 32 bits, at "
+            "most 2147483647");
+  // rows * cols past the limit though each dim is below it; and a padded row stride.
+  s = kernels::row_sum(TensorView<const float, 2>(x.data(), {65536, 32768}),
+                       TensorView<float, 1>(out.data(), {65536}), Launch{Backend::kHost});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "row_sum_f32: operand 'x' spans 2147483648 elements; its kernel indexes in 32 bits, "
+            "at most 2147483647");
+  s = kernels::row_sum(TensorView<const float, 2>(x.data(), {2, 8}, {(int64_t{1} << 31) - 7, 1}),
+                       TensorView<float, 1>(out.data(), {2}), Launch{Backend::kHost});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  // Just below the limit the checks pass (the launch itself is not run here).
+  EXPECT_TRUE(detail::check_index_range("add_f32", "x", 1, std::array<int64_t, 1>{big - 1}.data(),
+                                        std::array<int64_t, 1>{1}.data())
+                  .ok());
 }
 
 }  // namespace

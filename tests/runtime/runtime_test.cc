@@ -549,6 +549,22 @@ KernelImage make_image(HostEntry host = record_host_call, std::span<const Cubin>
   return KernelImage{&kAddMetadata, "add_f32_kernel", cubins, host, 256, 0};
 }
 
+// Launch memory no allocator can serve is a status, not an exception (std::bad_alloc).
+TEST(LaunchResources, AllocationFailureIsOutOfMemory) {
+  const KernelImage image = make_image();
+  for (Backend backend : {Backend::kHost, Backend::kEmulator}) {
+    detail::LaunchResources resources;
+    const detail::ResourceRequest requests[] = {
+        {uint64_t{1} << 60, detail::ResourceKind::kWorkspace}};
+    Status s = detail::acquire_resources(image, Launch{backend}, requests, resources);
+    EXPECT_EQ(s.code(), StatusCode::kOutOfMemory);
+    EXPECT_EQ(s.message(),
+              "add_f32: allocating 1152921504606846976 bytes of launch memory "
+              "(workspace, semaphores) failed");
+  }
+  EXPECT_STREQ(to_string(StatusCode::kOutOfMemory), "out of memory");
+}
+
 class LaunchKernel : public ::testing::Test {
  protected:
   void SetUp() override { g_host_call = {}; }

@@ -12,16 +12,17 @@ namespace pallas {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument,     // a bad value: negative extent, bad stride, grid too large, ...
-  kShapeMismatch,       // operand dims disagree with each other
-  kNullPointer,         // a non-empty operand has no data
-  kMisaligned,          // an operand is not aligned to its element size
-  kUnsupportedDtype,    // no instance of the kernel for this element type
-  kNoDevice,            // the CUDA backend was asked for, but there is no usable device
-  kNoBinaryForArch,     // the device's architecture has no cubin in the library
-  kCudaError,           // a CUDA runtime call failed
-  kUnsupportedBackend,  // the kernel has no binary for the requested backend
-  kEmulatorCheckFailed  // the emulator found an out-of-bounds access, a race or a deadlock
+  kInvalidArgument,      // a bad value: negative extent, bad stride, grid too large, ...
+  kShapeMismatch,        // operand dims disagree with each other
+  kNullPointer,          // a non-empty operand has no data
+  kMisaligned,           // an operand is not aligned to its element size
+  kUnsupportedDtype,     // no instance of the kernel for this element type
+  kNoDevice,             // the CUDA backend was asked for, but there is no usable device
+  kNoBinaryForArch,      // the device's architecture has no cubin in the library
+  kCudaError,            // a CUDA runtime call failed
+  kUnsupportedBackend,   // the kernel has no binary for the requested backend
+  kEmulatorCheckFailed,  // the emulator found an out-of-bounds access, a race or a deadlock
+  kOutOfMemory           // memory the launch needs (workspace, semaphores) could not be allocated
 };
 
 // "ok", "invalid argument", "shape mismatch", ...

@@ -235,6 +235,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     os << "  if (pallas::Status s = pallas::detail::check_operand(kKernel, \"" << d.name << "\", "
        << d.name << ".data(), sizeof(" << cppType(d.dtype) << "), " << d.shape.size() << ", "
        << d.name << ".shape().data(), " << d.name << ".strides().data()); !s.ok())\n"
+       << "    return s;\n"
+       << "  if (pallas::Status s = pallas::detail::check_index_range(kKernel, \"" << d.name
+       << "\", " << d.shape.size() << ", " << d.name << ".shape().data(), " << d.name
+       << ".strides().data()); !s.ok())\n"
        << "    return s;\n";
   }
   // Outputs share no memory with any other operand: only a declared alias

@@ -149,6 +149,13 @@ Status check_no_overlap(const char* kernel, const char* a_name, const void* a, s
                         const char* b_name, const void* b, size_t b_element, int b_rank,
                         const int64_t* b_shape, const int64_t* b_strides);
 
+// Checks that every element of the operand lies within 2^31 - 1 elements of its first one:
+// the kernels index and mask in 32 bits. -> kInvalidArgument
+//   "row_sum_f32: operand 'x' spans 2147483648 elements; its kernel indexes in 32 bits, at
+//    most 2147483647"
+Status check_index_range(const char* kernel, const char* operand, int rank, const int64_t* shape,
+                         const int64_t* strides);
+
 // A scalar as a message shows it: printf's %g ("-1e-09", "0.5", "-1"), not
 // std::to_string's fixed six decimals ("-0.000000").
 std::string number_text(double value);
