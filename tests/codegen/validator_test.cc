@@ -472,6 +472,21 @@ TEST(Validator, EmitPipelineOperandIsAWholeArray) {
   EXPECT_EQ(trace_error("pipeline_of_a_block", fn),
             "spec 'pipeline_of_a_block': emit_pipeline operand 0 ('x'): its block must be the "
             "whole array (every dim full); the pipeline copies blocks of it");
+  // A row of a matrix ({squeezed, full}) is not the whole array either: the pipeline's
+  // index maps index the array, not the row.
+  auto row = [](KernelSpec& spec) {
+    declare_row_x_out(spec);
+    spec.body([](Ref x, Ref out) {
+      emit_pipeline(
+          index(0), index(2),
+          {PipelineOperand{x, {squeezed, Blocked{128}}, [](const Value& s) { return at(0, s); }}},
+          {}, [](Value, std::vector<Ref>, std::vector<Value> c) { return c; });
+      out.store_at(x.load_at({index(0)}, {128}), {index(0)});
+    });
+  };
+  EXPECT_EQ(trace_error("pipeline_of_a_row", row),
+            "spec 'pipeline_of_a_row': emit_pipeline operand 0 ('x'): its block must be the "
+            "whole array (every dim full); the pipeline copies blocks of it");
 }
 
 TEST(Validator, EmitPipelineStagesInputsOnly) {

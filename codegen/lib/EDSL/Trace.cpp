@@ -250,8 +250,10 @@ namespace {
 /// array (every dim full), as a pipeline operand's must be.
 int whole_array_operand(const Ref& ref, size_t position) {
   const int operand = RefAccess::state(ref).operand;
+  // Every dim full, none squeezed: the pipeline's index maps index the array itself.
+  const size_t rank = trace().spec->operands()[static_cast<size_t>(operand)].shape.size();
   for (int64_t extent : ref.shape())
-    if (extent >= 0)
+    if (extent >= 0 || ref.shape().size() != rank)
       fail("emit_pipeline operand " + std::to_string(position) + " ('" + ref.name() +
            "'): its block must be the whole array (every dim full); the pipeline copies "
            "blocks of it");
