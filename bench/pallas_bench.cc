@@ -301,30 +301,20 @@ void bench_cross_entropy(std::vector<Row>& rows, int64_t r, int64_t v, int reps,
   DeviceArray<int32_t> labels(host_labels);
   DeviceArray<float> loss(r, rng);
   const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
-  rows.push_back({"cross_entropy", dtype_name<T>(), std::to_string(r) + "x" + std::to_string(v),
-                  e * mat + 8.0 * r,
-                  median_ms(
-                      [&](int i) {
-                        check(pallas::kernels::cross_entropy(
-                                  TensorView<const T, 2>(logits[i % sets].data, {r, v}),
-                                  TensorView<const int32_t, 1>(labels.data, {r}),
-                                  TensorView<float, 1>(loss.data, {r}), launch),
-                              "cross_entropy");
-                      },
-                      reps)});
-  // A vocabulary of v - 1 (a row stride TMA cannot copy): the direct twin.
-  rows.push_back({"cross_entropy", dtype_name<T>(),
-                  std::to_string(r) + "x" + std::to_string(v - 1) + " (direct)",
-                  e * double(r) * (v - 1) + 8.0 * r,
-                  median_ms(
-                      [&](int i) {
-                        check(pallas::kernels::cross_entropy(
-                                  TensorView<const T, 2>(logits[i % sets].data, {r, v - 1}),
-                                  TensorView<const int32_t, 1>(labels.data, {r}),
-                                  TensorView<float, 1>(loss.data, {r}), launch),
-                              "cross_entropy");
-                      },
-                      reps)});
+  // A vocabulary of v - 1 (a row stride TMA cannot copy) takes the direct twin.
+  for (int64_t cols : {v, v - 1})
+    rows.push_back({"cross_entropy", dtype_name<T>(),
+                    std::to_string(r) + "x" + std::to_string(cols) + (cols == v ? "" : " (direct)"),
+                    e * double(r) * cols + 8.0 * r,
+                    median_ms(
+                        [&](int i) {
+                          check(pallas::kernels::cross_entropy(
+                                    TensorView<const T, 2>(logits[i % sets].data, {r, cols}),
+                                    TensorView<const int32_t, 1>(labels.data, {r}),
+                                    TensorView<float, 1>(loss.data, {r}), launch),
+                                "cross_entropy");
+                        },
+                        reps)});
 }
 
 /// transpose of [r, c]: reads x once and writes y once. Shapes that are multiples of 16 bytes
