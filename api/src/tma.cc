@@ -68,6 +68,7 @@ CacheKey key(const TmaOperand& op, Backend backend) {
     dims.push_back(op.box[d]);
   }
   dims.push_back(static_cast<int64_t>(backend));
+  dims.push_back(static_cast<int64_t>(op.element));
   return {op.data, op.element_bytes, op.swizzle, op.rank, std::move(dims)};
 }
 
@@ -89,8 +90,12 @@ Status encode_cuda(const char* kernel, const TmaOperand& op, TmaDescriptor& out)
     element_strides[d] = 1;
     if (d > 0) strides[d - 1] = static_cast<cuuint64_t>(op.strides[from] * op.element_bytes);
   }
+  // Copies move bits; a reduction (copy_smem_to_gmem with add) adds by this type.
   const CUtensorMapDataType type =
-      op.element_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16;
+      op.element == TmaOperand::Element::kF32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+      : op.element == TmaOperand::Element::kF16  ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+      : op.element == TmaOperand::Element::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                 : CU_TENSOR_MAP_DATA_TYPE_INT32;
   const CUtensorMapSwizzle swizzle = op.swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : op.swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                      : op.swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
@@ -119,6 +124,7 @@ void encode_emulator(const TmaOperand& op, TmaDescriptor& out) {
     if (d > 0) map.strides[d - 1] = static_cast<uint64_t>(op.strides[from] * op.element_bytes);
   }
   map.name = op.name;
+  map.is_float = op.element != TmaOperand::Element::kI32;
   std::memset(&out, 0, sizeof out);
   std::memcpy(&out, &map, sizeof map);
 }

@@ -356,6 +356,14 @@ extern "C" void pallas_emu_barrier(int32_t id, int32_t count) {
 
 extern "C" void pallas_emu_yield(void) { suspend(Wait::kSpin); }
 
+extern "C" void pallas_emu_yield_rmw(void) {
+  // A read-modify-write may change memory (a signal, an atomic add of a
+  // reduction), so the pass it runs in made progress: only loops that poll
+  // with loads and compare-and-swaps that fail are deadlocks.
+  ++current().state_changes;
+  suspend(Wait::kSpin);
+}
+
 extern "C" void pallas_emu_setmaxnreg(int32_t count) {
   if (count < 24 || count > 256 || count % 8 != 0)
     fail("setmaxnreg " + std::to_string(count) +

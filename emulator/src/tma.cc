@@ -247,6 +247,34 @@ extern "C" void pallas_emu_cp_async_mbarrier_arrive_noinc(void* barrier) {
   maybe_complete(cta, offset, bar);
 }
 
+extern "C" void pallas_emu_cp_async_mbarrier_arrive(void* barrier) {
+  Cta& cta = *current().cta;
+  Thread& me = *current().thread;
+  MBarrier& bar = barrier_at(cta, barrier, "cp.async.mbarrier.arrive");
+  const int64_t offset = shared_offset(cta, barrier, "mbarrier", 8);
+  // Pending count + 1, then - 1 once the copies land (at once here): the
+  // phase is the current one, completed by the barrier's own arrivals.
+  for (int64_t k : me.cp_async_untracked) {
+    ShadowByte& sh = cta.shadow[static_cast<size_t>(k)];
+    if (sh.copy_barrier != ShadowByte::kUntrackedCopy) continue;  // overwritten since
+    sh.copy_barrier = offset;
+    sh.copy_phase = bar.phase;
+  }
+  me.cp_async_untracked.clear();
+}
+
+extern "C" int64_t pallas_emu_mbarrier_arrive(void* barrier) {
+  Cta& cta = *current().cta;
+  MBarrier& bar = barrier_at(cta, barrier, "mbarrier.arrive");
+  const int64_t offset = shared_offset(cta, barrier, "mbarrier", 8);
+  if (bar.pending == 0)
+    fail("mbarrier.arrive on " + barrier_name(offset) + " in phase " + std::to_string(bar.phase) +
+         ", whose " + std::to_string(bar.expected) + " arrivals are all in");
+  --bar.pending;
+  maybe_complete(cta, offset, bar);
+  return 0;
+}
+
 extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* barrier, int32_t rank,
                                     int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
   Cta& cta = *current().cta;
@@ -306,6 +334,50 @@ extern "C" void pallas_emu_tma_store(const void* descriptor, const void* src, in
     std::memcpy(const_cast<std::byte*>(dst), smem + swizzle(o, map.swizzle),
                 static_cast<size_t>(eb));
   });
+}
+
+extern "C" void pallas_emu_tma_reduce_add(const void* descriptor, const void* src, int32_t rank,
+                                          int32_t c0, int32_t c1, int32_t c2, int32_t c3,
+                                          int32_t c4) {
+  Cta& cta = *current().cta;
+  const EmuTensorMap& map = tensor_map(descriptor, rank, "reduction");
+  if (map.element_bytes != 4)
+    fail(std::string("TMA add reduction into operand '") + map.name + "' of " +
+         std::to_string(map.element_bytes) + "-byte elements; the emulator adds f32 and i32");
+  check_box_destination(cta, src, map, "TMA reduction source");
+  const int32_t coords[5] = {c0, c1, c2, c3, c4};
+  const auto* smem = static_cast<const std::byte*>(src);
+  const int64_t base_offset = shared_offset(cta, src, "TMA reduction source", 0);
+  Thread& me = *current().thread;
+  for_each_run(map, coords, [&](int64_t o, const std::byte* dst) {
+    for (int64_t k = 0; k < 4; ++k) {  // read until its bulk group is waited for
+      ShadowByte& sh = cta.shadow[static_cast<size_t>(base_offset + swizzle(o, map.swizzle) + k)];
+      sh.store_thread = me.linear;
+      sh.store_group = me.bulk_committed;
+    }
+    if (!dst) return;  // outside the array: clipped
+    pallas_emu_access(dst, 4, 4, kAccessStore | kAccessAtomic);
+    auto* to = const_cast<std::byte*>(dst);
+    const std::byte* from = smem + swizzle(o, map.swizzle);
+    if (map.is_float) {
+      float a, b;
+      std::memcpy(&a, to, 4);
+      std::memcpy(&b, from, 4);
+      a += b;
+      std::memcpy(to, &a, 4);
+    } else {
+      uint32_t a, b;  // two's complement: wraps as the GPU's
+      std::memcpy(&a, to, 4);
+      std::memcpy(&b, from, 4);
+      a += b;
+      std::memcpy(to, &a, 4);
+    }
+  });
+}
+
+extern "C" void pallas_emu_tma_prefetch(const void* descriptor, int32_t rank, int32_t, int32_t,
+                                        int32_t, int32_t, int32_t) {
+  (void)tensor_map(descriptor, rank, "prefetch");  // a hint: it reads nothing the program sees
 }
 
 extern "C" void pallas_emu_bulk_commit(void) { ++current().thread->bulk_committed; }

@@ -446,3 +446,70 @@ PALLAS_KERNEL(pipelined_row_dots) {
     });
   });
 }
+
+// Hand-written double buffering with explicit copies and barriers (Spec.h's
+// worked example): program j owns the 32-column strip at 32j and walks its
+// [32, 32] row blocks k = 0, 1, ...; block k is copied into buffer k % 2 on
+// ready[k % 2], block k + 1 into the other one while block k is read, and
+// block k + 2 is prefetched into L2. Each block goes out twice: 2x + 1
+// through buffer `y` to `out`, and x itself added into `total`'s strip
+// (copy_smem_to_gmem with add): total[r, c] += sum over k of x[32k + r, c].
+// `ready` barriers expect two arrivals a phase: the copy, and the program's
+// barrier_arrive right after issuing it. Planted twins each drop one step:
+//   kNoWait       reads a buffer without waiting for its copy,
+//   kNoStoreWait  rewrites `y` before the copy out of it has read it,
+//   kNoArrive     never makes the second arrival (the wait deadlocks).
+enum class ExplicitPlant { kNone, kNoWait, kNoStoreWait, kNoArrive };
+template <ExplicitPlant kPlant>
+void explicit_row_blocks(KernelSpec& spec) {
+  DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
+  Operand x = spec.input("x", f32, {rows, cols});
+  Operand out = spec.output("out", f32, {rows, cols});
+  Operand total = spec.output("total", f32, {32, cols});
+  spec.grid({cdiv(cols, 32)});
+  auto whole = [](const ProgramIds&) { return at(0, 0); };
+  spec.block(x, {full, full}, whole);
+  spec.block(out, {full, full}, whole);
+  spec.block(total, {full, full}, whole);
+  spec.body([](Ref x, Ref out, Ref total) {
+    Value col = program_id(0) * 32;
+    Value blocks = (x.extent(0) + index(31)) / index(32);
+    run_scoped({{"even", f32, {32, 32}}, {"odd", f32, {32, 32}}, {"y", f32, {32, 32}}},
+               {{"ready", 2, 2}}, [&](std::vector<Ref> buf, std::vector<Barriers> bars) {
+                 const Barriers& ready = bars[0];
+                 auto request = [&](const Value& k, int b) {
+                   copy_gmem_to_smem(x, at(k * 32, col), buf[b], ready[b]);
+                   if (kPlant != ExplicitPlant::kNoArrive) barrier_arrive(ready[b]);
+                 };
+                 request(index(0), 0);
+                 fori(index(0), blocks, {}, [&](Value k, std::vector<Value>) {
+                   Value odd = k - (k / index(2)) * index(2);
+                   for (int b = 0; b < 2; ++b)
+                     when(odd == index(b), [&] {
+                       // The copies out of the last block have read `y` and the other buffer.
+                       if (kPlant != ExplicitPlant::kNoStoreWait) wait_smem_to_gmem(0, true);
+                       when(k + index(1) < blocks, [&] { request(k + index(1), 1 - b); });
+                       when(k + index(2) < blocks,
+                            [&] { async_prefetch(x, at((k + index(2)) * 32, col)); });
+                       if (kPlant != ExplicitPlant::kNoWait) barrier_wait(ready[b]);
+                       Value v = buf[b].load();
+                       buf[2].store(2.0 * v + 1.0);
+                       commit_smem();  // y's writes for the copies; buf[b] released by every thread
+                       copy_smem_to_gmem(buf[2], out, at(k * 32, col));
+                       copy_smem_to_gmem(buf[b], total, at(index(0), col), {.add = true});
+                     });
+                   return std::vector<Value>{};
+                 });
+               });
+  });
+}
+PALLAS_KERNEL(explicit_row_blocks) { explicit_row_blocks<ExplicitPlant::kNone>(spec); }
+PALLAS_KERNEL(explicit_row_blocks_nowait) {  // planted
+  explicit_row_blocks<ExplicitPlant::kNoWait>(spec);
+}
+PALLAS_KERNEL(explicit_row_blocks_nostorewait) {  // planted
+  explicit_row_blocks<ExplicitPlant::kNoStoreWait>(spec);
+}
+PALLAS_KERNEL(explicit_row_blocks_noarrive) {  // planted
+  explicit_row_blocks<ExplicitPlant::kNoArrive>(spec);
+}

@@ -12,6 +12,10 @@
 #include <pallas/kernels/chunk_sum_inside.h>
 #include <pallas/kernels/chunk_sum_overpromise.h>
 #include <pallas/kernels/coordinates.h>
+#include <pallas/kernels/explicit_row_blocks.h>
+#include <pallas/kernels/explicit_row_blocks_noarrive.h>
+#include <pallas/kernels/explicit_row_blocks_nostorewait.h>
+#include <pallas/kernels/explicit_row_blocks_nowait.h>
 #include <pallas/kernels/int_mix.h>
 #include <pallas/kernels/math_zoo.h>
 #include <pallas/kernels/pipelined_axpb_d1.h>
@@ -550,6 +554,116 @@ void check_pipelined_axpb(Backend backend, int depth, Kernel kernel, int compute
           ++misses;
         }
       }
+  }
+}
+
+// explicit_row_blocks (features.cc): out = 2x + 1 through hand-written
+// double buffering, and total += the sum of x's [32, 32] row blocks through
+// copies with add; shapes not multiples of the box in either dim, strides
+// TMA can copy (the TMA instance, or its sm_80 cp.async form, on the
+// emulator) and strides it cannot (the direct twin). `total` starts random.
+struct ExplicitShape {
+  int64_t rows, cols, stride;
+};
+Status run_explicit(Backend backend, int compute_capability, ExplicitShape sh, Array<float>& x,
+                    Array<float>& out, Array<float>& total,
+                    Status (*kernel)(TensorView<const float, 2>, TensorView<float, 2>,
+                                     TensorView<float, 2>, const Launch&)) {
+  return kernel(TensorView<const float, 2>(x.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+                TensorView<float, 2>(out.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+                TensorView<float, 2>(total.data(), {32, sh.cols}, {sh.stride, 1}),
+                Launch{backend, nullptr, {.compute_capability = compute_capability}});
+}
+
+TEST_P(FeaturesTest, ExplicitCopiesBarriersAndAddReductions) {
+  for (int cc : {90, 80}) {
+    if (cc == 80 && GetParam() != Backend::kEmulator) continue;
+    for (ExplicitShape sh :
+         {ExplicitShape{1, 1, 4}, ExplicitShape{32, 32, 32}, ExplicitShape{33, 95, 96},
+          ExplicitShape{100, 64, 64}, ExplicitShape{70, 161, 164}, ExplicitShape{5, 33, 33}}) {
+      const uint32_t seed = fresh_seed();
+      SCOPED_TRACE("sm_" + std::to_string(cc) + " " + std::to_string(sh.rows) + "x" +
+                   std::to_string(sh.cols) + " stride " + std::to_string(sh.stride) + " seed " +
+                   std::to_string(seed));
+      std::mt19937 rng(seed);
+      Array<float> x(GetParam(), sh.rows * sh.stride), out(GetParam(), sh.rows * sh.stride),
+          total(GetParam(), 32 * sh.stride);
+      x.fill_random(rng, -4, 4);
+      total.fill_random(rng, -1, 1);
+      for (float& v : out.host()) v = 12345.0f;  // poison, and the padding's guard
+      const std::vector<float> before_total = total.host();
+      x.upload();
+      out.upload();
+      total.upload();
+      const uint64_t before = detail::tma_descriptors_handed_out();
+      Status st = run_explicit(GetParam(), cc, sh, x, out, total, kernels::explicit_row_blocks);
+      ASSERT_TRUE(st.ok()) << st.message();
+      out.download();
+      total.download();
+      if (GetParam() != Backend::kCuda) {
+        const bool tma = GetParam() == Backend::kEmulator && sh.stride % 4 == 0;
+        EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 3u : 0u);
+      }
+      int misses = 0;
+      for (int64_t r = 0; r < sh.rows; ++r)
+        for (int64_t c = 0; c < sh.stride && misses < 5; ++c) {
+          const float got = out.host()[r * sh.stride + c];
+          const float want = c < sh.cols ? 2.0f * x.host()[r * sh.stride + c] + 1.0f : 12345.0f;
+          if (got != want) {
+            ADD_FAILURE() << "out[" << r << ", " << c << "] = " << got << ", want " << want;
+            ++misses;
+          }
+        }
+      // Block by block, in order (the GPU's reductions of successive blocks
+      // may land in another order: a float tolerance there).
+      for (int64_t r = 0; r < 32; ++r)
+        for (int64_t c = 0; c < sh.stride && misses < 10; ++c) {
+          float want = before_total[r * sh.stride + c];
+          if (c < sh.cols)
+            for (int64_t row = r; row < sh.rows; row += 32) want += x.host()[row * sh.stride + c];
+          const float got = total.host()[r * sh.stride + c];
+          const bool ok =
+              GetParam() == Backend::kCuda ? std::abs(got - want) <= 1e-4f : got == want;
+          if (!ok) {
+            ADD_FAILURE() << "total[" << r << ", " << c << "] = " << got << ", want " << want;
+            ++misses;
+          }
+        }
+    }
+  }
+}
+
+// Each planted twin of explicit_row_blocks fails its named emulator check
+// on the TMA path (its sm_80 form for the missing wait); the correct kernel
+// passes the same runs above.
+TEST_P(FeaturesTest, ExplicitCopiesPlantedBugsFailTheirChecks) {
+  if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the emulator's checks";
+  struct Plant {
+    const char* name;
+    Status (*kernel)(TensorView<const float, 2>, TensorView<float, 2>, TensorView<float, 2>,
+                     const Launch&);
+    int compute_capability;
+    const char* message;
+  };
+  for (Plant p :
+       {Plant{"nowait", kernels::explicit_row_blocks_nowait, 90, "before its TMA copy completed"},
+        Plant{"nowait", kernels::explicit_row_blocks_nowait, 80, "before its TMA copy completed"},
+        Plant{"nostorewait", kernels::explicit_row_blocks_nostorewait, 90,
+              "while a TMA store still reads it"},
+        Plant{"noarrive", kernels::explicit_row_blocks_noarrive, 90, "deadlock"}}) {
+    SCOPED_TRACE(std::string(p.name) + " sm_" + std::to_string(p.compute_capability));
+    const ExplicitShape sh{100, 64, 64};
+    std::mt19937 rng(fresh_seed());
+    Array<float> x(GetParam(), sh.rows * sh.stride), out(GetParam(), sh.rows * sh.stride),
+        total(GetParam(), 32 * sh.stride);
+    x.fill_random(rng, -4, 4);
+    total.fill_random(rng, -1, 1);
+    x.upload();
+    out.upload();
+    total.upload();
+    Status st = run_explicit(GetParam(), p.compute_capability, sh, x, out, total, p.kernel);
+    EXPECT_EQ(st.code(), StatusCode::kEmulatorCheckFailed) << st.message();
+    EXPECT_NE(st.message().find(p.message), std::string::npos) << st.message();
   }
 }
 

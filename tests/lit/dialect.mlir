@@ -77,3 +77,73 @@ func.func @check_short_record(%errors: memref<4xi32>, %bad: i1) {
   pallas.check %errors[0] if %bad : memref<4xi32>
   return
 }
+
+// -----
+
+// CHECK-LABEL: func.func @explicit_roundtrip
+// CHECK: pallas.run_scoped attributes {swizzles = array<i64: 64>}
+// CHECK: ^bb0(%{{.*}}: memref<8x32xf16>, %[[BARS:.*]]: !pallas.barriers<4, arrivals = 2>):
+// CHECK: pallas.copy_to_shared
+// CHECK: pallas.barrier_arrive %[[BARS]][%{{.*}}] : <4, arrivals = 2>
+// CHECK: pallas.barrier_wait
+// CHECK: pallas.prefetch %{{.*}}[%{{.*}}, %{{.*}}] {box = array<i64: 8, 32>}
+// CHECK: pallas.commit_shared
+// CHECK: pallas.copy_to_global %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] {uncommitted}
+// CHECK: pallas.commit_copies_to_global
+// CHECK: pallas.wait_copies_to_global 1
+func.func @explicit_roundtrip(%x: memref<?x?xf16>, %i: index) {
+  pallas.run_scoped attributes {swizzles = array<i64: 64>} {
+  ^bb0(%buf: memref<8x32xf16>, %bars: !pallas.barriers<4, arrivals = 2>):
+    pallas.copy_to_shared %x[%i, %i], %buf, %bars[%i] : memref<?x?xf16>, memref<8x32xf16>, !pallas.barriers<4, arrivals = 2>
+    pallas.barrier_arrive %bars[%i] : !pallas.barriers<4, arrivals = 2>
+    pallas.barrier_wait %bars[%i] : !pallas.barriers<4, arrivals = 2>
+    pallas.prefetch %x[%i, %i] {box = array<i64: 8, 32>} : memref<?x?xf16>
+    pallas.commit_shared
+    pallas.copy_to_global %buf, %x[%i, %i] {uncommitted} : memref<8x32xf16>, memref<?x?xf16>
+    pallas.commit_copies_to_global
+    pallas.wait_copies_to_global 1
+  }
+  return
+}
+
+// -----
+
+func.func @explicit_bad_swizzle() {
+  // expected-error @+1 {{swizzle 48 is not 0, 32, 64 or 128 bytes}}
+  pallas.run_scoped attributes {swizzles = array<i64: 48>} {
+  ^bb0(%buf: memref<8x32xf16>):
+  }
+  return
+}
+
+// -----
+
+func.func @explicit_copy_of_other_memory(%x: memref<?x?xf16>, %buf: memref<8x32xf16>, %i: index) {
+  pallas.run_scoped attributes {swizzles = array<i64>} {
+  ^bb0(%bars: !pallas.barriers<1, arrivals = 1>):
+    // expected-error @+1 {{copies a buffer that is not allocated by pallas.run_scoped}}
+    pallas.copy_to_shared %x[%i, %i], %buf, %bars[%i] : memref<?x?xf16>, memref<8x32xf16>, !pallas.barriers<1, arrivals = 1>
+  }
+  return
+}
+
+// -----
+
+func.func @explicit_add_of_f16(%x: memref<?x?xf16>, %i: index) {
+  pallas.run_scoped attributes {swizzles = array<i64: 64>} {
+  ^bb0(%buf: memref<8x32xf16>):
+    // expected-error @+1 {{adds 'f16' elements; the add reduction is for f32 and i32}}
+    pallas.copy_to_global %buf, %x[%i, %i] {add} : memref<8x32xf16>, memref<?x?xf16>
+  }
+  return
+}
+
+// -----
+
+func.func @explicit_too_many_barriers() {
+  // expected-error @+1 {{has an array of 33 barriers; 1 to 32}}
+  pallas.run_scoped attributes {swizzles = array<i64>} {
+  ^bb0(%bars: !pallas.barriers<33, arrivals = 1>):
+  }
+  return
+}

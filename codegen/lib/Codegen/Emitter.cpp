@@ -346,7 +346,12 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
       os << "};\n  const pallas::detail::TmaOperand tma_" << d.name << "{\"" << d.name << "\", "
          << d.name << ".data(), " << edsl::dtype_bytes(d.dtype) << ", " << d.shape.size() << ", "
          << d.name << ".shape().data(), " << d.name << ".strides().data(), box_" << d.name << ", "
-         << d.staged->swizzle << "};\n";
+         << d.staged->swizzle << ", pallas::detail::TmaOperand::Element::"
+         << (d.dtype == edsl::DType::f32    ? "kF32"
+             : d.dtype == edsl::DType::f16  ? "kF16"
+             : d.dtype == edsl::DType::bf16 ? "kBF16"
+                                            : "kI32")
+         << "};\n";
       usable += " &&\n      pallas::detail::tma_rule_broken(tma_" + d.name + ") == nullptr";
     }
     os << "  if (!(" << usable << "))\n    return " << directName(spec) << "_launch(" << params

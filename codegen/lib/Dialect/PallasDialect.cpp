@@ -222,6 +222,80 @@ LogicalResult ConvertLayoutOp::verify() {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Explicit async copies and barriers
+//===----------------------------------------------------------------------===//
+
+LogicalResult RunScopedOp::verify() {
+  Block& body = getBody().front();
+  size_t buffers = 0;
+  bool barriersSeen = false;
+  for (BlockArgument arg : body.getArguments()) {
+    if (auto type = dyn_cast<MemRefType>(arg.getType())) {
+      if (barriersSeen) return emitOpError() << "buffers come before barriers";
+      if (!type.hasStaticShape() || !type.getLayout().isIdentity())
+        return emitOpError() << "buffer " << buffers << " of type " << type
+                             << " is not a static row-major memref";
+      ++buffers;
+      continue;
+    }
+    auto bars = dyn_cast<BarriersType>(arg.getType());
+    if (!bars)
+      return emitOpError() << "allocates " << arg.getType() << "; only buffers and barriers";
+    barriersSeen = true;
+    // Each thread tracks the phases of a barrier array in the bits of one i32.
+    if (bars.getCount() < 1 || bars.getCount() > 32)
+      return emitOpError() << "has an array of " << bars.getCount() << " barriers; 1 to 32";
+    if (bars.getArrivals() < 1)
+      return emitOpError() << "has barriers of " << bars.getArrivals() << " arrivals; at least 1";
+  }
+  if (getSwizzles().size() != buffers)
+    return emitOpError() << "has " << getSwizzles().size() << " swizzles for " << buffers
+                         << " buffers";
+  for (int64_t s : getSwizzles())
+    if (s != 0 && s != 32 && s != 64 && s != 128)
+      return emitOpError() << "swizzle " << s << " is not 0, 32, 64 or 128 bytes";
+  return success();
+}
+
+std::optional<int64_t> RunScopedOp::swizzleOf(Value buffer) {
+  auto arg = dyn_cast<BlockArgument>(buffer);
+  if (!arg) return std::nullopt;
+  auto scope = dyn_cast_or_null<RunScopedOp>(arg.getOwner()->getParentOp());
+  if (!scope || !isa<MemRefType>(arg.getType())) return std::nullopt;
+  return scope.getSwizzles()[arg.getArgNumber()];
+}
+
+/// A copy between `array` at `offsets` and run_scoped buffer `buffer`.
+static LogicalResult verifyCopy(Operation* op, Value array, size_t offsets, Value buffer) {
+  auto arrayType = cast<MemRefType>(array.getType());
+  auto bufferType = cast<MemRefType>(buffer.getType());
+  if (!RunScopedOp::swizzleOf(buffer))
+    return op->emitOpError() << "copies a buffer that is not allocated by pallas.run_scoped";
+  if (static_cast<int64_t>(offsets) != arrayType.getRank())
+    return op->emitOpError() << "has " << offsets << " offsets for a rank-" << arrayType.getRank()
+                             << " array";
+  if (bufferType.getRank() != arrayType.getRank())
+    return op->emitOpError() << "copies a rank-" << bufferType.getRank() << " buffer to a rank-"
+                             << arrayType.getRank() << " array; the ranks must agree";
+  if (bufferType.getElementType() != arrayType.getElementType())
+    return op->emitOpError() << "copies " << bufferType.getElementType() << " elements to "
+                             << arrayType.getElementType();
+  return success();
+}
+
+LogicalResult CopyToSharedOp::verify() {
+  return verifyCopy(*this, getArray(), getOffsets().size(), getBuffer());
+}
+
+LogicalResult CopyToGlobalOp::verify() {
+  if (failed(verifyCopy(*this, getArray(), getOffsets().size(), getBuffer()))) return failure();
+  Type et = getBuffer().getType().getElementType();
+  if (getAdd() && !et.isF32() && !et.isInteger(32))
+    return emitOpError() << "adds " << et << " elements; the add reduction is for f32 and i32";
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "pallas/Dialect/PallasOps.cpp.inc"
 

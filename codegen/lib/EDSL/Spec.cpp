@@ -392,6 +392,21 @@ void KernelSpec::stage_in_pipeline(int operand, const std::vector<BlockDim>& blo
   d.staged_block = std::move(extents);
 }
 
+void KernelSpec::stage_for_copies(int operand, const std::vector<int64_t>& box, int swizzle) {
+  std::vector<BlockDim> block;
+  for (int64_t e : box) block.push_back(Blocked{e});
+  check_staging(operand, block, InShared{.swizzle = swizzle});
+  OperandDecl& d = operands_[static_cast<size_t>(operand)];
+  // One TMA descriptor per array: every copy of it agrees on the box.
+  if (d.staged && (d.staged_block != box || d.staged->swizzle != swizzle))
+    fail("operand '" + d.name +
+         "' is copied with buffers of two shapes or swizzles; an array has one TMA descriptor, "
+         "so every copy of it uses buffers of one shape and swizzle");
+  if (direct_) return;
+  d.staged = InShared{.swizzle = swizzle};
+  d.staged_block = box;
+}
+
 void KernelSpec::max_concurrent_steps(int steps) {
   if (steps < 1 || steps > 4)
     fail("max_concurrent_steps(" + std::to_string(steps) + "): a pipeline keeps 1 to 4 steps");

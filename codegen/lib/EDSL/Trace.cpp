@@ -53,6 +53,8 @@ RefState& ref_state(void* impl, int index) {
   auto* t = static_cast<Trace*>(impl);
   if (t != current_trace) throw SpecError("a Ref was used outside the body it was given to");
   RefState& s = t->refs[static_cast<size_t>(index)];
+  if (!s.ref && s.operand < 0)
+    fail("buffer '" + s.buffer_name + "' was used after the run_scoped body it was given to");
   if (!s.ref)
     fail("a block Ref of operand '" + t->spec->operands()[static_cast<size_t>(s.operand)].name +
          "' was used after the emit_pipeline body it was given to");
@@ -65,6 +67,13 @@ mlir::pallas::RefType ref_type(mlir::Value ref) {
 /// The value stored through `s`, after checking that its operand is stored
 /// to (an output or a workspace) and the dtypes agree. Marks the operand stored.
 mlir::Value stored_value(RefState& s, const Value& value) {
+  if (s.operand < 0) {  // a run_scoped buffer
+    mlir::Value v = unwrap(value);
+    if (dtype_of(v.getType()) != s.buffer_dtype)
+      fail("store of a " + std::string(edsl::name(dtype_of(v.getType()))) + " value to buffer '" +
+           s.buffer_name + "' of dtype " + edsl::name(s.buffer_dtype) + " (cast first)");
+    return v;
+  }
   const OperandDecl& decl = trace().spec->operands()[static_cast<size_t>(s.operand)];
   trace().refs[static_cast<size_t>(s.operand)].stored = true;
   if (decl.role != Role::kOutput && decl.role != Role::kWorkspace && decl.role != Role::kScratch)
@@ -95,6 +104,8 @@ Value Ref::extent(int dim, std::source_location where) const {
   if (dim < 0 || dim >= static_cast<int>(arrayDims.size()))
     fail("extent(" + std::to_string(dim) + ") of '" + name() + "', whose block has " +
          std::to_string(arrayDims.size()) + " dims");
+  if (s.operand < 0)  // a run_scoped buffer: its static shape
+    return index(llvm::cast<mlir::MemRefType>(block.getArray().getType()).getShape()[dim]);
   return wrap(mlir::memref::DimOp::create(b(), loc(), block.getArray(), arrayDims[dim]));
 }
 
@@ -170,10 +181,14 @@ void Ref::store_at(const Value& value, const std::vector<Idx>& offsets,
   mlir::pallas::StoreOp::create(b(), loc(), v, s.ref, dynamic, zeros);
 }
 DType Ref::dtype() const {
-  return trace().spec->operands()[static_cast<size_t>(ref_state(impl_, operand_).operand)].dtype;
+  const RefState& s = ref_state(impl_, operand_);
+  if (s.operand < 0) return s.buffer_dtype;
+  return trace().spec->operands()[static_cast<size_t>(s.operand)].dtype;
 }
 const std::string& Ref::name() const {
-  return trace().spec->operands()[static_cast<size_t>(ref_state(impl_, operand_).operand)].name;
+  const RefState& s = ref_state(impl_, operand_);
+  if (s.operand < 0) return s.buffer_name;
+  return trace().spec->operands()[static_cast<size_t>(s.operand)].name;
 }
 
 Value Ref::load(std::source_location where) const {
@@ -240,16 +255,16 @@ void Ref::store(const Value& value, std::vector<int64_t> offsets,
 // emit_pipeline
 //===----------------------------------------------------------------------===//
 
-/// Reads a Ref's trace and index (Ref keeps them private).
-struct RefAccess {
-  static RefState& state(const Ref& r) { return ref_state(r.impl_, r.operand_); }
-};
+RefState& RefAccess::state(const Ref& r) { return ref_state(r.impl_, r.operand_); }
 
 namespace {
 /// The operand behind `ref`, after checking that its block is the whole
 /// array (every dim full), as a pipeline operand's must be.
 int whole_array_operand(const Ref& ref, size_t position) {
   const int operand = RefAccess::state(ref).operand;
+  if (operand < 0)
+    fail("emit_pipeline operand " + std::to_string(position) + " ('" + ref.name() +
+         "') is a run_scoped buffer; a pipeline copies blocks of an operand's whole-array Ref");
   // Every dim full, none squeezed: the pipeline's index maps index the array itself.
   const size_t rank = trace().spec->operands()[static_cast<size_t>(operand)].shape.size();
   for (int64_t extent : ref.shape())
@@ -329,7 +344,7 @@ std::vector<Value> emit_pipeline(
             block.setBuffers(p.staging->buffers ? p.staging->buffers : max_concurrent_steps);
             block->setAttr("name", b().getStringAttr(d.name));
           }
-          t.refs.push_back(RefState{block, false, i});
+          t.refs.push_back(RefState{block, false, i, {}, DType::f32});
           made.push_back(t.refs.size() - 1);
           blocks.emplace_back(&t, static_cast<int>(t.refs.size() - 1));
         }
@@ -441,7 +456,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   mlir::Block* entry = func.addEntryBlock();
   builder.setInsertionPointToStart(entry);
 
-  Trace t{&spec, &ctx, builder, loc, {}, {}, static_cast<int>(spec.grid_axes().size()), {}, {}};
+  Trace t{&spec, &ctx, builder, loc, {}, {}, {}, static_cast<int>(spec.grid_axes().size()), {}, {}};
   for (size_t i = 0, arg = 0; i < ops.size(); ++i) {
     if (ops[i].role != Role::kScratch) {
       t.args.push_back(entry->getArgument(arg++));

@@ -29,9 +29,18 @@ using mlir::OpBuilder;
 using mlir::VectorType;
 
 struct RefState {
-  mlir::Value ref;  // the pallas.block; null once its emit_pipeline body is traced
+  mlir::Value ref;  // the pallas.block; null once its emit_pipeline or run_scoped body is traced
   bool stored = false;
-  int operand = -1;  // the operand whose block it is
+  int operand = -1;         // the operand whose block it is; -1 for a run_scoped buffer
+  std::string buffer_name;  // a run_scoped buffer's name and dtype
+  DType buffer_dtype = DType::f32;
+};
+
+/// An array of run_scoped barriers (TraceAsync.cpp).
+struct BarrierState {
+  mlir::Value value;  // the run_scoped region's !pallas.barriers argument; null after it
+  std::string name;
+  int count = 0;
 };
 
 /// The kernel being traced on this thread.
@@ -41,7 +50,8 @@ struct Trace {
   OpBuilder builder;
   mlir::Location loc;
   std::vector<mlir::Value> args;  // per operand: its func argument, or its pallas.scratch
-  std::vector<RefState> refs;     // per operand (unused for scalars)
+  std::vector<RefState> refs;     // per operand (unused for scalars), then inner blocks
+  std::vector<BarrierState> barriers;
   int grid_rank = 0;
   // Per grid axis, for arbitrary (sequential) axes: the loop's induction
   // variable and trip count; null for parallel axes.
@@ -205,5 +215,13 @@ Value unary_f32(const char* op, const Value& x, std::source_location where) {
 mlir::Value materialize(const DimExpr& e);
 
 }  // namespace pallas::edsl::trace_state
+
+namespace pallas::edsl {
+/// The state behind a Ref, checked to be alive in the current trace (Ref
+/// keeps its trace and index private).
+struct RefAccess {
+  static trace_state::RefState& state(const Ref& r);
+};
+}  // namespace pallas::edsl
 
 #endif  // PALLAS_EDSL_TRACESTATE_H

@@ -268,6 +268,13 @@ class Rewriter {
       replace(op, {});
       return success();
     }
+    // The thread's own stack (an alloca: barrier phase bits) is private: nothing to check.
+    if (auto load = dyn_cast<LLVM::LoadOp>(op);
+        load && load.getAddr().getDefiningOp<LLVM::AllocaOp>())
+      return success();
+    if (auto store = dyn_cast<LLVM::StoreOp>(op);
+        store && store.getAddr().getDefiningOp<LLVM::AllocaOp>())
+      return success();
     if (auto load = dyn_cast<LLVM::LoadOp>(op)) {
       // An atomic load (a semaphore or flag read) may sit in a spin loop:
       // yield first, so the threads it waits for get to run.
@@ -279,7 +286,9 @@ class Rewriter {
       return check(loc, store.getAddr(), store.getValue().getType(), emu::kAccessStore,
                    store.getAlignment());
     if (auto rmw = dyn_cast<LLVM::AtomicRMWOp>(op)) {
-      call(loc, "pallas_emu_yield", Type(), {});  // semaphore polls are RMWs too
+      // Semaphore polls are RMWs too: yield, but as progress (an RMW may change
+      // memory; a reduction through atomics is a long run of them).
+      call(loc, "pallas_emu_yield_rmw", Type(), {});
       return check(loc, rmw.getPtr(), rmw.getVal().getType(),
                    emu::kAccessStore | emu::kAccessAtomic);
     }
@@ -344,9 +353,27 @@ class Rewriter {
       call(loc, "pallas_emu_cp_async", Type(),
            {copy.getDst(), copy.getSrc(), constI32(loc, copy.getSize()), srcSize});
     } else if (auto arrive = dyn_cast<NVVM::CpAsyncMBarrierArriveOp>(op)) {
-      if (!arrive.getNoinc())
-        return op->emitOpError("no emulator rule for cp.async.mbarrier.arrive without .noinc");
-      call(loc, "pallas_emu_cp_async_mbarrier_arrive_noinc", Type(), {arrive.getAddr()});
+      call(loc,
+           arrive.getNoinc() ? "pallas_emu_cp_async_mbarrier_arrive_noinc"
+                             : "pallas_emu_cp_async_mbarrier_arrive",
+           Type(), {arrive.getAddr()});
+    } else if (auto arrive = dyn_cast<NVVM::MBarrierArriveOp>(op)) {
+      if (arrive.getCount() || arrive.getRelaxed() || arrive.getScope() != NVVM::MemScopeKind::CTA)
+        return op->emitOpError("no emulator rule for a counted, relaxed or cluster-scope arrive");
+      Value state = call(loc, "pallas_emu_mbarrier_arrive", i64(), {arrive.getAddr()});
+      replace(op, arrive.getRes() ? state : Value());
+      return success();
+    } else if (auto reduce = dyn_cast<NVVM::CpAsyncBulkTensorReduceOp>(op)) {
+      if (reduce.getRedKind() != NVVM::TMAReduxKind::ADD ||
+          reduce.getMode() != NVVM::TMAStoreMode::TILE)
+        return op->emitOpError("no emulator rule for TMA reductions other than a tiled add");
+      SmallVector<Value> args{reduce.getTmaDescriptor(), reduce.getSrcMem()};
+      args.append(coords(reduce.getCoordinates()));
+      call(loc, "pallas_emu_tma_reduce_add", Type(), args);
+    } else if (auto prefetch = dyn_cast<NVVM::CpAsyncBulkTensorPrefetchOp>(op)) {
+      SmallVector<Value> args{prefetch.getTmaDescriptor()};
+      args.append(coords(prefetch.getCoordinates()));
+      call(loc, "pallas_emu_tma_prefetch", Type(), args);
     } else if (auto test = dyn_cast<NVVM::MBarrierTestWaitOp>(op)) {
       if (!test.getStateOrPhase().getType().isInteger(32))
         return op->emitOpError("no emulator rule for mbarrier.test.wait on a state");

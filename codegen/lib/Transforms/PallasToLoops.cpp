@@ -175,6 +175,24 @@ class HostLowering {
       return success();
     }
     if (auto loop = dyn_cast<scf::WhileOp>(op)) return lowerWhile(loop, b);
+    if (auto scope = dyn_cast<RunScopedOp>(op)) {  // buffers on the stack; barriers are moot
+      for (BlockArgument arg : scope.getBody().front().getArguments())
+        if (auto type = dyn_cast<MemRefType>(arg.getType()))
+          map_.map(arg, memref::AllocaOp::create(allocas_, loc, type).getResult());
+      return lowerBlock(scope.getBody().front(), b);
+    }
+    if (auto in = dyn_cast<CopyToSharedOp>(op)) {
+      copySlice(b, loc, in.getArray(), in.getOffsets(), in.getBuffer(), /*toBuffer=*/true, false);
+      return success();
+    }
+    if (auto out = dyn_cast<CopyToGlobalOp>(op)) {
+      copySlice(b, loc, out.getArray(), out.getOffsets(), out.getBuffer(), false, out.getAdd());
+      return success();
+    }
+    // One program runs at a time and copies complete at once: nothing to wait for.
+    if (isa<PrefetchOp, BarrierWaitOp, BarrierArriveOp, CommitSharedOp, CommitCopiesToGlobalOp,
+            WaitCopiesToGlobalOp>(op))
+      return success();
     if (auto read = dyn_cast<SemaphoreReadOp>(op)) {
       map_.map(read.getValue(), memref::LoadOp::create(b, loc, map_.lookup(read.getSemaphores()),
                                                        map_.lookup(read.getIndex()))
@@ -244,11 +262,60 @@ class HostLowering {
     return cloneScalarOp(
         op, map_, b, "host",  // ProgramSkeleton.h
         "pallas.block, pallas.load, pallas.load_scalar, pallas.store, pallas.iota, "
-        "pallas.scratch, pallas.semaphore_add, pallas.semaphore_read, "
+        "pallas.scratch, pallas.semaphore_add, pallas.semaphore_read, pallas.run_scoped, "
+        "the explicit copies and barriers, "
         "pallas.semaphore_wait, pallas.check, vector.broadcast, vector.shape_cast, "
         "vector.transpose, "
         "vector.multi_reduction, splat constants, scf.for, scf.while, scf.if and "
         "elementwise arith/math ops");
+  }
+
+  /// Copies between the slice of `array` at element `offsets` and `buffer`
+  /// (its shape): elements outside the array read as zero and are not
+  /// written; with `add` the buffer is added to the array.
+  void copySlice(OpBuilder& b, Location loc, Value array, ValueRange offsets, Value buffer,
+                 bool toBuffer, bool add) {
+    Value a = map_.lookup(array), buf = map_.lookup(buffer);
+    auto type = cast<MemRefType>(buffer.getType());
+    loopNest(b, loc, type.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
+      SmallVector<Value> at;
+      Value inside = arith::ConstantIntOp::create(nb, l, nb.getI1Type(), 1);
+      for (auto [d, iv] : llvm::enumerate(ivs)) {
+        Value x = arith::AddIOp::create(nb, l, map_.lookup(offsets[d]), iv);
+        Value lo = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge, x,
+                                         arith::ConstantIndexOp::create(nb, l, 0));
+        Value hi = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, x,
+                                         memref::DimOp::create(nb, l, a, d));
+        inside = arith::AndIOp::create(nb, l, inside, arith::AndIOp::create(nb, l, lo, hi));
+        at.push_back(x);
+      }
+      Type et = type.getElementType();
+      if (toBuffer) {
+        Value v =
+            scf::IfOp::create(
+                nb, l, inside,
+                [&](OpBuilder& tb, Location tl) {
+                  scf::YieldOp::create(tb, tl, memref::LoadOp::create(tb, tl, a, at).getResult());
+                },
+                [&](OpBuilder& eb, Location el) {
+                  scf::YieldOp::create(
+                      eb, el, arith::ConstantOp::create(eb, el, eb.getZeroAttr(et)).getResult());
+                })
+                .getResult(0);
+        memref::StoreOp::create(nb, l, v, buf, ivs);
+        return;
+      }
+      scf::IfOp::create(nb, l, inside, [&](OpBuilder& tb, Location tl) {
+        Value v = memref::LoadOp::create(tb, tl, buf, ivs);
+        if (add) {
+          Value old = memref::LoadOp::create(tb, tl, a, at);
+          v = isa<FloatType>(et) ? arith::AddFOp::create(tb, tl, old, v).getResult()
+                                 : arith::AddIOp::create(tb, tl, old, v).getResult();
+        }
+        memref::StoreOp::create(tb, tl, v, a, at);
+        scf::YieldOp::create(tb, tl);
+      });
+    });
   }
 
   LogicalResult lowerElementwise(Operation* op, OpBuilder& b) {

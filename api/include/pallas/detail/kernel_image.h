@@ -187,6 +187,9 @@ struct TmaOperand {
   const int64_t* strides;  // in elements, outermost first
   const int64_t* box;      // outermost first
   int swizzle;             // bytes: 0, 32, 64, 128
+  // What the elements are, for TMA reductions (cp.reduce.async.bulk .add adds by type).
+  enum class Element : int { kF32, kF16, kBF16, kI32 };
+  Element element;
 };
 
 // Whether the TMA instance `image` can run for `launch`: CUDA when the current device has one

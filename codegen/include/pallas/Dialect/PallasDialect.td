@@ -272,4 +272,165 @@ def Pallas_ConvertLayoutOp : Pallas_Op<"convert_layout", [Pure]> {
   let hasVerifier = 1;
 }
 
+
+//===----------------------------------------------------------------------===//
+// Explicit async copies and barriers (Pallas' copy_gmem_to_smem and friends)
+//===----------------------------------------------------------------------===//
+
+def Pallas_BarriersType : Pallas_Type<"Barriers", "barriers"> {
+  let summary = "`count` mbarriers in the program's shared memory (Pallas' Barrier scratch)";
+  let description = [{
+    `!pallas.barriers<2, arrivals = 1>`: two barriers, each completing a phase
+    once it has had `arrivals` arrivals and every byte of the copies that
+    complete on it in that phase has landed. A `pallas.copy_to_shared` is one
+    arrival (the program's) plus its bytes; a `pallas.barrier_arrive` is one
+    arrival. The phase each thread waits for is tracked by the lowering.
+  }];
+  let parameters = (ins "int64_t":$count, "int64_t":$arrivals);
+  let assemblyFormat = "`<` $count `,` `arrivals` `=` $arrivals `>`";
+}
+
+def Pallas_RunScopedOp : Pallas_Op<"run_scoped", [NoTerminator, SingleBlock]> {
+  let summary = "shared-memory buffers and barriers that live only in a region (Pallas' run_scoped)";
+  let description = [{
+    The region's arguments are the allocations: static memrefs (buffers for
+    async copies, in shared memory on the GPU; `swizzles` gives each its TMA
+    swizzle in bytes, 0, 32, 64 or 128) followed by `!pallas.barriers`. They
+    are uninitialised buffers and freshly initialised barriers (phase 0) each
+    time the region runs, and dead after it: the GPU's shared-memory plan
+    gives their bytes to others outside it. When the region ends the program
+    waits for its copies to global memory to have read their buffers.
+
+    ```mlir
+    pallas.run_scoped {swizzles = array<i64: 128>} {
+    ^bb0(%buf: memref<64x64xf16>, %bars: !pallas.barriers<1, arrivals = 1>):
+      pallas.copy_to_shared %x[%i, %c0], %buf, %bars[%c0] : memref<?x?xf16, strided<[?, 1]>>, memref<64x64xf16>, !pallas.barriers<1, arrivals = 1>
+      pallas.barrier_wait %bars[%c0] : !pallas.barriers<1, arrivals = 1>
+    }
+    ```
+
+    A buffer is read and written through a `pallas.block` over it (its whole
+    shape): its elements live in the copy's layout (row-major boxes of at
+    most 256 a dim, swizzled), so loads and stores move whole 16-byte runs
+    (the strided layout) at static offsets.
+  }];
+  let arguments = (ins DenseI64ArrayAttr:$swizzles);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The swizzle of `buffer` if it is one of this op's buffers, else nullopt.
+    static std::optional<int64_t> swizzleOf(::mlir::Value buffer);
+  }];
+}
+
+def Pallas_CopyToSharedOp : Pallas_Op<"copy_to_shared"> {
+  let summary = "async copy of a slice of an array into a shared buffer (Pallas' copy_gmem_to_smem)";
+  let description = [{
+    Copies the slice of `array` starting at element `offsets` (one per array
+    dim), of the buffer's shape, into `buffer` (a run_scoped buffer), and
+    completes on barrier `barrier` of `barriers`: one arrival of the program,
+    and the slice's bytes. Elements outside the array read as zero. Issued
+    once per program (every thread reaches it; the lowering picks who copies).
+
+    sm_90a: thread 0 arrives with expect-tx of the bytes and issues the TMA
+    copies (the array has a TMA descriptor whose box is the buffer's copy
+    box). sm_80 (cp-async): every thread copies its 16-byte pieces with
+    cp.async and attaches them to the barrier (cp.async.mbarrier.arrive),
+    then the program's one arrival. `direct` (the kernel's _direct instance,
+    for arrays TMA cannot copy): the threads copy with ordinary loads and
+    stores, then the one arrival.
+  }];
+  let arguments = (ins AnyMemRef:$array, Variadic<Index>:$offsets, AnyStaticShapeMemRef:$buffer,
+                       Pallas_BarriersType:$barriers, Index:$barrier, UnitAttr:$direct);
+  let assemblyFormat = [{
+    $array `[` $offsets `]` `,` $buffer `,` $barriers `[` $barrier `]` attr-dict `:` type($array) `,` type($buffer) `,` type($barriers)
+  }];
+  let hasVerifier = 1;
+}
+
+def Pallas_CopyToGlobalOp : Pallas_Op<"copy_to_global"> {
+  let summary = "async copy of a shared buffer to a slice of an array (Pallas' copy_smem_to_gmem)";
+  let description = [{
+    Writes `buffer` to the slice of `array` at element `offsets`; elements
+    outside the array are not written. With `add` the buffer's elements are
+    added to the array's (a reduction: f32 and i32). The buffer must have been
+    written before, and fenced for the async proxy (`pallas.commit_shared`);
+    it must not be written again until a `pallas.wait_copies_to_global` has
+    waited for the copy to read it. Unless `uncommitted`, the copy ends a
+    bulk group (Pallas' commit_group=True).
+
+    sm_90a: thread 0's TMA stores (cp.reduce.async.bulk.tensor .add for
+    `add`). sm_80 and `direct`: every thread stores its 16-byte pieces (adds
+    with atomics), synchronously.
+  }];
+  let arguments = (ins AnyStaticShapeMemRef:$buffer, AnyMemRef:$array, Variadic<Index>:$offsets,
+                       UnitAttr:$add, UnitAttr:$uncommitted, UnitAttr:$direct);
+  let assemblyFormat = [{
+    $buffer `,` $array `[` $offsets `]` attr-dict `:` type($buffer) `,` type($array)
+  }];
+  let hasVerifier = 1;
+}
+
+def Pallas_PrefetchOp : Pallas_Op<"prefetch"> {
+  let summary = "prefetch a slice of an array into L2 (Pallas' async_prefetch)";
+  let description = [{
+    A hint: the slice of `array` at element `offsets` of the array's copy box
+    (the shape of the buffers it is copied to) is fetched into L2. sm_90a:
+    a TMA prefetch by thread 0; elsewhere nothing.
+  }];
+  let arguments = (ins AnyMemRef:$array, Variadic<Index>:$offsets, DenseI64ArrayAttr:$box,
+                       UnitAttr:$direct);
+  let assemblyFormat = "$array `[` $offsets `]` attr-dict `:` type($array)";
+}
+
+def Pallas_BarrierWaitOp : Pallas_Op<"barrier_wait"> {
+  let summary = "every thread waits for the current phase of a barrier to complete";
+  let description = [{
+    The phase waited for is tracked per barrier: the first wait of a
+    run_scoped region waits for phase 0, the next for phase 1, and so on.
+    After it every thread sees the bytes of the copies that completed on it.
+  }];
+  let arguments = (ins Pallas_BarriersType:$barriers, Index:$barrier);
+  let assemblyFormat = "$barriers `[` $barrier `]` attr-dict `:` type($barriers)";
+}
+
+def Pallas_BarrierArriveOp : Pallas_Op<"barrier_arrive"> {
+  let summary = "the program arrives once on a barrier, after all its threads got here";
+  let description = [{
+    A barrier of the program's threads, then one arrival (by thread 0): what
+    every thread did before it (reading a buffer, say) happens before the
+    phase completes. Used to release a buffer to the copies that refill it.
+  }];
+  let arguments = (ins Pallas_BarriersType:$barriers, Index:$barrier);
+  let assemblyFormat = "$barriers `[` $barrier `]` attr-dict `:` type($barriers)";
+}
+
+def Pallas_CommitSharedOp : Pallas_Op<"commit_shared"> {
+  let summary = "the program's shared-memory writes become visible to async copies (Pallas' commit_smem)";
+  let description = [{
+    Every thread fences its shared-memory writes for the async proxy
+    (fence.proxy.async.shared::cta), then a barrier of the program's threads:
+    a copy_to_global issued after it reads what every thread wrote.
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
+def Pallas_CommitCopiesToGlobalOp : Pallas_Op<"commit_copies_to_global"> {
+  let summary = "end a bulk group of copies to global memory (Pallas' commit_smem_to_gmem_group)";
+  let assemblyFormat = "attr-dict";
+}
+
+def Pallas_WaitCopiesToGlobalOp : Pallas_Op<"wait_copies_to_global"> {
+  let summary = "wait until at most `pending` bulk groups of copies to global memory are in flight";
+  let description = [{
+    Pallas' wait_smem_to_gmem(n, wait_read_only): thread 0 waits for all but
+    the newest `pending` bulk groups to complete (with `read_only`, to have
+    read their buffers only), then a barrier of the program's threads, so
+    every thread may write the buffers those copies read.
+  }];
+  let arguments = (ins I64Attr:$pending, UnitAttr:$read_only);
+  let assemblyFormat = "$pending attr-dict";
+}
+
 #endif // PALLAS_DIALECT_TD

@@ -556,6 +556,122 @@ std::vector<Value> emit_pipeline(
     std::source_location where = std::source_location::current());
 
 //===----------------------------------------------------------------------===//
+// Explicit async copies (Pallas' run_scoped, copy_gmem_to_smem, barriers)
+//===----------------------------------------------------------------------===//
+//
+// The hand-written form of what staged blocks and pipelines do for you: a
+// body allocates shared-memory buffers and mbarriers for a region
+// (run_scoped), copies slices of whole-array Refs (a BlockSpec with every dim
+// full is Pallas' GMEM ref) into the buffers, waits on the barriers, works
+// on the buffers through their Refs, and copies buffers back out. Worked
+// example, a double-buffered loop over the [64, 32] row blocks of x
+// (tests/kernels/features.cc, explicit_row_blocks):
+//
+//   run_scoped({{"even", f32, {64, 32}}, {"odd", f32, {64, 32}}}, {{"ready", 1, 2}},
+//              [&](std::vector<Ref> bufs, std::vector<Barriers> bars) { ... })
+//
+// copies block 0 into `even` on ready[0]; step k copies block k + 1 into the
+// other buffer on ready[(k + 1) % 2], waits on ready[k % 2] (the k / 2-th
+// wait on it: phase parity (k / 2) & 1, tracked for the body), reads its
+// buffer, and releases it (a barrier of the program's threads) before step
+// k + 1 refills it.
+//
+// Every copy, wait and arrive is done once by the program: every thread
+// reaches it (outside conditions that differ between threads, as with
+// when()). The kernel's `_direct` instance (arrays TMA cannot copy) runs the
+// same body with the threads copying through registers; sm_80 uses cp.async.
+
+/// A buffer in the program's shared memory for async copies: `shape` is the
+/// box of the copies to and from it (its rank is that of the arrays it is
+/// copied with), `swizzle` TMA's swizzle in bytes (0, 32, 64, 128; the
+/// last dim spans at most that many bytes unless 0, and a multiple of 16).
+/// Its elements are read and written through its Ref in whole 16-byte runs
+/// (block loads and stores at static offsets).
+struct SharedBuffer {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  int swizzle = 128;
+};
+
+/// `count` mbarriers (Pallas' Barrier(num_arrivals, num_barriers)): each
+/// completes a phase once it has had `arrivals` arrivals (a copy_gmem_to_smem
+/// is one, a barrier_arrive is one) and the bytes of the copies on it landed.
+struct Barrier {
+  std::string name;
+  int arrivals = 1;
+  int count = 1;
+};
+
+class Barriers;
+/// Barrier `index` of an array of barriers; a Barriers is its barrier 0.
+struct BarrierRef {
+  BarrierRef(const Barriers& array, Idx index = 0);  // NOLINT: barrier 0 implicitly
+  const Barriers* array;
+  Idx index;
+};
+
+/// An array of barriers of run_scoped; `bars[i]` is barrier i (an index value or constant).
+class Barriers {
+ public:
+  Barriers(void* impl, int id) : impl_(impl), id_(id) {}
+  BarrierRef operator[](const Idx& index) const { return BarrierRef(*this, index); }
+  int count() const;
+  int id() const { return id_; }
+  void* impl() const { return impl_; }
+
+ private:
+  void* impl_;
+  int id_;
+};
+
+/// Runs `body` with shared-memory buffers and barriers that live only while
+/// it runs (the shared-memory plan reuses their bytes after it); the
+/// barriers start at phase 0 each time. When it ends the program waits for
+/// its copies to global memory to have read their buffers.
+void run_scoped(
+    std::vector<SharedBuffer> buffers, std::vector<Barrier> barriers,
+    const std::function<void(std::vector<Ref> buffers, std::vector<Barriers> barriers)>& body,
+    std::source_location where = std::source_location::current());
+/// Copies the slice of `src` (a whole-array Ref) at element `offsets`, of
+/// `dst`'s shape, into buffer `dst`, completing on `barrier` (one arrival and
+/// the slice's bytes). Elements outside the array read as zero. Every copy of
+/// one array uses buffers of one shape and swizzle (its TMA descriptor's box).
+void copy_gmem_to_smem(const Ref& src, const std::vector<Idx>& offsets, const Ref& dst,
+                       const BarrierRef& barrier,
+                       std::source_location where = std::source_location::current());
+struct CopyOutOptions {
+  bool add = false;          // add the buffer to the array (f32, i32) instead of writing it
+  bool commit_group = true;  // end a bulk group (false: commit_smem_to_gmem_group later)
+};
+/// Copies buffer `src` to the slice of `dst` (a whole-array output Ref) at
+/// element `offsets`; elements outside the array are not written. `src`
+/// must be fenced first (commit_smem) and not written again before
+/// wait_smem_to_gmem says the copy has read it.
+void copy_smem_to_gmem(const Ref& src, const Ref& dst, const std::vector<Idx>& offsets,
+                       CopyOutOptions options = {},
+                       std::source_location where = std::source_location::current());
+/// Prefetches the slice of `array` at element `offsets` (of its copies' box)
+/// into L2; a hint (nothing without TMA).
+void async_prefetch(const Ref& array, const std::vector<Idx>& offsets,
+                    std::source_location where = std::source_location::current());
+/// Every thread waits for the barrier's current phase (tracked: the n-th wait
+/// on a barrier waits for its phase n - 1) and then sees the bytes copied.
+void barrier_wait(const BarrierRef& barrier,
+                  std::source_location where = std::source_location::current());
+/// The program arrives once on the barrier, after all its threads got here.
+void barrier_arrive(const BarrierRef& barrier,
+                    std::source_location where = std::source_location::current());
+/// The program's shared-memory writes become visible to the copies issued after it.
+void commit_smem(std::source_location where = std::source_location::current());
+/// Ends a bulk group of copies to global memory (after CopyOutOptions{.commit_group = false}).
+void commit_smem_to_gmem_group(std::source_location where = std::source_location::current());
+/// Waits until at most the newest `n` bulk groups of copies to global memory
+/// are in flight (with `wait_read_only`, until the others have read their buffers).
+void wait_smem_to_gmem(int n, bool wait_read_only = false,
+                       std::source_location where = std::source_location::current());
+
+//===----------------------------------------------------------------------===//
 // The spec
 //===----------------------------------------------------------------------===//
 
@@ -658,6 +774,9 @@ class KernelSpec {
   /// `block` (per array dim), are staged in shared memory by a pipeline in
   /// the body. Checks TMA's rules as block(..., InShared) does.
   void stage_in_pipeline(int operand, const std::vector<BlockDim>& block, InShared staging);
+  /// Used by the tracer (copy_gmem_to_smem, copy_smem_to_gmem, async_prefetch):
+  /// operand `operand` is copied to and from buffers of `box` with `swizzle`.
+  void stage_for_copies(int operand, const std::vector<int64_t>& box, int swizzle);
   /// The body receives one Ref per array operand (inputs, outputs, workspaces)
   /// in declaration order.
   template <class F>

@@ -134,9 +134,27 @@ Value GpuLowering::sharedBuffer(OpBuilder& b, Location loc, MemRefType type,
   auto offset = arith::ConstantIndexOp::create(b, loc, 0);  // patched by the plan
   int64_t bytes = type.getNumElements() * type.getElementTypeBitWidth() / 8;
   bool kernelLong = lifetime == SharedLifetime::kKernel;
-  plan_.add({purpose.empty() ? "reduction and conversion buffers" : purpose.str(), bytes, align,
-             kernelLong ? 0 : currentRule_, kernelLong ? INT64_MAX : currentRule_, offset});
+  bool scoped = lifetime == SharedLifetime::kScope;
+  size_t entry = plan_.add({purpose.empty() ? "reduction and conversion buffers" : purpose.str(),
+                            bytes, align, kernelLong ? 0 : currentRule_,
+                            kernelLong || scoped ? INT64_MAX : currentRule_, offset});
+  if (scoped) {
+    assert(!scopes_.empty() && "a kScope buffer outside openScope/closeScope");
+    scopes_.back().push_back(entry);
+  }
   return memref::ViewOp::create(b, loc, shared, sharedBase_, offset, ValueRange{});
+}
+
+void GpuLowering::closeScope() {
+  for (size_t entry : scopes_.back()) plan_.setEnd(entry, currentRule_);
+  scopes_.pop_back();
+}
+
+OpBuilder GpuLowering::entryBuilder() {
+  // After the thread id (the first op), before anything that uses an alloca.
+  OpBuilder b(func.getContext());
+  b.setInsertionPointAfter(tid.getDefiningOp());
+  return b;
 }
 
 SmallVector<Value> GpuLowering::mapped(ValueRange values) const {
@@ -219,9 +237,20 @@ LogicalResult GpuLowering::run() {
   // kernel's own parameters, in argument order (the entry point passes them
   // so: Emitter.cpp). pallas-mark-tma-descriptor-params makes them byval.
   SmallVector<BlockArgument> tmaArrays;
-  kernel.walk([&](BlockOp blk) {
-    auto arg = dyn_cast<BlockArgument>(blk.getArray());
-    if (blk.getStaged() && arg && !llvm::is_contained(tmaArrays, arg)) tmaArrays.push_back(arg);
+  auto usesDescriptor = [&](Value array) {
+    auto arg = dyn_cast<BlockArgument>(array);
+    if (arg && arg.getOwner()->getParentOp() == kernel && !llvm::is_contained(tmaArrays, arg))
+      tmaArrays.push_back(arg);
+  };
+  kernel.walk([&](Operation* op) {
+    if (auto blk = dyn_cast<BlockOp>(op); blk && blk.getStaged()) usesDescriptor(blk.getArray());
+    // Explicit copies of the TMA instance (the _direct one's copy through registers).
+    if (auto in = dyn_cast<CopyToSharedOp>(op); in && !in.getDirect())
+      usesDescriptor(in.getArray());
+    if (auto out = dyn_cast<CopyToGlobalOp>(op); out && !out.getDirect())
+      usesDescriptor(out.getArray());
+    if (auto pre = dyn_cast<PrefetchOp>(op); pre && !pre.getDirect())
+      usesDescriptor(pre.getArray());
   });
   llvm::sort(tmaArrays,
              [](BlockArgument a, BlockArgument b) { return a.getArgNumber() < b.getArgNumber(); });
@@ -307,6 +336,7 @@ struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUP
     gpu_lowering::populateControlFlowRules(rules);
     gpu_lowering::populateSemaphoreRules(rules);
     gpu_lowering::populateLayoutConversionRules(rules);
+    gpu_lowering::populateAsyncCopyRules(rules);
     if (asyncCopies != "tma" && asyncCopies != "cp-async") {
       module.emitError() << "convert-pallas-to-gpu: async-copies='" << asyncCopies
                          << "'; expected 'tma' or 'cp-async'";

@@ -17,6 +17,8 @@
 //                              pallas.block/load/store rules for `staged` blocks)
 //   PipelineRules.cpp          scf.for marked pallas.pipeline: stage buffers, mbarrier
 //                              phases, producer refills (called by the scf.for rule)
+//   AsyncCopyRules.cpp         pallas.run_scoped and the explicit copies and barriers
+//                              (copy_to_shared/global, barrier_wait/arrive, commits)
 //
 // Shared memory is one dynamic buffer per kernel (SharedMemoryPlan.h): a rule
 // asks for a buffer with `sharedBuffer`, and the plan gives it an offset once
@@ -74,6 +76,7 @@ struct StagedBlock {
   Value buffer;                  // 1-D shared memref: `slots` stage buffers of slotElements
   Value barriers;                // inputs: memref<slots x i64>, one mbarrier per stage buffer
   Value descriptor;              // the array's TMA descriptor parameter (!llvm.ptr)
+  Value array;                   // the array (its lowered memref), for cp.async and direct copies
   SmallVector<Value> coords;     // the current block's origin, i32, innermost dim first
   SmallVector<int64_t> box;      // block extent per array dim (1 for squeezed dims)
   SmallVector<int64_t> copyBox;  // the box of one TMA copy (at most 256 a dim)
@@ -85,6 +88,9 @@ struct StagedBlock {
   Value slot;                // index: the stage buffer of the current step
   Value parity;              // i32: the phase of its barrier the current step waits for
   bool output = false;
+  /// A run_scoped buffer (AsyncCopyRules.cpp): the body's copies and waits
+  /// fill it, so its loads do not wait, and its stores go anywhere.
+  bool explicitBuffer = false;
   int64_t bytes() const;  // of one block (every copy), what its barrier expects
 };
 
@@ -101,11 +107,14 @@ void populateReductionRules(RuleRegistry& rules);
 void populateControlFlowRules(RuleRegistry& rules);
 void populateSemaphoreRules(RuleRegistry& rules);
 void populateLayoutConversionRules(RuleRegistry& rules);
+void populateAsyncCopyRules(RuleRegistry& rules);
 
 // StagingRules.cpp: the staged forms of the pallas.block, load and store rules.
 LogicalResult lowerStagedBlock(BlockOp blk, GpuLowering& g, OpBuilder& b);
 LogicalResult lowerStagedLoad(LoadOp load, GpuLowering& g, OpBuilder& b);
 LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b);
+/// A pallas.block over a run_scoped buffer (AsyncCopyRules.cpp).
+LogicalResult lowerBufferBlock(BlockOp blk, GpuLowering& g, OpBuilder& b);
 /// When the program ends: TMA stores of the staged output blocks.
 void copyOutStagedBlocks(GpuLowering& g, OpBuilder& b);
 // The pieces StagingRules and PipelineRules share.
@@ -126,10 +135,27 @@ void emitStageLoad(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock
                    ValueRange coords, Value when);
 /// Every thread: waits until the current step's copy of `st` has completed.
 void waitForStage(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st);
+/// Every thread: waits until the phase of parity `parity` (i32) of mbarrier
+/// `bar` has completed (try_wait with TMA, a test_wait loop without).
+void waitForPhase(OpBuilder& b, Location loc, GpuLowering& g, Value bar, Value parity);
 /// Thread 0: the TMA copies of stage buffer `slot` to the block at `coords`
-/// (no commit).
+/// (no commit); with `add`, TMA reductions adding to the array.
 void issueStageStore(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
-                     ValueRange coords);
+                     ValueRange coords, bool add = false);
+/// The mbarrier `index` of a memref<N x i64> of them, as !llvm.ptr<3>.
+Value barrierPointer(OpBuilder& b, Location loc, Value barriers, Value index);
+/// The copy of the box at `coords` into `st`'s buffer (slot 0), completing on
+/// `bar`: with TMA, thread 0's expect-tx (the one arrival) and copies; with
+/// cp.async, every thread's pieces, each holding the phase until it lands.
+void issueCopyIn(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st, Value bar,
+                 ValueRange coords);
+/// Every thread moves its 16-byte pieces of the box at `coords` between the
+/// array and `st`'s buffer (slot 0) with ordinary loads and stores, element
+/// by element at the array (any alignment and stride): elements outside the
+/// array read as zero and are not written; with `add` they are added
+/// atomically. No barrier.
+void copyByThreads(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st,
+                   ValueRange coords, bool toShared, bool add);
 /// The TMA coordinates (i32, innermost first) of `blk`'s block origin.
 SmallVector<Value> stageCoords(BlockOp blk, GpuLowering& g, OpBuilder& b);
 
@@ -227,6 +253,25 @@ class GpuLowering {
   /// Whether `blk` is staged in this lowering: staged, and not an output
   /// when copies are cp.async (sm_80 has no bulk stores).
   bool stagesBlock(BlockOp blk) const;
+  /// Whether the kernel copies with TMA (it has descriptors and is built for
+  /// sm_90a): mbarrier waits may use try_wait, fences the async proxy.
+  bool usesTma() const { return !cpAsync && !tmaDescriptors.empty(); }
+  /// run_scoped buffers and barriers (AsyncCopyRules.cpp), by region argument.
+  DenseMap<Value, StagedBlock> copyBuffers;
+  struct BarrierArray {
+    Value memref;  // memref<count x i64> in shared memory
+    Value phases;  // !llvm.ptr to this thread's i32: bit k is the parity barrier k waits for next
+    int64_t count = 0, arrivals = 0;
+  };
+  DenseMap<Value, BarrierArray> barrierArrays;
+
+  // --- Scoped shared memory ----------------------------------------------------
+  /// Buffers asked for with SharedLifetime::kScope live from now until the
+  /// matching closeScope (a run_scoped region).
+  void openScope() { scopes_.push_back({}); }
+  void closeScope();
+  /// Where function-entry allocas go (per-thread state such as barrier phases).
+  OpBuilder entryBuilder();
 
  private:
   LogicalResult lowerOp(Operation* op, OpBuilder& b);
@@ -237,6 +282,7 @@ class GpuLowering {
   SharedMemoryPlan plan_;
   Value sharedBase_;
   int64_t currentRule_ = 0;
+  SmallVector<SmallVector<size_t>> scopes_;  // per open scope: its plan entries
 };
 
 }  // namespace mlir::pallas::gpu_lowering

@@ -107,6 +107,7 @@ struct RunAccess {
 
 LogicalResult lowerBlockOp(BlockOp blk, GpuLowering& g, OpBuilder& b) {
   if (g.stagesBlock(blk)) return lowerStagedBlock(blk, g, b);
+  if (g.copyBuffers.count(blk.getArray())) return lowerBufferBlock(blk, g, b);
   g.refs[blk.getResult()] =
       resolveBlock(b, blk.getLoc(), blk, g.map.lookup(blk.getArray()), g.mapped(blk.getIndices()));
   return success();

@@ -24,8 +24,9 @@
 
 namespace mlir::pallas::gpu_lowering {
 
-/// How long a buffer lives: during the rule that asked for it, or the whole kernel.
-enum class SharedLifetime { kRule, kKernel };
+/// How long a buffer lives: during the rule that asked for it, the whole
+/// kernel, or a scope (GpuLowering::openScope to closeScope: a run_scoped region).
+enum class SharedLifetime { kRule, kKernel, kScope };
 
 struct SharedAllocation {
   std::string purpose;  // "scratch 'acc'", "row reduction slots", ...
@@ -41,7 +42,13 @@ class SharedMemoryPlan {
   /// Most dynamic shared memory a program may opt in to on sm_90 (227 KiB).
   static constexpr int64_t kMaxBytes = 227 * 1024;
 
-  void add(SharedAllocation allocation) { allocations_.push_back(std::move(allocation)); }
+  /// Records a buffer; returns its entry (for setEnd).
+  size_t add(SharedAllocation allocation) {
+    allocations_.push_back(std::move(allocation));
+    return allocations_.size() - 1;
+  }
+  /// Ends the live interval of entry `entry` at `end`.
+  void setEnd(size_t entry, int64_t end) { allocations_[entry].end = end; }
   /// Assigns offsets, patches them in, and returns the buffer's size.
   int64_t assign();
   /// The largest alignment any buffer asked for (the buffer's own alignment).

@@ -112,12 +112,7 @@ Value boxFlat(OpBuilder& b, Location loc, const StagedBlock& st, ValueRange coor
 
 /// The barrier of stage buffer `slot` as !llvm.ptr<3>.
 Value slotBarrier(OpBuilder& b, Location loc, const StagedBlock& st, Value slot) {
-  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, st.barriers);
-  Value at = arith::AddIOp::create(
-      b, loc, base, arith::MulIOp::create(b, loc, slot, arith::ConstantIndexOp::create(b, loc, 8)));
-  Value i64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), at);
-  return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), kSharedSpace),
-                                  i64);
+  return barrierPointer(b, loc, st.barriers, slot);
 }
 
 /// The shared address of copy `copy` in stage buffer `slot`, as !llvm.ptr<3>.
@@ -229,6 +224,7 @@ FailureOr<StagedBlock> allocateStage(BlockOp blk, int64_t slots, GpuLowering& g,
     if (!squeezed) st.refDims.push_back(static_cast<int64_t>(st.box.size()) - 1);
   }
   st.descriptor = g.tmaDescriptors.lookup(blk.getArray());
+  st.array = g.map.lookup(blk.getArray());
   if (!st.descriptor)
     return blk.emitOpError(
         "a staged block's array must be a kernel argument (it has a TMA "
@@ -272,7 +268,7 @@ void initStageBarriers(OpBuilder& b, Location loc, GpuLowering& g, const StagedB
     NVVM::MBarrierInitOp::create(b, loc,
                                  slotBarrier(b, loc, st, arith::ConstantIndexOp::create(b, loc, s)),
                                  i32(b, loc, arrivals), Value());
-  if (!g.cpAsync) NVVM::FenceMbarrierInitOp::create(b, loc);  // sm_90's fence.mbarrier_init
+  if (g.usesTma()) NVVM::FenceMbarrierInitOp::create(b, loc);  // sm_90's fence.mbarrier_init
 }
 
 void invalidateStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st) {
@@ -283,10 +279,10 @@ void invalidateStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st) 
 
 namespace {
 
-/// Thread 0's TMA copies of the block at `coords` into stage buffer `slot`.
-void issueTmaLoad(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
+/// Thread 0's TMA copies of the block at `coords` into stage buffer `slot`,
+/// completing on `bar`.
+void issueTmaLoad(OpBuilder& b, Location loc, const StagedBlock& st, Value slot, Value bar,
                   ValueRange coords) {
-  Value bar = slotBarrier(b, loc, st, slot);
   NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, i32(b, loc, st.bytes()),
                                          NVVM::MemScopeKindAttr(), b.getBoolAttr(false), Value());
   forEachCopy(st, [&](int64_t copy, ArrayRef<int64_t> offsets) {
@@ -300,15 +296,16 @@ void issueTmaLoad(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
 }
 
 /// This thread's cp.async pieces of the block at `coords` (TMA's i32,
-/// innermost first) into stage buffer `slot`, then its arrival on the slot's
-/// barrier once they have landed.
+/// innermost first) into stage buffer `slot`, then its arrival on `bar` once
+/// they have landed: `noinc`, an arrival the barrier's count expects (one
+/// per thread); else one that only holds the phase until they land.
 void issueCpAsyncLoad(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st, Value slot,
-                      ValueRange coords) {
+                      Value bar, ValueRange coords, bool noinc) {
   auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
   const int64_t rank = static_cast<int64_t>(st.box.size());
   const int64_t perPiece = 16 / st.elementBytes, pieces = st.bytes() / 16;
   const int64_t threads = g.strided().getThreads();
-  Value array = g.map.lookup(BlockOp(st.op).getArray());
+  Value array = st.array;
   auto meta = memref::ExtractStridedMetadataOp::create(b, loc, array);
   Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, array);
   SmallVector<Value> origin;  // per array dim, outermost first
@@ -379,7 +376,7 @@ void issueCpAsyncLoad(OpBuilder& b, Location loc, GpuLowering& g, const StagedBl
       });
     }
   }
-  NVVM::CpAsyncMBarrierArriveOp::create(b, loc, slotBarrier(b, loc, st, slot), b.getBoolAttr(true));
+  NVVM::CpAsyncMBarrierArriveOp::create(b, loc, bar, b.getBoolAttr(noinc));
 }
 
 }  // namespace
@@ -393,10 +390,11 @@ void emitStageLoad(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock
     go = when ? arith::AndIOp::create(b, loc, when, first).getResult() : first;
   }
   auto issue = [&](OpBuilder& ib, Location l) {
+    Value bar = slotBarrier(ib, l, st, slot);
     if (g.cpAsync)
-      issueCpAsyncLoad(ib, l, g, st, slot, at);
+      issueCpAsyncLoad(ib, l, g, st, slot, bar, at, /*noinc=*/true);
     else
-      issueTmaLoad(ib, l, st, slot, at);
+      issueTmaLoad(ib, l, st, slot, bar, at);
   };
   if (!go) return issue(b, loc);
   scf::IfOp::create(b, loc, go, [&](OpBuilder& ib, Location l) {
@@ -406,16 +404,19 @@ void emitStageLoad(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock
 }
 
 void waitForStage(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st) {
-  Value bar = slotBarrier(b, loc, st, st.slot);
-  if (!g.cpAsync) {  // sm_90: try_wait suspends the thread for a while per attempt
-    NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, st.parity, i32(b, loc, 1000000));
+  waitForPhase(b, loc, g, slotBarrier(b, loc, st, st.slot), st.parity);
+}
+
+void waitForPhase(OpBuilder& b, Location loc, GpuLowering& g, Value bar, Value parity) {
+  if (g.usesTma()) {  // sm_90: try_wait suspends the thread for a while per attempt
+    NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, parity, i32(b, loc, 1000000));
     return;
   }
   // sm_80: test_wait.parity until the phase has completed.
   scf::WhileOp::create(
       b, loc, TypeRange{}, ValueRange{},
       [&](OpBuilder& wb, Location l, ValueRange) {
-        Value done = NVVM::MBarrierTestWaitOp::create(wb, l, wb.getI1Type(), bar, st.parity);
+        Value done = NVVM::MBarrierTestWaitOp::create(wb, l, wb.getI1Type(), bar, parity);
         Value again = arith::XOrIOp::create(wb, l, done,
                                             arith::ConstantIntOp::create(wb, l, wb.getI1Type(), 1));
         scf::ConditionOp::create(wb, l, again, ValueRange{});
@@ -424,13 +425,131 @@ void waitForStage(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock&
 }
 
 void issueStageStore(OpBuilder& b, Location loc, const StagedBlock& st, Value slot,
-                     ValueRange coords) {
+                     ValueRange coords, bool add) {
   forEachCopy(st, [&](int64_t copy, ArrayRef<int64_t> offsets) {
+    if (add) {
+      NVVM::CpAsyncBulkTensorReduceOp::create(
+          b, loc, st.descriptor, copyAddress(b, loc, st, slot, copy),
+          NVVM::TMAReduxKindAttr::get(b.getContext(), NVVM::TMAReduxKind::ADD),
+          NVVM::TMAStoreModeAttr::get(b.getContext(), NVVM::TMAStoreMode::TILE),
+          copyCoords(b, loc, coords, offsets), Value());
+      return;
+    }
     NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
         b, loc, st.descriptor, copyAddress(b, loc, st, slot, copy),
         copyCoords(b, loc, coords, offsets), Value(),
         NVVM::TMAStoreModeAttr::get(b.getContext(), NVVM::TMAStoreMode::TILE), Value());
   });
+}
+
+Value barrierPointer(OpBuilder& b, Location loc, Value barriers, Value index) {
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, barriers);
+  Value at = arith::AddIOp::create(
+      b, loc, base,
+      arith::MulIOp::create(b, loc, index, arith::ConstantIndexOp::create(b, loc, 8)));
+  Value i64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), at);
+  return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), kSharedSpace),
+                                  i64);
+}
+
+void issueCopyIn(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st, Value bar,
+                 ValueRange coords) {
+  Value slot = arith::ConstantIndexOp::create(b, loc, 0);
+  if (g.cpAsync) return issueCpAsyncLoad(b, loc, g, st, slot, bar, coords, /*noinc=*/false);
+  issueTmaLoad(b, loc, st, slot, bar, coords);
+}
+
+void copyByThreads(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st,
+                   ValueRange coords, bool toShared, bool add) {
+  auto c = [&](OpBuilder& cb, Location l, int64_t v) {
+    return arith::ConstantIndexOp::create(cb, l, v);
+  };
+  const int64_t rank = static_cast<int64_t>(st.box.size());
+  const int64_t perPiece = 16 / st.elementBytes, pieces = st.bytes() / 16;
+  const int64_t threads = g.strided().getThreads();
+  Type et = cast<MemRefType>(st.buffer.getType()).getElementType();
+  VectorType pieceType = VectorType::get({perPiece}, et);
+  SmallVector<Value> origin;  // per array dim, outermost first
+  for (int64_t d = rank - 1; d >= 0; --d)
+    origin.push_back(arith::IndexCastOp::create(b, loc, b.getIndexType(), coords[d]));
+  SmallVector<Value> extents;
+  for (int64_t d = 0; d < rank; ++d) extents.push_back(memref::DimOp::create(b, loc, st.array, d));
+  for (int64_t k = 0; k < (pieces + threads - 1) / threads; ++k) {
+    Value piece = arith::AddIOp::create(b, loc, g.tid, c(b, loc, k * threads));
+    auto copy = [&](OpBuilder& pb, Location l) {
+      // The piece's first element in the box (row-major) and in the buffer.
+      SmallVector<Value> at(rank);
+      Value rest = arith::MulIOp::create(pb, l, piece, c(pb, l, perPiece));
+      for (int64_t d = rank - 1; d >= 0; --d) {
+        at[d] = arith::RemUIOp::create(pb, l, rest, c(pb, l, st.box[d]));
+        rest = arith::DivUIOp::create(pb, l, rest, c(pb, l, st.box[d]));
+      }
+      Value smem = swizzled(pb, l, boxFlat(pb, l, st, at), st.elementBytes, st.swizzle);
+      // Element j of the piece: its array coordinates and whether it is inside.
+      auto element = [&](OpBuilder& eb, Location el, int64_t j, SmallVector<Value>& where) {
+        Value inside = arith::ConstantIntOp::create(eb, el, eb.getI1Type(), 1);
+        for (int64_t d = 0; d < rank; ++d) {
+          Value x = arith::AddIOp::create(eb, el, origin[d], at[d]);
+          if (d == rank - 1) x = arith::AddIOp::create(eb, el, x, c(eb, el, j));
+          Value lo = arith::CmpIOp::create(eb, el, arith::CmpIPredicate::sge, x, c(eb, el, 0));
+          Value hi = arith::CmpIOp::create(eb, el, arith::CmpIPredicate::slt, x, extents[d]);
+          inside = arith::AndIOp::create(eb, el, inside, arith::AndIOp::create(eb, el, lo, hi));
+          where.push_back(x);
+        }
+        return inside;
+      };
+      if (toShared) {
+        Value run = arith::ConstantOp::create(pb, l, pb.getZeroAttr(pieceType));
+        for (int64_t j = 0; j < perPiece; ++j) {
+          SmallVector<Value> where;
+          Value inside = element(pb, l, j, where);
+          Value v =
+              scf::IfOp::create(
+                  pb, l, inside,
+                  [&](OpBuilder& tb, Location tl) {
+                    scf::YieldOp::create(
+                        tb, tl, memref::LoadOp::create(tb, tl, st.array, where).getResult());
+                  },
+                  [&](OpBuilder& eb, Location el) {
+                    scf::YieldOp::create(
+                        eb, el, arith::ConstantOp::create(eb, el, eb.getZeroAttr(et)).getResult());
+                  })
+                  .getResult(0);
+          run = vector::InsertOp::create(pb, l, v, run, ArrayRef<int64_t>{j});
+        }
+        vector::StoreOp::create(pb, l, run, st.buffer, ValueRange{smem}, /*nontemporal=*/false,
+                                llvm::MaybeAlign(16));
+        return;
+      }
+      Value run = vector::LoadOp::create(pb, l, pieceType, st.buffer, ValueRange{smem},
+                                         /*nontemporal=*/false, llvm::MaybeAlign(16));
+      for (int64_t j = 0; j < perPiece; ++j) {
+        SmallVector<Value> where;
+        Value inside = element(pb, l, j, where);
+        Value v = vector::ExtractOp::create(pb, l, run, ArrayRef<int64_t>{j});
+        scf::IfOp::create(pb, l, inside, [&](OpBuilder& tb, Location tl) {
+          if (!add) {
+            memref::StoreOp::create(tb, tl, v, st.array, where);
+          } else {
+            auto kind =
+                isa<FloatType>(et) ? arith::AtomicRMWKind::addf : arith::AtomicRMWKind::addi;
+            memref::AtomicRMWOp::create(tb, tl, kind, v, st.array, where);
+          }
+          scf::YieldOp::create(tb, tl);
+        });
+      }
+    };
+    if ((k + 1) * threads <= pieces) {
+      copy(b, loc);
+    } else {  // the last round: threads past the last piece copy nothing
+      Value has =
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, piece, c(b, loc, pieces));
+      scf::IfOp::create(b, loc, has, [&](OpBuilder& pb, Location l) {
+        copy(pb, l);
+        scf::YieldOp::create(pb, l);
+      });
+    }
+  }
 }
 
 SmallVector<Value> stageCoords(BlockOp blk, GpuLowering& g, OpBuilder& b) {
@@ -498,8 +617,9 @@ LogicalResult lowerStagedLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
   BlockRef box = boxRef(b, loc, st);
   if (!lastDimContiguous(box, load.getSizes(), type.getShape()))
     return load.emitOpError("a staged block is loaded without broadcasting along its last dim");
-  // Wait for the copy: the current phase of the slot's barrier (at once once complete).
-  waitForStage(b, loc, g, st);
+  // Wait for the copy: the current phase of the slot's barrier (at once once
+  // complete). The body waits for a run_scoped buffer's copies itself.
+  if (!st.explicitBuffer) waitForStage(b, loc, g, st);
   const int64_t perPiece = 16 / elementBytes;
   VectorType pieceType = VectorType::get({perPiece}, et);
   Value slotStart = slotOffset(b, loc, st);
@@ -525,11 +645,17 @@ LogicalResult lowerStagedLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
   return success();
 }
 
+static LogicalResult lowerBufferStore(StoreOp store, const StagedBlock& st, GpuLowering& g,
+                                      OpBuilder& b);
+static LogicalResult storeRunsToBox(StoreOp store, const StagedBlock& st, GpuLowering& g,
+                                    OpBuilder& b);
+
 LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
   Location loc = store.getLoc();
   const StagedBlock& st = g.staged.at(store.getRef());
   auto type = dyn_cast<VectorType>(store.getValue().getType());
   RefType ref = store.getRef().getType();
+  if (st.explicitBuffer) return lowerBufferStore(store, st, g, b);
   // The TMA store writes the whole box, so the body must have written all of
   // it, in every program and step: one whole-block store where the block is.
   if (!type || type.getShape() != ref.getShape() || !store.getDynamicOffsets().empty() ||
@@ -541,6 +667,28 @@ LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
     return store.emitOpError(
         "a block staged in shared memory is stored at the top level of "
         "the body (or of its pipelined loop), not under a loop or a condition");
+  return storeRunsToBox(store, st, g, b);
+}
+
+/// A store to a run_scoped buffer: anywhere, of any static slice of whole
+/// runs, fenced by barriers as a store to scratch is (any thread may then
+/// load what another stored, and no thread still reads what it overwrites).
+static LogicalResult lowerBufferStore(StoreOp store, const StagedBlock& st, GpuLowering& g,
+                                      OpBuilder& b) {
+  auto type = dyn_cast<VectorType>(store.getValue().getType());
+  if (!type || !store.getDynamicOffsets().empty())
+    return store.emitOpError(
+        "a run_scoped buffer is stored a block value at static offsets (whole 16-byte runs)");
+  gpu::BarrierOp::create(b, store.getLoc());
+  if (failed(storeRunsToBox(store, st, g, b))) return failure();
+  gpu::BarrierOp::create(b, store.getLoc());
+  return success();
+}
+
+static LogicalResult storeRunsToBox(StoreOp store, const StagedBlock& st, GpuLowering& g,
+                                    OpBuilder& b) {
+  Location loc = store.getLoc();
+  auto type = cast<VectorType>(store.getValue().getType());
   FailureOr<Value> frag = g.operandIn(b, loc, store.getValue(), g.strided());
   if (failed(frag)) return store.emitOpError("stores a value that is not in the strided layout");
   Type et = type.getElementType();

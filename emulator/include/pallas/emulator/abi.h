@@ -66,6 +66,7 @@ struct EmuTensorMap {
   uint16_t box[5];        // box extents
   uint64_t strides[4];    // bytes between consecutive indices of dims 1..rank-1
   const char* name;       // the operand's name, for error messages
+  uint8_t is_float;       // how a TMA reduction adds the elements
 };
 enum : uint32_t { kEmuTensorMapMagic = 0x544d4150 };  // "TMAP"
 
@@ -100,6 +101,8 @@ void pallas_emu_access(const void* address, int64_t bytes, int64_t align, int32_
 void* pallas_emu_shared_base(void);
 /// A spin-wait point (nanosleep, failed try-waits): lets other threads run.
 void pallas_emu_yield(void);
+/// Before an atomic read-modify-write: a yield that counts as progress.
+void pallas_emu_yield_rmw(void);
 /// setmaxnreg: checks PTX's rules (a multiple of 8 in [24, 256]).
 void pallas_emu_setmaxnreg(int32_t count);
 
@@ -116,6 +119,11 @@ void pallas_emu_cp_async(void* dst, const void* src, int32_t bytes, int32_t src_
 /// cp.async.mbarrier.arrive.noinc: the thread's arrival on `barrier` once its
 /// earlier cp.async copies have landed (at once here: they land when issued).
 void pallas_emu_cp_async_mbarrier_arrive_noinc(void* barrier);
+/// cp.async.mbarrier.arrive (without .noinc): the barrier's current phase
+/// also waits for the thread's earlier cp.async copies (no arrival of its own).
+void pallas_emu_cp_async_mbarrier_arrive(void* barrier);
+/// mbarrier.arrive: one arrival; returns the barrier's state (unused: 0).
+int64_t pallas_emu_mbarrier_arrive(void* barrier);
 /// mbarrier.arrive.expect_tx: announce `bytes` of copies, then arrive.
 void pallas_emu_mbarrier_arrive_expect_tx(void* barrier, int32_t bytes);
 /// mbarrier.try_wait.parity in a loop: returns once the phase of parity
@@ -131,6 +139,13 @@ void pallas_emu_tma_load(void* dst, const void* descriptor, void* barrier, int32
 /// elements outside the array are not written.
 void pallas_emu_tma_store(const void* descriptor, const void* src, int32_t rank, int32_t c0,
                           int32_t c1, int32_t c2, int32_t c3, int32_t c4);
+/// cp.reduce.async.bulk.tensor .add shared -> global: adds the box at
+/// `coords` from `src` to the array (f32 or i32, from the descriptor).
+void pallas_emu_tma_reduce_add(const void* descriptor, const void* src, int32_t rank, int32_t c0,
+                               int32_t c1, int32_t c2, int32_t c3, int32_t c4);
+/// cp.async.bulk.prefetch.tensor: a hint; checks the descriptor and rank.
+void pallas_emu_tma_prefetch(const void* descriptor, int32_t rank, int32_t c0, int32_t c1,
+                             int32_t c2, int32_t c3, int32_t c4);
 /// cp.async.bulk.commit_group and wait_group(.read) `pending`.
 void pallas_emu_bulk_commit(void);
 void pallas_emu_bulk_wait(int32_t pending, int32_t read_only);
