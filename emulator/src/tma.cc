@@ -225,13 +225,12 @@ extern "C" void pallas_emu_cp_async(void* dst, const void* src, int32_t bytes, i
   }
 }
 
-extern "C" void pallas_emu_cp_async_mbarrier_arrive_noinc(void* barrier) {
-  Cta& cta = *current().cta;
-  Thread& me = *current().thread;
-  MBarrier& bar = barrier_at(cta, barrier, "cp.async.mbarrier.arrive");
-  const int64_t offset = shared_offset(cta, barrier, "mbarrier", 8);
-  // The copies land at issue here, so the arrival is at once; a thread reads
-  // their bytes once it has seen the phase this arrival completes.
+namespace {
+
+/// The thread's cp.async copies not yet attached to a barrier are now
+/// tracked by the current phase of `bar` (at `offset`): the copies land at
+/// issue here, and a thread reads their bytes once it has seen that phase.
+void track_cp_async(Cta& cta, Thread& me, int64_t offset, const MBarrier& bar) {
   for (int64_t k : me.cp_async_untracked) {
     ShadowByte& sh = cta.shadow[static_cast<size_t>(k)];
     if (sh.copy_barrier != ShadowByte::kUntrackedCopy) continue;  // overwritten since
@@ -239,39 +238,40 @@ extern "C" void pallas_emu_cp_async_mbarrier_arrive_noinc(void* barrier) {
     sh.copy_phase = bar.phase;
   }
   me.cp_async_untracked.clear();
+}
+
+/// One arrival on `bar` by `op`, which fails when the phase has all its arrivals.
+void arrive(Cta& cta, int64_t offset, MBarrier& bar, const char* op) {
   if (bar.pending == 0)
-    fail("cp.async.mbarrier.arrive on " + barrier_name(offset) + " in phase " +
+    fail(std::string(op) + " on " + barrier_name(offset) + " in phase " +
          std::to_string(bar.phase) + ", whose " + std::to_string(bar.expected) +
          " arrivals are all in");
   --bar.pending;
   maybe_complete(cta, offset, bar);
 }
 
-extern "C" void pallas_emu_cp_async_mbarrier_arrive(void* barrier) {
+}  // namespace
+
+extern "C" void pallas_emu_cp_async_mbarrier_arrive_noinc(void* barrier) {
   Cta& cta = *current().cta;
-  Thread& me = *current().thread;
   MBarrier& bar = barrier_at(cta, barrier, "cp.async.mbarrier.arrive");
   const int64_t offset = shared_offset(cta, barrier, "mbarrier", 8);
+  track_cp_async(cta, *current().thread, offset, bar);
+  arrive(cta, offset, bar, "cp.async.mbarrier.arrive");  // the copies land at once: so does it
+}
+
+extern "C" void pallas_emu_cp_async_mbarrier_arrive(void* barrier) {
+  Cta& cta = *current().cta;
+  MBarrier& bar = barrier_at(cta, barrier, "cp.async.mbarrier.arrive");
   // Pending count + 1, then - 1 once the copies land (at once here): the
   // phase is the current one, completed by the barrier's own arrivals.
-  for (int64_t k : me.cp_async_untracked) {
-    ShadowByte& sh = cta.shadow[static_cast<size_t>(k)];
-    if (sh.copy_barrier != ShadowByte::kUntrackedCopy) continue;  // overwritten since
-    sh.copy_barrier = offset;
-    sh.copy_phase = bar.phase;
-  }
-  me.cp_async_untracked.clear();
+  track_cp_async(cta, *current().thread, shared_offset(cta, barrier, "mbarrier", 8), bar);
 }
 
 extern "C" int64_t pallas_emu_mbarrier_arrive(void* barrier) {
   Cta& cta = *current().cta;
   MBarrier& bar = barrier_at(cta, barrier, "mbarrier.arrive");
-  const int64_t offset = shared_offset(cta, barrier, "mbarrier", 8);
-  if (bar.pending == 0)
-    fail("mbarrier.arrive on " + barrier_name(offset) + " in phase " + std::to_string(bar.phase) +
-         ", whose " + std::to_string(bar.expected) + " arrivals are all in");
-  --bar.pending;
-  maybe_complete(cta, offset, bar);
+  arrive(cta, shared_offset(cta, barrier, "mbarrier", 8), bar, "mbarrier.arrive");
   return 0;
 }
 
