@@ -489,6 +489,94 @@ TEST(Validator, EmitPipelineOperandIsAWholeArray) {
             "whole array (every dim full); the pipeline copies blocks of it");
 }
 
+// --- Explicit copies and barriers ---------------------------------------------
+
+/// A body in a run_scoped region with buffers 'buf' [256] and 'wide' [512]
+/// (f32, unswizzled) and barriers 'ready' (2 of them), over declare_whole_x_out.
+using ScopeBody = void (*)(Ref x, Ref out, std::vector<Ref> buf, std::vector<Barriers> bars);
+ScopeBody scope_body = nullptr;
+void declare_scope(KernelSpec& spec) {
+  declare_whole_x_out(spec);
+  spec.body([](Ref x, Ref out) {
+    run_scoped(
+        {{"buf", f32, {256}, 0}, {"wide", f32, {512}, 0}}, {{"ready", 1, 2}},
+        [&](std::vector<Ref> buf, std::vector<Barriers> bars) { scope_body(x, out, buf, bars); });
+    out.store_at(x.load_at({index(0)}, {128}), {index(0)});
+  });
+}
+std::string scope_error(const char* op, ScopeBody body) {
+  scope_body = body;
+  return trace_error(op, declare_scope);
+}
+
+TEST(Validator, ExplicitCopiesNameTheBufferOperandAndBarrier) {
+  // A copy's array side is an operand's whole-array Ref, its buffer side a run_scoped buffer.
+  EXPECT_EQ(scope_error("copy_into_operand",
+                        [](Ref x, Ref out, std::vector<Ref>, std::vector<Barriers> bars) {
+                          copy_gmem_to_smem(x, at(index(0)), out, bars[0]);
+                        }),
+            "spec 'copy_into_operand': copy_gmem_to_smem: 'out' is an operand's block; the buffer "
+            "side of a copy is a run_scoped buffer");
+  EXPECT_EQ(scope_error("copy_from_buffer",
+                        [](Ref, Ref, std::vector<Ref> buf, std::vector<Barriers> bars) {
+                          copy_gmem_to_smem(buf[1], at(index(0)), buf[0], bars[0]);
+                        }),
+            "spec 'copy_from_buffer': copy_gmem_to_smem: 'wide' is a run_scoped buffer where the "
+            "operand's whole-array Ref belongs");
+  // One TMA descriptor per array: one box shape for all its copies.
+  EXPECT_EQ(scope_error("two_boxes",
+                        [](Ref x, Ref, std::vector<Ref> buf, std::vector<Barriers> bars) {
+                          copy_gmem_to_smem(x, at(index(0)), buf[0], bars[0]);
+                          copy_gmem_to_smem(x, at(index(256)), buf[1], bars[1]);
+                        }),
+            "spec 'two_boxes': operand 'x' is copied with buffers of two shapes or swizzles; an "
+            "array has one TMA descriptor, so every copy of it uses buffers of one shape and "
+            "swizzle");
+  EXPECT_EQ(scope_error("copy_out_to_input",
+                        [](Ref x, Ref, std::vector<Ref> buf, std::vector<Barriers>) {
+                          copy_smem_to_gmem(buf[0], x, at(index(0)));
+                        }),
+            "spec 'copy_out_to_input': copy_smem_to_gmem: 'x' is not an output; copies write "
+            "outputs only");
+  EXPECT_EQ(scope_error("barrier_out_of_range",
+                        [](Ref, Ref, std::vector<Ref>, std::vector<Barriers> bars) {
+                          barrier_wait(bars[0][2]);
+                        }),
+            "spec 'barrier_out_of_range': barrier_wait of barrier 2 of 'ready', an array of 2");
+  EXPECT_EQ(scope_error("bad_offsets",
+                        [](Ref x, Ref, std::vector<Ref> buf, std::vector<Barriers> bars) {
+                          copy_gmem_to_smem(x, at(index(0), index(0)), buf[0], bars[0]);
+                        }),
+            "spec 'bad_offsets': copy_gmem_to_smem of 'x': 2 offsets for an array of rank 1");
+  // Buffers and barriers live in their run_scoped body only.
+  auto escaped = [](KernelSpec& spec) {
+    declare_whole_x_out(spec);
+    spec.body([](Ref x, Ref out) {
+      std::optional<Ref> kept;
+      run_scoped({{"buf", f32, {256}, 0}}, {},
+                 [&](std::vector<Ref> buf, std::vector<Barriers>) { kept = buf[0]; });
+      out.store_at(kept->load(), {index(0)});
+      (void)x;
+    });
+  };
+  EXPECT_EQ(trace_error("escaped", escaped),
+            "spec 'escaped': buffer 'buf' was used after the run_scoped body it was given to");
+  // TMA's rules for the box: rows of a multiple of 16 bytes.
+  auto narrow = [](KernelSpec& spec) {
+    declare_whole_x_out(spec);
+    spec.body([](Ref x, Ref out) {
+      run_scoped({{"buf", f32, {6}, 0}}, {{"ready", 1, 1}},
+                 [&](std::vector<Ref> buf, std::vector<Barriers> bars) {
+                   copy_gmem_to_smem(x, at(index(0)), buf[0], bars[0]);
+                 });
+      out.store_at(x.load_at({index(0)}, {128}), {index(0)});
+    });
+  };
+  EXPECT_EQ(trace_error("narrow", narrow),
+            "spec 'narrow': operand 'x': the block's last dim is 24 bytes; TMA moves rows of a "
+            "multiple of 16 bytes");
+}
+
 TEST(Validator, EmitPipelineStagesInputsOnly) {
   auto fn = [](KernelSpec& spec) {
     declare_whole_x_out(spec);
