@@ -577,22 +577,6 @@ TEST(Validator, ExplicitCopiesNameTheBufferOperandAndBarrier) {
             "multiple of 16 bytes");
 }
 
-TEST(Validator, EmitPipelineStagesInputsOnly) {
-  auto fn = [](KernelSpec& spec) {
-    declare_whole_x_out(spec);
-    spec.body([](Ref, Ref out) {
-      emit_pipeline(
-          index(0), index(2),
-          {PipelineOperand{
-              out, {Blocked{256}}, [](const Value& s) { return at(s); }, InShared{.swizzle = 0}}},
-          {}, [](Value, std::vector<Ref>, std::vector<Value> c) { return c; });
-    });
-  };
-  EXPECT_EQ(trace_error("staged_output_pipeline", fn),
-            "spec 'staged_output_pipeline': operand 'out': emit_pipeline stages input blocks "
-            "only");
-}
-
 TEST(Validator, PipelineBlockRefLivesInItsBody) {
   auto fn = [](KernelSpec& spec) {
     declare_whole_x_out(spec);

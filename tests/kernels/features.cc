@@ -513,3 +513,28 @@ PALLAS_KERNEL(explicit_row_blocks_nostorewait) {  // planted
 PALLAS_KERNEL(explicit_row_blocks_noarrive) {  // planted
   explicit_row_blocks<ExplicitPlant::kNoArrive>(spec);
 }
+
+// out[r, :] = 2 x[r, :] + c in chunks c of 512 through emit_pipeline with
+// both sides staged (Pallas' in_specs and out_specs): step c's output block
+// is written to its stage buffer and copied out by TMA while the next steps
+// run; each chunk is two TMA boxes of 256, the last one clipped at the row's end.
+PALLAS_KERNEL(pipelined_row_scale) {
+  DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
+  Operand x = spec.input("x", f32, {rows, cols});
+  Operand out = spec.output("out", f32, {rows, cols});
+  spec.grid({rows});
+  auto whole = [](const ProgramIds&) { return at(0, 0); };
+  spec.block(x, {full, full}, whole);
+  spec.block(out, {full, full}, whole);
+  spec.body([](Ref x, Ref out) {
+    Value r = program_id(0);
+    auto chunk = [r](const Value& c) { return at(r, c); };
+    emit_pipeline(index(0), (x.extent(1) + index(511)) / index(512),
+                  {PipelineOperand{x, {squeezed, Blocked{512}}, chunk, InShared{.swizzle = 0}},
+                   PipelineOperand{out, {squeezed, Blocked{512}}, chunk, InShared{.swizzle = 0}}},
+                  {}, [](Value c, std::vector<Ref> b, std::vector<Value> carry) {
+                    b[1].store(2.0 * b[0].load() + c.cast(f32));
+                    return carry;
+                  });
+  });
+}

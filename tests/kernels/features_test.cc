@@ -27,6 +27,7 @@
 #include <pallas/kernels/pipelined_chunk_sum_d3.h>
 #include <pallas/kernels/pipelined_chunk_sum_d4.h>
 #include <pallas/kernels/pipelined_row_dots.h>
+#include <pallas/kernels/pipelined_row_scale.h>
 #include <pallas/kernels/power.h>
 #include <pallas/kernels/row_sums_sequential.h>
 #include <pallas/kernels/scratch_and_while.h>
@@ -664,6 +665,53 @@ TEST_P(FeaturesTest, ExplicitCopiesPlantedBugsFailTheirChecks) {
     Status st = run_explicit(GetParam(), p.compute_capability, sh, x, out, total, p.kernel);
     EXPECT_EQ(st.code(), StatusCode::kEmulatorCheckFailed) << st.message();
     EXPECT_NE(st.message().find(p.message), std::string::npos) << st.message();
+  }
+}
+
+// emit_pipeline with a staged output (pipelined_row_scale): out = 2x + chunk
+// index in chunks of 512 along each row; rows not multiples of the chunk or
+// the box, strides TMA can copy and one it cannot (the direct twin).
+TEST_P(FeaturesTest, EmitPipelineStagesOutputs) {
+  struct Shape {
+    int64_t rows, cols, stride;
+  };
+  for (int cc : {90, 80}) {
+    if (cc == 80 && GetParam() != Backend::kEmulator) continue;
+    for (Shape sh : {Shape{1, 1, 4}, Shape{3, 512, 512}, Shape{5, 700, 704}, Shape{2, 1500, 1500},
+                     Shape{4, 33, 33}}) {
+      const uint32_t seed = fresh_seed();
+      SCOPED_TRACE("sm_" + std::to_string(cc) + " " + std::to_string(sh.rows) + "x" +
+                   std::to_string(sh.cols) + " stride " + std::to_string(sh.stride) + " seed " +
+                   std::to_string(seed));
+      std::mt19937 rng(seed);
+      Array<float> x(GetParam(), sh.rows * sh.stride), out(GetParam(), sh.rows * sh.stride);
+      x.fill_random(rng, -4, 4);
+      for (float& v : out.host()) v = 12345.0f;  // poison, and the padding's guard
+      x.upload();
+      out.upload();
+      const uint64_t before = detail::tma_descriptors_handed_out();
+      Status st = kernels::pipelined_row_scale(
+          TensorView<const float, 2>(x.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+          TensorView<float, 2>(out.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
+          Launch{GetParam(), nullptr, {.compute_capability = cc}});
+      ASSERT_TRUE(st.ok()) << st.message();
+      out.download();
+      if (GetParam() != Backend::kCuda) {
+        const bool tma = GetParam() == Backend::kEmulator && sh.stride % 4 == 0;
+        EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 2u : 0u);
+      }
+      int misses = 0;
+      for (int64_t r = 0; r < sh.rows; ++r)
+        for (int64_t c = 0; c < sh.stride && misses < 5; ++c) {
+          const float got = out.host()[r * sh.stride + c];
+          const float want =
+              c < sh.cols ? 2.0f * x.host()[r * sh.stride + c] + float(c / 512) : 12345.0f;
+          if (got != want) {
+            ADD_FAILURE() << "out[" << r << ", " << c << "] = " << got << ", want " << want;
+            ++misses;
+          }
+        }
+    }
   }
 }
 

@@ -378,8 +378,6 @@ void KernelSpec::stage_in_pipeline(int operand, const std::vector<BlockDim>& blo
                                    InShared staging) {
   check_staging(operand, block, staging);
   OperandDecl& d = operands_[static_cast<size_t>(operand)];
-  if (d.role != Role::kInput)
-    fail("operand '" + d.name + "': emit_pipeline stages input blocks only");
   std::vector<int64_t> extents;
   for (const BlockDim& bd : block) extents.push_back(bd.size());
   // One TMA descriptor per array: every pipeline staging it agrees on the box.

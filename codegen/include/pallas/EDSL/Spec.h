@@ -527,8 +527,12 @@ using IndexMap = std::function<Indices(const ProgramIds&)>;
 /// One operand of emit_pipeline: at step s the body sees the block of
 /// `array` (a Ref whose BlockSpec is the whole array: every dim full) with
 /// block shape `block` and block indices `index_map(s)`, like a BlockSpec on
-/// the pipeline's one sequential axis. With `staging` the block is staged in
-/// shared memory by TMA (inputs only here) in `buffers` stage buffers.
+/// the pipeline's one sequential axis (Pallas' in_specs and out_specs: an
+/// output operand's block is stored by the body). With `staging` the block is
+/// staged in shared memory by TMA in `buffers` stage buffers: an input's
+/// copies run ahead of the body, an output's block is stored whole by the
+/// body (once per step, not under a condition) and copied out by TMA while
+/// the next steps run (on sm_80, stored from registers).
 struct PipelineOperand {
   Ref array;
   std::vector<BlockDim> block;
