@@ -91,6 +91,14 @@ void arriveOnce(OpBuilder& b, Location loc, GpuLowering& g, Value bar) {
   });
 }
 
+/// "buffer 'even'" (the name the tracer put on the block over it), else "buffer 0".
+std::string bufferName(BlockArgument arg) {
+  for (Operation* user : arg.getUsers())
+    if (auto name = user->getAttrOfType<StringAttr>("name"); name && isa<BlockOp>(user))
+      return "buffer '" + name.str() + "'";
+  return "buffer " + std::to_string(arg.getArgNumber());
+}
+
 LogicalResult lowerRunScoped(RunScopedOp op, GpuLowering& g, OpBuilder& b) {
   Location loc = op.getLoc();
   Block& body = op.getBody().front();
@@ -105,21 +113,20 @@ LogicalResult lowerRunScoped(RunScopedOp op, GpuLowering& g, OpBuilder& b) {
         st.box.push_back(extent);
         st.copyBox.push_back(std::min<int64_t>(extent, kTmaMaxBoxDim));
         if (extent % st.copyBox.back() != 0)
-          return op.emitOpError("buffer ")
-                 << arg.getArgNumber() << " dim of " << extent << " is longer than a TMA box ("
-                 << kTmaMaxBoxDim << " elements) and not a multiple of it";
+          return op.emitOpError() << bufferName(arg) << " dim of " << extent
+                                  << " is longer than a TMA box (" << kTmaMaxBoxDim
+                                  << " elements) and not a multiple of it";
         st.refDims.push_back(static_cast<int64_t>(st.box.size()) - 1);
       }
       if (st.bytes() % 16 != 0 || (st.box.back() * st.elementBytes) % 16 != 0)
-        return op.emitOpError("buffer ")
-               << arg.getArgNumber() << " has rows of " << st.box.back() * st.elementBytes
-               << " bytes; copies move rows of a multiple of 16 bytes";
+        return op.emitOpError() << bufferName(arg) << " has rows of "
+                                << st.box.back() * st.elementBytes
+                                << " bytes; copies move rows of a multiple of 16 bytes";
       // TMA's alignment rule for its shared side: the swizzle pattern's period.
       const int64_t align = st.swizzle == 0 ? 128 : st.swizzle * 8;
       st.slotElements = type.getNumElements();
-      st.buffer =
-          g.sharedBuffer(b, loc, st.slotElements, type.getElementType(), SharedLifetime::kScope,
-                         align, "run_scoped buffer " + std::to_string(arg.getArgNumber()));
+      st.buffer = g.sharedBuffer(b, loc, st.slotElements, type.getElementType(),
+                                 SharedLifetime::kScope, align, "run_scoped " + bufferName(arg));
       st.slot = arith::ConstantIndexOp::create(b, loc, 0);
       st.parity = i32(b, loc, 0);
       st.explicitBuffer = true;
