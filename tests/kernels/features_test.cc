@@ -4,6 +4,7 @@
 #include "test_support.h"
 
 #include <pallas/detail/kernel_image.h>
+#include <functional>
 
 #include <pallas/kernels/big_scratch.h>
 #include <pallas/kernels/block_prefix_chain.h>
@@ -569,68 +570,83 @@ struct ExplicitShape {
 Status run_explicit(Backend backend, int compute_capability, ExplicitShape sh, Array<float>& x,
                     Array<float>& out, Array<float>& total,
                     Status (*kernel)(TensorView<const float, 2>, TensorView<float, 2>,
-                                     TensorView<float, 2>, const Launch&)) {
+                                     TensorView<float, 2>, const Launch&),
+                    uint64_t schedule = 0) {
+  Launch launch{backend, nullptr, {.compute_capability = compute_capability}};
+  launch.emulator.schedule_seed = schedule;
   return kernel(TensorView<const float, 2>(x.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
                 TensorView<float, 2>(out.data(), {sh.rows, sh.cols}, {sh.stride, 1}),
-                TensorView<float, 2>(total.data(), {32, sh.cols}, {sh.stride, 1}),
-                Launch{backend, nullptr, {.compute_capability = compute_capability}});
+                TensorView<float, 2>(total.data(), {32, sh.cols}, {sh.stride, 1}), launch);
+}
+
+/// Checks out[r, c] = want(x[r, c], c) inside [rows, cols) and the poison
+/// 12345 in the padding up to the stride; reports at most 5 misses.
+void expect_rows(Array<float>& out, Array<float>& x, ExplicitShape sh,
+                 const std::function<float(float x, int64_t c)>& want) {
+  int misses = 0;
+  for (int64_t r = 0; r < sh.rows; ++r)
+    for (int64_t c = 0; c < sh.stride && misses < 5; ++c) {
+      const float got = out.host()[r * sh.stride + c];
+      const float expected = c < sh.cols ? want(x.host()[r * sh.stride + c], c) : 12345.0f;
+      if (got != expected) {
+        ADD_FAILURE() << "out[" << r << ", " << c << "] = " << got << ", want " << expected;
+        ++misses;
+      }
+    }
 }
 
 TEST_P(FeaturesTest, ExplicitCopiesBarriersAndAddReductions) {
+  // The emulator also runs the threads in random orders (race-free: same results).
+  const std::vector<uint64_t> schedules =
+      GetParam() == Backend::kEmulator ? std::vector<uint64_t>{0, 1, 2} : std::vector<uint64_t>{0};
   for (int cc : {90, 80}) {
     if (cc == 80 && GetParam() != Backend::kEmulator) continue;
-    for (ExplicitShape sh :
-         {ExplicitShape{1, 1, 4}, ExplicitShape{32, 32, 32}, ExplicitShape{33, 95, 96},
-          ExplicitShape{100, 64, 64}, ExplicitShape{70, 161, 164}, ExplicitShape{5, 33, 33}}) {
-      const uint32_t seed = fresh_seed();
-      SCOPED_TRACE("sm_" + std::to_string(cc) + " " + std::to_string(sh.rows) + "x" +
-                   std::to_string(sh.cols) + " stride " + std::to_string(sh.stride) + " seed " +
-                   std::to_string(seed));
-      std::mt19937 rng(seed);
-      Array<float> x(GetParam(), sh.rows * sh.stride), out(GetParam(), sh.rows * sh.stride),
-          total(GetParam(), 32 * sh.stride);
-      x.fill_random(rng, -4, 4);
-      total.fill_random(rng, -1, 1);
-      for (float& v : out.host()) v = 12345.0f;  // poison, and the padding's guard
-      const std::vector<float> before_total = total.host();
-      x.upload();
-      out.upload();
-      total.upload();
-      const uint64_t before = detail::tma_descriptors_handed_out();
-      Status st = run_explicit(GetParam(), cc, sh, x, out, total, kernels::explicit_row_blocks);
-      ASSERT_TRUE(st.ok()) << st.message();
-      out.download();
-      total.download();
-      if (GetParam() != Backend::kCuda) {
-        const bool tma = GetParam() == Backend::kEmulator && sh.stride % 4 == 0;
-        EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 3u : 0u);
+    for (uint64_t schedule : schedules)
+      for (ExplicitShape sh :
+           {ExplicitShape{1, 1, 4}, ExplicitShape{32, 32, 32}, ExplicitShape{33, 95, 96},
+            ExplicitShape{100, 64, 64}, ExplicitShape{70, 161, 164}, ExplicitShape{5, 33, 33}}) {
+        const uint32_t seed = fresh_seed();
+        SCOPED_TRACE("sm_" + std::to_string(cc) + " schedule " + std::to_string(schedule) + " " +
+                     std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " stride " +
+                     std::to_string(sh.stride) + " seed " + std::to_string(seed));
+        std::mt19937 rng(seed);
+        Array<float> x(GetParam(), sh.rows * sh.stride), out(GetParam(), sh.rows * sh.stride),
+            total(GetParam(), 32 * sh.stride);
+        x.fill_random(rng, -4, 4);
+        total.fill_random(rng, -1, 1);
+        for (float& v : out.host()) v = 12345.0f;  // poison, and the padding's guard
+        const std::vector<float> before_total = total.host();
+        x.upload();
+        out.upload();
+        total.upload();
+        const uint64_t before = detail::tma_descriptors_handed_out();
+        Status st =
+            run_explicit(GetParam(), cc, sh, x, out, total, kernels::explicit_row_blocks, schedule);
+        ASSERT_TRUE(st.ok()) << st.message();
+        out.download();
+        total.download();
+        if (GetParam() != Backend::kCuda) {
+          const bool tma = GetParam() == Backend::kEmulator && sh.stride % 4 == 0;
+          EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 3u : 0u);
+        }
+        expect_rows(out, x, sh, [](float v, int64_t) { return 2.0f * v + 1.0f; });
+        int misses = 0;
+        // Block by block, in order (the GPU's reductions of successive blocks
+        // may land in another order: a float tolerance there).
+        for (int64_t r = 0; r < 32; ++r)
+          for (int64_t c = 0; c < sh.stride && misses < 10; ++c) {
+            float want = before_total[r * sh.stride + c];
+            if (c < sh.cols)
+              for (int64_t row = r; row < sh.rows; row += 32) want += x.host()[row * sh.stride + c];
+            const float got = total.host()[r * sh.stride + c];
+            const bool ok =
+                GetParam() == Backend::kCuda ? std::abs(got - want) <= 1e-4f : got == want;
+            if (!ok) {
+              ADD_FAILURE() << "total[" << r << ", " << c << "] = " << got << ", want " << want;
+              ++misses;
+            }
+          }
       }
-      int misses = 0;
-      for (int64_t r = 0; r < sh.rows; ++r)
-        for (int64_t c = 0; c < sh.stride && misses < 5; ++c) {
-          const float got = out.host()[r * sh.stride + c];
-          const float want = c < sh.cols ? 2.0f * x.host()[r * sh.stride + c] + 1.0f : 12345.0f;
-          if (got != want) {
-            ADD_FAILURE() << "out[" << r << ", " << c << "] = " << got << ", want " << want;
-            ++misses;
-          }
-        }
-      // Block by block, in order (the GPU's reductions of successive blocks
-      // may land in another order: a float tolerance there).
-      for (int64_t r = 0; r < 32; ++r)
-        for (int64_t c = 0; c < sh.stride && misses < 10; ++c) {
-          float want = before_total[r * sh.stride + c];
-          if (c < sh.cols)
-            for (int64_t row = r; row < sh.rows; row += 32) want += x.host()[row * sh.stride + c];
-          const float got = total.host()[r * sh.stride + c];
-          const bool ok =
-              GetParam() == Backend::kCuda ? std::abs(got - want) <= 1e-4f : got == want;
-          if (!ok) {
-            ADD_FAILURE() << "total[" << r << ", " << c << "] = " << got << ", want " << want;
-            ++misses;
-          }
-        }
-    }
   }
 }
 
@@ -672,9 +688,7 @@ TEST_P(FeaturesTest, ExplicitCopiesPlantedBugsFailTheirChecks) {
 // index in chunks of 512 along each row; rows not multiples of the chunk or
 // the box, strides TMA can copy and one it cannot (the direct twin).
 TEST_P(FeaturesTest, EmitPipelineStagesOutputs) {
-  struct Shape {
-    int64_t rows, cols, stride;
-  };
+  using Shape = ExplicitShape;
   for (int cc : {90, 80}) {
     if (cc == 80 && GetParam() != Backend::kEmulator) continue;
     for (Shape sh : {Shape{1, 1, 4}, Shape{3, 512, 512}, Shape{5, 700, 704}, Shape{2, 1500, 1500},
@@ -700,17 +714,7 @@ TEST_P(FeaturesTest, EmitPipelineStagesOutputs) {
         const bool tma = GetParam() == Backend::kEmulator && sh.stride % 4 == 0;
         EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 2u : 0u);
       }
-      int misses = 0;
-      for (int64_t r = 0; r < sh.rows; ++r)
-        for (int64_t c = 0; c < sh.stride && misses < 5; ++c) {
-          const float got = out.host()[r * sh.stride + c];
-          const float want =
-              c < sh.cols ? 2.0f * x.host()[r * sh.stride + c] + float(c / 512) : 12345.0f;
-          if (got != want) {
-            ADD_FAILURE() << "out[" << r << ", " << c << "] = " << got << ", want " << want;
-            ++misses;
-          }
-        }
+      expect_rows(out, x, sh, [](float v, int64_t c) { return 2.0f * v + float(c / 512); });
     }
   }
 }
