@@ -40,6 +40,24 @@ class Layouts : public ::testing::Test {
           EXPECT_EQ(owner.warp, w) << "element (" << e.row << ", " << e.col << ")";
           EXPECT_EQ(owner.lane, l) << "element (" << e.row << ", " << e.col << ")";
           EXPECT_EQ(owner.reg, r) << "element (" << e.row << ", " << e.col << ")";
+          // The inverse, directly and as the lowering computes it (digits of
+          // the warp and lane index plus the register's own coordinates).
+          auto at = layout.elementAt(shape, w, l, r);
+          EXPECT_EQ(at[0], e.row) << "warp " << w << " lane " << l << " reg " << r;
+          EXPECT_EQ(at[1], e.col) << "warp " << w << " lane " << l << " reg " << r;
+          auto sum = layout.elementAt(shape, 0, 0, r);
+          auto addDigits = [&](const auto& digits, int64_t index) {
+            for (int64_t i = static_cast<int64_t>(digits.size()) - 1; i >= 0; --i) {
+              int64_t digit = index % digits[i].extent;
+              index /= digits[i].extent;
+              for (size_t d = 0; d < digits[i].step.size(); ++d)
+                sum[d] += digit * digits[i].step[d];
+            }
+          };
+          addDigits(layout.warpDigits(shape), w);
+          addDigits(layout.laneDigits(shape), l);
+          EXPECT_EQ(sum[0], e.row) << "digits: warp " << w << " lane " << l << " reg " << r;
+          EXPECT_EQ(sum[1], e.col) << "digits: warp " << w << " lane " << l << " reg " << r;
           seen.insert({e.row, e.col});
         }
     EXPECT_EQ(static_cast<int64_t>(seen.size()), shape[0] * shape[1]);
@@ -57,6 +75,18 @@ TEST_F(Layouts, WgmmaAccumulatorMatchesPtx) {
         [](int64_t w, int64_t l, int64_t i) {
           return Element{16 * w + l / 4 + 8 * ((i / 2) % 2), 8 * (i / 4) + 2 * (l % 4) + i % 2};
         });
+}
+
+// A [128, N] accumulator (two m64 instructions' worth, one warpgroup): the
+// second 64 rows follow the first in registers, each half in PTX's order.
+TEST_F(Layouts, WgmmaAccumulatorOfTwoInstructionsStacksRegisters) {
+  for (int64_t n : {8, 128})
+    expectMatches(TiledLayoutAttr::getWgmmaAccumulator(&ctx), {128, n}, 4, n,
+                  [n](int64_t w, int64_t l, int64_t i) {
+                    int64_t half = i / (n / 2), j = i % (n / 2);
+                    return Element{64 * half + 16 * w + l / 4 + 8 * ((j / 2) % 2),
+                                   8 * (j / 4) + 2 * (l % 4) + j % 2};
+                  });
 }
 
 // The worked example in PallasLayouts.td: thread 37 (warp 1, lane 5).

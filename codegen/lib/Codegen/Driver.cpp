@@ -187,11 +187,14 @@ int codegenMain(int argc, char** argv) {
   std::unique_ptr<llvm::Module> host;
   for (auto& k : kernels) {
     std::string error;
-    CompiledInstance inst{&k, {}};
+    CompiledInstance inst{&k, {}, false};
     mlir::OwningOpRef<mlir::ModuleOp> gpuModule(mlir::ModuleOp(*k.module).clone());
     // A staged kernel copies with TMA from sm_90 on, and with cp.async on
-    // older targets (a lowering of its own: sm_80 has no TMA).
-    const bool staged = k.spec->has_staged_blocks();
+    // older targets (a lowering of its own: sm_80 has no TMA); a kernel with
+    // a dot multiplies with wgmma from sm_90a on, otherwise without.
+    bool hasDot = false;
+    k.module->walk([&](mlir::pallas::DotOp) { hasDot = true; });
+    const bool staged = k.spec->has_staged_blocks() || hasDot;
     auto before90 = [](const std::string& arch) {
       return arch.size() < 5 || std::atoi(arch.c_str() + 3) < 90;
     };
@@ -205,6 +208,7 @@ int codegenMain(int argc, char** argv) {
       std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";
       return 1;
     }
+    inst.sm80_form = staged;
     if (staged && !older.archs.empty()) {
       mlir::OwningOpRef<mlir::ModuleOp> cpAsyncModule(mlir::ModuleOp(*k.module).clone());
       if (!compileForGpu(*cpAsyncModule, older, inst.gpu, error)) {

@@ -148,8 +148,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
      << "(void** args, int64_t grid0, int64_t grid1, int64_t grid2);\n"
      << "extern \"C\" void pallas_emu_" << name << "(void** args);\n"
      << "extern \"C\" const int64_t pallas_emu_" << name << "_shared_bytes;\n";
-  const bool staged = spec.has_staged_blocks();
-  if (staged)  // its sm_80 form, copying with cp.async (Driver.cpp)
+  const bool staged = inst.sm80_form;
+  if (staged)  // its sm_80 form: cp.async copies, dots without wgmma (Driver.cpp)
     os << "extern \"C\" void pallas_emu_" << name << "_cp_async(void** args);\n"
        << "extern \"C\" const int64_t pallas_emu_" << name << "_cp_async_shared_bytes;\n";
   os << "\nnamespace {\n\n";

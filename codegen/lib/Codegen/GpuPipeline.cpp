@@ -93,9 +93,11 @@ std::string gpuModuleToNVVMPipeline(bool gridConstant) {
 }
 
 std::string gpuToNVVMPipeline(bool gridConstant, bool cpAsync) {
+  // The sm_80 form (cpAsync) also multiplies without wgmma.
   return std::string(
              "pallas-sink-broadcasts,pallas-assign-layouts,convert-pallas-to-gpu{async-copies=") +
-         (cpAsync ? "cp-async" : "tma") + "}," + gpuModuleToNVVMPipeline(gridConstant);
+         (cpAsync ? "cp-async mma=fma" : "tma mma=wgmma") + "}," +
+         gpuModuleToNVVMPipeline(gridConstant);
 }
 
 bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,

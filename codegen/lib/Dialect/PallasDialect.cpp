@@ -222,6 +222,30 @@ LogicalResult ConvertLayoutOp::verify() {
   return success();
 }
 
+LogicalResult DotOp::verify() {
+  VectorType a = getA().getType(), b = getB().getType(), result = getResult().getType();
+  if (a.getRank() != 2 || b.getRank() != 2 || result.getRank() != 2)
+    return emitOpError() << "multiplies 2-D blocks; got " << a << " and " << b;
+  Type et = a.getElementType();
+  if (et != b.getElementType() || !(et.isF16() || et.isBF16()))
+    return emitOpError() << "operands must both be f16 or both bf16; got " << a << " and " << b;
+  if (!result.getElementType().isF32())
+    return emitOpError() << "accumulates in f32; the result is " << result;
+  int64_t k = a.getShape()[1];
+  int64_t bk = getTransposeB() ? b.getShape()[1] : b.getShape()[0];
+  int64_t n = getTransposeB() ? b.getShape()[0] : b.getShape()[1];
+  if (bk != k)
+    return emitOpError() << "contracts a's dim 1 (" << k << ") with b's dim "
+                         << (getTransposeB() ? 1 : 0) << " (" << bk << ")";
+  if (result.getShape()[0] != a.getShape()[0] || result.getShape()[1] != n)
+    return emitOpError() << "result " << result << " is not [" << a.getShape()[0] << ", " << n
+                         << "]";
+  if (getAcc() && getAcc().getType() != result)
+    return emitOpError() << "accumulator " << getAcc().getType() << " is not the result type "
+                         << result;
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Explicit async copies and barriers
 //===----------------------------------------------------------------------===//

@@ -186,6 +186,83 @@ int64_t TiledLayoutAttr::threads(ArrayRef<int64_t> shape) const {
   return 32 * warps;
 }
 
+/// The element coordinates of tiled coordinates `tc` (the inverse of
+/// tiledCoords): each tiling step, undone last first, folds the k appended
+/// remainders back into the k dims they split.
+static SmallVector<int64_t> untile(TiledLayoutAttr layout, ArrayRef<int64_t> tc) {
+  SmallVector<int64_t> c(tc);
+  SmallVector<SmallVector<int64_t>> steps = tiles(layout.getTiling());
+  for (const SmallVector<int64_t>& tile : llvm::reverse(steps)) {
+    int64_t k = tile.size(), rest = c.size() - k, base = rest - k;
+    for (int64_t i = 0; i < k; ++i) c[base + i] = c[base + i] * tile[i] + c[rest + i];
+    c.truncate(rest);
+  }
+  return c;
+}
+
+SmallVector<int64_t> TiledLayoutAttr::elementAt(ArrayRef<int64_t> shape, int64_t warp,
+                                                int64_t lane, int64_t reg) const {
+  SmallVector<int64_t> ts = *tiledShape(shape);
+  const int64_t rank = ts.size();
+  SmallVector<int64_t> tc(rank, 0);
+  llvm::SmallDenseSet<int64_t> special;
+  for (int64_t d : llvm::reverse(getWarpDims().asArrayRef())) {
+    int64_t p = position(d, rank);
+    tc[p] = warp % ts[p];
+    warp /= ts[p];
+    special.insert(p);
+  }
+  for (int64_t d : llvm::reverse(getLaneDims().asArrayRef())) {
+    if (d > 0) {  // d lanes replicate: any of them
+      lane /= d;
+      continue;
+    }
+    int64_t p = position(d, rank);
+    tc[p] = lane % ts[p];
+    lane /= ts[p];
+    special.insert(p);
+  }
+  int64_t v = position(getVectorDim(), rank);
+  special.insert(v);
+  tc[v] = reg % ts[v];
+  reg /= ts[v];
+  for (int64_t p = rank - 1; p >= 0; --p)
+    if (!special.contains(p)) {
+      tc[p] = reg % ts[p];
+      reg /= ts[p];
+    }
+  return untile(*this, tc);
+}
+
+static SmallVector<TiledLayoutAttr::Digit> digits(TiledLayoutAttr layout, ArrayRef<int64_t> shape,
+                                                  ArrayRef<int64_t> dims, bool lanes) {
+  SmallVector<int64_t> ts = *layout.tiledShape(shape);
+  SmallVector<TiledLayoutAttr::Digit> out;
+  for (int64_t d : dims) {
+    if (d > 0) {
+      out.push_back({d, {}});
+      continue;
+    }
+    out.push_back({ts[position(d, ts.size())], {}});
+  }
+  // One unit of digit i is the index whose only non-zero digit is i, 1.
+  int64_t unit = 1;
+  for (int64_t i = static_cast<int64_t>(out.size()) - 1; i >= 0; --i) {
+    if (dims[i] < 0)
+      out[i].step = lanes ? layout.elementAt(shape, 0, unit, 0) : layout.elementAt(shape, unit, 0, 0);
+    unit *= out[i].extent;
+  }
+  return out;
+}
+
+SmallVector<TiledLayoutAttr::Digit> TiledLayoutAttr::warpDigits(ArrayRef<int64_t> shape) const {
+  return digits(*this, shape, getWarpDims().asArrayRef(), /*lanes=*/false);
+}
+
+SmallVector<TiledLayoutAttr::Digit> TiledLayoutAttr::laneDigits(ArrayRef<int64_t> shape) const {
+  return digits(*this, shape, getLaneDims().asArrayRef(), /*lanes=*/true);
+}
+
 static TiledLayoutAttr tiled(MLIRContext* ctx, ArrayRef<ArrayRef<int64_t>> tiling,
                              ArrayRef<int64_t> warps, ArrayRef<int64_t> lanes, int64_t vector) {
   SmallVector<Attribute> t;

@@ -246,6 +246,21 @@ Operand KernelSpec::scratch(const std::string& name, DType dtype, std::vector<in
   return op;
 }
 
+Operand KernelSpec::accumulator(const std::string& name, std::vector<int64_t> shape) {
+  if (shape.size() != 2)
+    fail("accumulator '" + name + "' has " + std::to_string(shape.size()) +
+         " dims; an accumulator is a 2-D [M, N] matrix");
+  if (shape[0] <= 0 || shape[0] % 64 != 0)
+    fail("accumulator '" + name + "' dim 0 is " + std::to_string(shape[0]) +
+         "; the WGMMA accumulator layout needs a positive multiple of 64 rows");
+  if (shape[1] <= 0 || shape[1] % 8 != 0)
+    fail("accumulator '" + name + "' dim 1 is " + std::to_string(shape[1]) +
+         "; the WGMMA accumulator layout needs a positive multiple of 8 columns");
+  Operand op = scratch(name, f32, std::move(shape));
+  operands_[op.index].accumulator = true;
+  return op;
+}
+
 void KernelSpec::dimension_semantics(std::vector<Semantics> semantics) {
   if (semantics.size() != grid_.size())
     fail("dimension_semantics has " + std::to_string(semantics.size()) +

@@ -85,6 +85,17 @@ mlir::Value stored_value(RefState& s, const Value& value) {
          "' of dtype " + edsl::name(decl.dtype) + " (cast first)");
   return v;
 }
+
+/// An accumulator (spec.accumulator) lives in registers, one layout for the
+/// whole matrix: it is loaded and stored whole. Fails naming the accumulator
+/// for any other access (`what`: "load_at", ...).
+void require_whole_accumulator(const RefState& s, const std::string& what, bool whole) {
+  if (s.operand < 0 || whole) return;
+  const OperandDecl& decl = trace().spec->operands()[static_cast<size_t>(s.operand)];
+  if (decl.accumulator)
+    fail(what + " of accumulator '" + decl.name +
+         "': an accumulator is held in registers and is loaded and stored whole");
+}
 }  // namespace
 
 std::vector<int64_t> Ref::shape() const {
@@ -112,6 +123,7 @@ Value Ref::extent(int dim, std::source_location where) const {
 Value Ref::load_scalar(const std::vector<Idx>& indices, std::source_location where) const {
   Located here(where);
   RefState& s = ref_state(impl_, operand_);
+  require_whole_accumulator(s, "load_scalar", false);
   auto type = ref_type(s.ref);
   if (static_cast<int64_t>(indices.size()) != type.getRank())
     fail("load_scalar of '" + name() + "': needs " + std::to_string(type.getRank()) + " indices");
@@ -124,6 +136,7 @@ Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes,
                    std::source_location where) const {
   Located here(where);
   RefState& s = ref_state(impl_, operand_);
+  require_whole_accumulator(s, "load_at", false);
   auto type = ref_type(s.ref);
   if (offsets.size() != sizes.size() || static_cast<int64_t>(sizes.size()) != type.getRank())
     fail("load_at of '" + name() + "': needs " + std::to_string(type.getRank()) +
@@ -167,6 +180,7 @@ void Ref::store_at(const Value& value, const std::vector<Idx>& offsets,
                    std::source_location where) const {
   Located here(where);
   RefState& s = ref_state(impl_, operand_);
+  require_whole_accumulator(s, "store_at", false);
   auto type = ref_type(s.ref);
   mlir::Value v = stored_value(s, value);
   const bool scalar = shape_of(v).empty();  // a scalar writes one element
@@ -213,6 +227,8 @@ Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes,
       fail("load of '" + name() + "': slice [" + std::to_string(offsets[d]) + ", " +
            std::to_string(offsets[d] + sizes[d]) + ") of block dim " + std::to_string(d) +
            " is outside the block extent " + std::to_string(type.getShape()[d]));
+  require_whole_accumulator(s, "a slice load",
+                            llvm::equal(sizes, type.getShape()) && llvm::all_of(offsets, [](int64_t o) { return o == 0; }));
   auto result = VectorType::get(sizes, type.getElementType());
   return wrap(mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, mlir::ValueRange{}, offsets,
                                            sizes,
@@ -248,6 +264,8 @@ void Ref::store(const Value& value, std::vector<int64_t> offsets,
     if (offsets[i] < 0 || offsets[i] + sizes[i] > type.getShape()[i])
       fail("store to '" + name() + "': value of shape " + shape_str(sizes) + " at offset " +
            shape_str(offsets) + " does not fit the block " + shape_str(type.getShape()));
+  require_whole_accumulator(s, "a slice store",
+                            llvm::equal(sizes, type.getShape()) && llvm::all_of(offsets, [](int64_t o) { return o == 0; }));
   mlir::pallas::StoreOp::create(b(), loc(), v, s.ref, mlir::ValueRange{}, offsets);
 }
 
@@ -463,7 +481,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
       continue;
     }
     auto type = mlir::MemRefType::get(ops[i].scratch_shape, to_mlir_type(ops[i].dtype, ctx));
-    auto scratch = mlir::pallas::ScratchOp::create(t.builder, loc, type);
+    auto scratch = mlir::pallas::ScratchOp::create(t.builder, loc, type, ops[i].accumulator);
     scratch->setAttr("name", mlir::StringAttr::get(&ctx, ops[i].name));
     t.args.push_back(scratch);
   }

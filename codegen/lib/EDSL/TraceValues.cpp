@@ -312,6 +312,51 @@ Value transpose(const Value& x, std::source_location where) {
       mlir::vector::TransposeOp::create(b(), loc(), v, llvm::ArrayRef<int64_t>{1, 0}).getResult());
 }
 
+namespace {
+/// acc + a @ b (acc may be null), after the checks a spec writer needs named.
+Value trace_dot(const Value& lhs, const Value& rhs, const Value* acc, DotOptions options) {
+  mlir::Value va = unwrap(lhs), vb = unwrap(rhs);
+  auto ta = llvm::dyn_cast<VectorType>(va.getType());
+  auto tb = llvm::dyn_cast<VectorType>(vb.getType());
+  if (!ta || !tb || ta.getRank() != 2 || tb.getRank() != 2)
+    fail("dot of a " + shape_str(shape_of(va)) + " and a " + shape_str(shape_of(vb)) +
+         " value; it multiplies 2-D blocks");
+  DType da = dtype_of(ta.getElementType()), db = dtype_of(tb.getElementType());
+  if (da != db || (da != f16 && da != bf16))
+    fail(std::string("dot of ") + name(da) + " and " + name(db) +
+         " blocks; its operands are both f16 or both bf16 (cast first), summed in f32");
+  const int64_t k = ta.getShape()[1];
+  const int64_t bk = tb.getShape()[options.transpose_b ? 1 : 0];
+  const int64_t n = tb.getShape()[options.transpose_b ? 0 : 1];
+  if (bk != k)
+    fail("dot of " + shape_str(shape_of(va)) + " and " + shape_str(shape_of(vb)) +
+         (options.transpose_b ? " (b transposed)" : "") + ": a has " + std::to_string(k) +
+         " columns but b has " + std::to_string(bk) + (options.transpose_b ? " columns" : " rows"));
+  auto result = VectorType::get({ta.getShape()[0], n}, b().getF32Type());
+  mlir::Value vacc;
+  if (acc) {
+    vacc = unwrap(*acc);
+    if (vacc.getType() != result)
+      fail("dot accumulator of shape " + shape_str(shape_of(vacc)) + " and dtype " +
+           name(dtype_of(vacc.getType())) + "; the product is f32 " +
+           shape_str(result.getShape().vec()));
+  }
+  auto dot = mlir::pallas::DotOp::create(b(), loc(), result, va, vb, vacc, options.transpose_b);
+  return wrap(dot.getResult());
+}
+}  // namespace
+
+Value dot(const Value& lhs, const Value& rhs, DotOptions options, std::source_location where) {
+  Located here(where);
+  return trace_dot(lhs, rhs, nullptr, options);
+}
+
+Value dot(const Value& lhs, const Value& rhs, const Value& acc, DotOptions options,
+          std::source_location where) {
+  Located here(where);
+  return trace_dot(lhs, rhs, &acc, options);
+}
+
 Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype, std::source_location where) {
   Located here(where);
   if (shape.empty()) fail("iota needs a non-empty shape");

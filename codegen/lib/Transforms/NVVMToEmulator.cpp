@@ -381,6 +381,14 @@ class Rewriter {
                         {test.getAddr(), test.getStateOrPhase()});
       replace(op, {LLVM::TruncOp::create(b_, loc, b_.getI1Type(), done)});
       return success();
+    } else if (auto mma = dyn_cast<NVVM::WgmmaMmaAsyncOp>(op)) {
+      return rewriteWgmma(mma);
+    } else if (isa<NVVM::WgmmaFenceAlignedOp>(op)) {
+      call(loc, "pallas_emu_wgmma_fence", Type(), {});
+    } else if (isa<NVVM::WgmmaGroupSyncAlignedOp>(op)) {
+      call(loc, "pallas_emu_wgmma_commit", Type(), {});
+    } else if (auto wait = dyn_cast<NVVM::WgmmaWaitGroupSyncOp>(op)) {
+      call(loc, "pallas_emu_wgmma_wait", Type(), {constI32(loc, wait.getGroup())});
     } else if (isa<NVVM::CpAsyncBulkCommitGroupOp>(op)) {
       call(loc, "pallas_emu_bulk_commit", Type(), {});
     } else if (auto wait = dyn_cast<NVVM::CpAsyncBulkWaitGroupOp>(op)) {
@@ -390,6 +398,45 @@ class Rewriter {
       return failure();
     }
     replace(op, {});
+    return success();
+  }
+
+  /// wgmma.mma_async -> pallas_emu_wgmma(acc, n, descA, descB, type, transA,
+  /// transB, scaleD): the thread's accumulator registers go through a stack
+  /// array the runtime reads and updates (emulator/src/wgmma.cc).
+  LogicalResult rewriteWgmma(NVVM::WgmmaMmaAsyncOp mma) {
+    Location loc = mma.getLoc();
+    auto type = cast<LLVM::LLVMStructType>(mma.getInouts().getType());
+    const int64_t count = type.getBody().size();
+    if (mma.getTypeD() != NVVM::WGMMATypes::f32 || mma.getShape().getK() != 16 ||
+        mma.getShape().getM() != 64 || mma.getTypeA() != mma.getTypeB() ||
+        (mma.getTypeA() != NVVM::WGMMATypes::f16 && mma.getTypeA() != NVVM::WGMMATypes::bf16) ||
+        mma.getScaleA() != NVVM::WGMMAScaleIn::one || mma.getScaleB() != NVVM::WGMMAScaleIn::one)
+      return mma.emitOpError("no emulator rule for wgmma other than m64nNk16 f16/bf16 -> f32");
+    OpBuilder eb(mma->getParentOfType<LLVM::LLVMFuncOp>().getBody());
+    Value one = LLVM::ConstantOp::create(eb, loc, i32(), eb.getI32IntegerAttr(1));
+    Value acc = LLVM::AllocaOp::create(eb, loc, ptr(), LLVM::LLVMArrayType::get(b_.getF32Type(), count),
+                                       one);
+    for (int64_t i = 0; i < count; ++i) {
+      Value at = LLVM::GEPOp::create(b_, loc, ptr(), b_.getF32Type(), acc,
+                                     ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
+      LLVM::StoreOp::create(
+          b_, loc, LLVM::ExtractValueOp::create(b_, loc, mma.getInouts(), ArrayRef<int64_t>{i}), at);
+    }
+    call(loc, "pallas_emu_wgmma", Type(),
+         {acc, constI32(loc, mma.getShape().getN()), mma.getDescriptorA(), mma.getDescriptorB(),
+          constI32(loc, mma.getTypeA() == NVVM::WGMMATypes::bf16 ? 1 : 0),
+          constI32(loc, mma.getLayoutA() == NVVM::MMALayout::row ? 0 : 1),
+          constI32(loc, mma.getLayoutB() == NVVM::MMALayout::col ? 0 : 1),
+          constI32(loc, mma.getScaleD() == NVVM::WGMMAScaleOut::one ? 1 : 0)});
+    Value result = LLVM::UndefOp::create(b_, loc, type);
+    for (int64_t i = 0; i < count; ++i) {
+      Value at = LLVM::GEPOp::create(b_, loc, ptr(), b_.getF32Type(), acc,
+                                     ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
+      result = LLVM::InsertValueOp::create(
+          b_, loc, result, LLVM::LoadOp::create(b_, loc, b_.getF32Type(), at), ArrayRef<int64_t>{i});
+    }
+    replace(mma, result);
     return success();
   }
 

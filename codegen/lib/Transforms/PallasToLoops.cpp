@@ -256,6 +256,35 @@ class HostLowering {
       map_.map(transpose.getResult(), out);
       return success();
     }
+    if (auto dot = dyn_cast<DotOp>(op)) {
+      // out[i, j] = acc[i, j] + sum_k f32(a[i, k]) * f32(b[k, j]), k in order.
+      VectorType to = dot.getResult().getType();
+      Value a = map_.lookup(dot.getA()), bm = map_.lookup(dot.getB());
+      Value acc = dot.getAcc() ? map_.lookup(dot.getAcc()) : Value();
+      Value out = buffer(to);
+      Type f32 = b.getF32Type();
+      loopNest(b, loc, to.getShape(), [&](OpBuilder& nb, Location l, ValueRange ivs) {
+        Value init = acc ? memref::LoadOp::create(nb, l, acc, ivs).getResult()
+                         : arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(0)).getResult();
+        Value lo = arith::ConstantIndexOp::create(nb, l, 0);
+        Value hi = arith::ConstantIndexOp::create(nb, l, dot.getK());
+        Value one = arith::ConstantIndexOp::create(nb, l, 1);
+        auto loop = scf::ForOp::create(
+            nb, l, lo, hi, one, ValueRange{init},
+            [&](OpBuilder& kb, Location kl, Value k, ValueRange sum) {
+              Value x = memref::LoadOp::create(kb, kl, a, ValueRange{ivs[0], k});
+              SmallVector<Value> bAt = dot.getTransposeB() ? SmallVector<Value>{ivs[1], k}
+                                                           : SmallVector<Value>{k, ivs[1]};
+              Value y = memref::LoadOp::create(kb, kl, bm, bAt);
+              Value p = arith::MulFOp::create(kb, kl, arith::ExtFOp::create(kb, kl, f32, x),
+                                              arith::ExtFOp::create(kb, kl, f32, y));
+              scf::YieldOp::create(kb, kl, ValueRange{arith::AddFOp::create(kb, kl, sum[0], p)});
+            });
+        memref::StoreOp::create(nb, l, loop.getResult(0), out, ivs);
+      });
+      map_.map(dot.getResult(), out);
+      return success();
+    }
     if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
         isa<VectorType>(op->getResult(0).getType()))
       return lowerElementwise(op, b);
@@ -265,7 +294,7 @@ class HostLowering {
         "pallas.scratch, pallas.semaphore_add, pallas.semaphore_read, pallas.run_scoped, "
         "the explicit copies and barriers, "
         "pallas.semaphore_wait, pallas.check, vector.broadcast, vector.shape_cast, "
-        "vector.transpose, "
+        "vector.transpose, pallas.dot, "
         "vector.multi_reduction, splat constants, scf.for, scf.while, scf.if and "
         "elementwise arith/math ops");
   }

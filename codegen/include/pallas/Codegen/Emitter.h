@@ -14,6 +14,9 @@ namespace pallas::codegen {
 struct CompiledInstance {
   const edsl::TracedKernel* kernel;
   std::vector<GpuBinary> gpu;
+  /// Lowered separately for sm_80 (cp.async copies, dots without wgmma), so
+  /// the emulator has that form too: pallas_emu_<instance>_cp_async.
+  bool sm80_form = false;
 };
 
 /// The public header `pallas/kernels/<op>.h`: one typed overload per instance,

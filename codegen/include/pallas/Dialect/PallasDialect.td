@@ -237,8 +237,42 @@ def Pallas_ScratchOp : Pallas_Op<"scratch"> {
         : memref<8x128xf32> -> !pallas.ref<8x128xf32>
     ```
   }];
+  let arguments = (ins UnitAttr:$accumulator);
   let results = (outs AnyStaticShapeMemRef:$buffer);
-  let assemblyFormat = "attr-dict `:` type($buffer)";
+  let assemblyFormat = "(`accumulator` $accumulator^)? attr-dict `:` type($buffer)";
+}
+
+def Pallas_DotOp : Pallas_Op<"dot", [Pure]> {
+  let summary = "matrix product of two blocks, accumulated in f32 (Pallas' dot, wgmma, mma.sync)";
+  let description = [{
+    `result = acc + a @ b` (or `a @ transpose(b)` with `transpose_b`):
+    `a` is `[M, K]`, `b` is `[K, N]` (`[N, K]` transposed), both f16 or both
+    bf16; products are summed in f32, and `acc` (optional: zero without it)
+    is `[M, N]` f32.
+
+    ```mlir
+    %d = pallas.dot %a, %b, %acc {transpose_b}
+        : vector<128x64xbf16>, vector<128x64xbf16>, vector<128x128xf32> -> vector<128x128xf32>
+    ```
+
+    The GPU lowering reads `a` and `b` from shared memory (in place when they
+    are loads of blocks a pipeline staged there, else through a buffer the
+    rule fills) and multiplies with `wgmma` on sm_90a; the result is in the
+    WGMMA accumulator layout (`#pallas.tiled`, PallasLayouts.td). The host
+    lowering is a loop nest.
+  }];
+  let arguments = (ins AnyVectorOfNonZeroRank:$a, AnyVectorOfNonZeroRank:$b,
+                       Optional<AnyVectorOfNonZeroRank>:$acc, UnitAttr:$transpose_b);
+  let results = (outs AnyVectorOfNonZeroRank:$result);
+  let assemblyFormat = [{
+    $a `,` $b (`,` $acc^)? attr-dict `:` type($a) `,` type($b) (`,` type($acc)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getM() { return getA().getType().getShape()[0]; }
+    int64_t getK() { return getA().getType().getShape()[1]; }
+    int64_t getN() { return getResult().getType().getShape()[1]; }
+  }];
 }
 
 def Pallas_LoadScalarOp : Pallas_Op<"load_scalar",

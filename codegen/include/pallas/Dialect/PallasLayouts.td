@@ -152,6 +152,19 @@ def Pallas_TiledLayoutAttr : Pallas_Attr<"TiledLayout", "tiled"> {
     int64_t registersPerThread(::llvm::ArrayRef<int64_t> shape) const;
     /// Threads the layout spans: 32 times the product of the warp dims' extents.
     int64_t threads(::llvm::ArrayRef<int64_t> shape) const;
+    /// The inverse of `owner`: the coordinates of the element in register
+    /// `reg` of lane `lane` of warp `warp` (for lanes replicating a group,
+    /// any lane of it).
+    ::llvm::SmallVector<int64_t> elementAt(::llvm::ArrayRef<int64_t> shape, int64_t warp,
+                                           int64_t lane, int64_t reg) const;
+    /// The warp (or lane) index as mixed-radix digits, most significant
+    /// first: each has an extent and the element coordinates one unit of it
+    /// adds (empty for lanes that replicate). Coordinates are additive:
+    /// elementAt(w, l, r) = sum of digit(w) * step + digit(l) * step + elementAt(0, 0, r),
+    /// which is how the GPU lowering computes them from the thread index.
+    struct Digit { int64_t extent; ::llvm::SmallVector<int64_t> step; };
+    ::llvm::SmallVector<Digit> warpDigits(::llvm::ArrayRef<int64_t> shape) const;
+    ::llvm::SmallVector<Digit> laneDigits(::llvm::ArrayRef<int64_t> shape) const;
 
     static TiledLayoutAttr getWgmmaAccumulator(::mlir::MLIRContext* ctx);
     static TiledLayoutAttr getWgmmaRow(::mlir::MLIRContext* ctx);

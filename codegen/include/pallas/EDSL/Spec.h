@@ -331,6 +331,24 @@ Value reshape(const Value& x, std::vector<int64_t> shape,
 /// goes through shared memory (each thread's runs are written in rows and
 /// read back in columns).
 Value transpose(const Value& x, std::source_location where = std::source_location::current());
+
+/// How dot multiplies: `b` given as [N, K] (its rows are the columns of the
+/// product, Pallas' `dot(a, b.T)`).
+struct DotOptions {
+  bool transpose_b = false;
+};
+/// The matrix product `a @ b` of 2-D blocks: a [M, K], b [K, N] (or [N, K]
+/// with transpose_b), both f16 or both bf16, summed in f32; the result is
+/// [M, N] f32. On sm_90a it is a warpgroup MMA (wgmma) reading a and b from
+/// shared memory: blocks staged there (InShared) are read in place, others
+/// are stored there first. The result is held in the WGMMA accumulator
+/// layout (M a multiple of 64, N of 8, K of 16 on the GPU).
+Value dot(const Value& a, const Value& b, DotOptions options = {},
+          std::source_location where = std::source_location::current());
+/// `acc + a @ b` in one product: the accumulator (an f32 [M, N] block, e.g.
+/// loaded from spec.accumulator) is the MMA's input, not a separate add.
+Value dot(const Value& a, const Value& b, const Value& acc, DotOptions options = {},
+          std::source_location where = std::source_location::current());
 /// A block of `shape` whose elements are their coordinate along `dimension`.
 Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype = i32,
            std::source_location where = std::source_location::current());
@@ -703,6 +721,7 @@ struct OperandDecl {
   std::optional<double> min_value;  // for a scalar: the entry point rejects smaller values
   SemaphoreScope semaphore_scope = SemaphoreScope::kGlobal;  // for semaphores
   std::vector<int64_t> scratch_shape;                        // for scratch
+  bool accumulator = false;  // scratch held in registers (KernelSpec::accumulator)
   std::optional<InShared> staged;  // a block staged in shared memory by TMA
   /// The staged block's extent per array dim (1 for squeezed dims): from the
   /// BlockSpec, or from the emit_pipeline that stages blocks of the operand.
@@ -756,6 +775,14 @@ class KernelSpec {
   /// with the lowering's own buffers; a program may have up to 227 KiB in all
   /// (sm_90; sm_80 parts allow 163 KiB, which the launch checks).
   Operand scratch(const std::string& name, DType dtype, std::vector<int64_t> shape);
+  /// An f32 matrix accumulator of a static [M, N] `shape` held in the
+  /// program's registers (Pallas' ACC, a WGMMA accumulator): kept across the
+  /// iterations of the arbitrary grid axes (a matmul's K axis), uninitialised
+  /// when the program starts. The body gets a Ref over it in declaration
+  /// order and loads and stores it whole; `dot(a, b, acc.load())` multiplies
+  /// into it. On the GPU it lives in the WGMMA accumulator layout, so M must
+  /// be a multiple of 64 and N a multiple of 8.
+  Operand accumulator(const std::string& name, std::vector<int64_t> shape);
   /// Global-memory scratch of `count` elements for this launch (not zeroed).
   /// The body gets a Ref over it (a full 1-D block) in declaration order.
   Operand workspace(const std::string& name, DType dtype, DimExpr count);

@@ -128,10 +128,18 @@ def ConvertPallasToGPU : Pass<"convert-pallas-to-gpu", "ModuleOp"> {
     `nvvm.cp.async.mbarrier.arrive {noinc}`; loads wait with
     `nvvm.mbarrier.test.wait` in a loop. Staged outputs are stored from
     registers as unstaged blocks are. The descriptor parameters stay (unused).
+
+    `pallas.dot` (MatmulRules.cpp) multiplies with `mma=wgmma` (sm_90a):
+    `nvvm.wgmma.mma_async` on shared-memory descriptors, into the WGMMA
+    accumulator layout; with `mma=fma` (the sm_80 form until its mma.sync
+    rule exists) every thread computes its accumulator elements with FMAs
+    from shared memory, in the same layout.
   }];
   let options = [
     Option<"asyncCopies", "async-copies", "std::string", /*default=*/"\"tma\"",
-           "How staged blocks are copied: 'tma' (sm_90) or 'cp-async' (sm_80)">
+           "How staged blocks are copied: 'tma' (sm_90) or 'cp-async' (sm_80)">,
+    Option<"mma", "mma", "std::string", /*default=*/"\"wgmma\"",
+           "How pallas.dot multiplies: 'wgmma' (sm_90a) or 'fma' (sm_80)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::vector::VectorDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",

@@ -154,14 +154,46 @@ FailureOr<int64_t> chooseVec(func::FuncOp kernel, int64_t threads,
   return vec;
 }
 
+/// Whether `ref` is a block of an accumulator (spec.accumulator: a
+/// `pallas.scratch accumulator`, held in registers).
+bool isAccumulatorRef(Value ref) {
+  auto blk = ref.getDefiningOp<BlockOp>();
+  auto scratch = blk ? blk.getArray().getDefiningOp<ScratchOp>() : ScratchOp();
+  return scratch && scratch.getAccumulator();
+}
+
+/// The block values held in the WGMMA accumulator layout (#pallas.tiled,
+/// PallasLayouts.td): the results of pallas.dot, loads of accumulators, and
+/// what elementwise ops compute from any of them (an epilogue: scaling,
+/// bias, activation, the cast to the output dtype), so that the MMA's
+/// registers are used where they are. Other operands of those elementwise
+/// ops are converted to it; other uses convert to the strided layout.
+DenseSet<Value> inferAccumulatorLayout(func::FuncOp kernel) {
+  DenseSet<Value> tiled;
+  kernel.walk<WalkOrder::PreOrder>([&](Operation* op) {
+    if (auto dot = dyn_cast<DotOp>(op)) {
+      tiled.insert(dot.getResult());
+    } else if (auto load = dyn_cast<LoadOp>(op)) {
+      if (isAccumulatorRef(load.getRef())) tiled.insert(load.getResult());
+    } else if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
+               isa<VectorType>(op->getResult(0).getType()) &&
+               llvm::any_of(op->getOperands(), [&](Value v) { return tiled.contains(v); })) {
+      tiled.insert(op->getResult(0));
+    }
+  });
+  return tiled;
+}
+
 class LayoutAssignment {
  public:
   LayoutAssignment(func::FuncOp kernel, WarpgroupStridedLayoutAttr strided,
-                   DenseSet<Value> replicated)
+                   DenseSet<Value> replicated, DenseSet<Value> tiled)
       : kernel_(kernel),
         strided_(strided),
         replicated_(ReplicatedLayoutAttr::get(kernel.getContext())),
-        replicatedValues_(std::move(replicated)) {}
+        accumulator_(TiledLayoutAttr::getWgmmaAccumulator(kernel.getContext())),
+        replicatedValues_(std::move(replicated)),
+        tiledValues_(std::move(tiled)) {}
 
   void run() {
     chooseRowLayouts();
@@ -175,6 +207,7 @@ class LayoutAssignment {
  private:
   Attribute layoutOf(Value v) const {
     if (auto it = rowLayouts_.find(v); it != rowLayouts_.end()) return it->second;
+    if (tiledValues_.contains(v)) return accumulator_;
     return replicatedValues_.contains(v) ? Attribute(replicated_) : Attribute(strided_);
   }
 
@@ -184,6 +217,7 @@ class LayoutAssignment {
     VectorType src = red.getSourceVectorType();
     SmallVector<bool> mask = red.getReductionMask();
     if (!isa<VectorType>(red.getDestType()) || replicatedValues_.contains(red.getSource()) ||
+        tiledValues_.contains(red.getSource()) ||
         !isSplat(red.getAcc()) || !mask.back() || llvm::count(mask, true) != 1 ||
         !strided_.rowsInAWarp(src))
       return {};
@@ -321,10 +355,40 @@ class LayoutAssignment {
     auto c = ConvertLayoutOp::create(b, user->getLoc(), type, v, layoutOf(v), want);
     c->setAttr(kLayoutsAttrName, b.getArrayAttr({want}));
     if (want == Attribute(replicated_)) replicatedValues_.insert(c.getResult());
+    if (want == Attribute(accumulator_)) tiledValues_.insert(c.getResult());
     operand.set(c.getResult());
   }
 
+  /// Uses of accumulator-layout values: a dot's accumulator, a store to an
+  /// accumulator and elementwise ops computing in that layout take it (their
+  /// other operands are converted to it); a dot's a and b are read from
+  /// strided fragments (or in place in shared memory); every other use
+  /// converts the value to the strided layout first. Returns true for the
+  /// uses it handled.
+  bool convertAccumulatorUses(Operation* op) {
+    if (auto dot = dyn_cast<DotOp>(op)) {
+      convert(dot.getAMutable(), strided_, op);
+      convert(dot.getBMutable(), strided_, op);
+      if (dot.getAcc()) convert(dot.getAccMutable()[0], accumulator_, op);
+      return true;
+    }
+    if (auto store = dyn_cast<StoreOp>(op)) {
+      if (isAccumulatorRef(store.getRef())) {
+        convert(store.getValueMutable(), accumulator_, op);
+        return true;
+      }
+    }
+    if (isa<scf::ForOp, scf::WhileOp, scf::YieldOp, scf::ConditionOp>(op)) return false;
+    if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
+        tiledValues_.contains(op->getResult(0)))
+      return false;  // the generic elementwise case converts the rest to the result's layout
+    for (OpOperand& operand : op->getOpOperands())
+      if (tiledValues_.contains(operand.get())) convert(operand, strided_, op);
+    return false;
+  }
+
   void convertOperands(Operation* op) {
+    if (convertAccumulatorUses(op)) return;
     if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
       // A replicated value spread over a strided block: the conversion broadcasts.
       // A replicated or per-row value spread over a strided block: the conversion broadcasts.
@@ -377,7 +441,9 @@ class LayoutAssignment {
   func::FuncOp kernel_;
   WarpgroupStridedLayoutAttr strided_;
   ReplicatedLayoutAttr replicated_;
+  TiledLayoutAttr accumulator_;
   DenseSet<Value> replicatedValues_;
+  DenseSet<Value> tiledValues_;  // in accumulator_
   DenseMap<Value, Attribute> rowLayouts_;  // strided_rows values
 };
 
@@ -394,8 +460,15 @@ struct PallasAssignLayoutsPass : impl::PallasAssignLayoutsBase<PallasAssignLayou
       DenseSet<Value> replicated = inferReplicated(k, threads);
       FailureOr<int64_t> vec = chooseVec(k, threads, replicated);
       if (failed(vec)) return signalPassFailure();
+      DenseSet<Value> tiled = inferAccumulatorLayout(k);
+      if (!tiled.empty() && threads != 128) {
+        k.emitError() << "the kernel has " << threads
+                      << " threads per program, but dot and accumulators need the WGMMA "
+                         "accumulator layout of one warpgroup (128 threads)";
+        return signalPassFailure();
+      }
       LayoutAssignment(k, WarpgroupStridedLayoutAttr::get(&getContext(), threads, *vec),
-                       std::move(replicated))
+                       std::move(replicated), std::move(tiled))
           .run();
     }
   }

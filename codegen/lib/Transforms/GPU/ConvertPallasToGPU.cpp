@@ -76,8 +76,39 @@ VectorType GpuLowering::threadType(VectorType block, Attribute layout) const {
   if (isa<ReplicatedLayoutAttr>(layout)) return flat(block);
   if (auto rows = dyn_cast<StridedRowsLayoutAttr>(layout))
     return VectorType::get({rows.valuesPerThread(block.getNumElements())}, block.getElementType());
+  if (auto tiled = dyn_cast<TiledLayoutAttr>(layout))
+    return VectorType::get({tiled.registersPerThread(block.getShape())}, block.getElementType());
   auto s = cast<WarpgroupStridedLayoutAttr>(layout);
   return VectorType::get({s.fragmentSize(block)}, block.getElementType());
+}
+
+SmallVector<Value> GpuLowering::tiledThreadOrigin(OpBuilder& b, Location loc,
+                                                  TiledLayoutAttr layout,
+                                                  ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> zero = layout.elementAt(shape, 0, 0, 0);
+  SmallVector<Value> origin;
+  for (int64_t c : zero) origin.push_back(index(b, loc, c));
+  // Worked example, the WGMMA accumulator of [64, N]: the warp digit (4 of
+  // them) steps 16 rows; the lane digits step (1, 0) (8 of them) and (0, 2)
+  // (4): thread 37 (warp 1, lane 5 = 1 * 4 + 1) starts at (16 + 1, 2).
+  auto addDigits = [&](Value id, const SmallVector<TiledLayoutAttr::Digit>& digits) {
+    int64_t unit = 1;
+    for (const TiledLayoutAttr::Digit& d : llvm::reverse(digits)) {
+      if (!d.step.empty()) {
+        Value digit = arith::RemUIOp::create(
+            b, loc, arith::DivUIOp::create(b, loc, id, index(b, loc, unit)),
+            index(b, loc, d.extent));
+        for (auto [o, step] : llvm::zip(origin, d.step))
+          if (step != 0)
+            o = arith::AddIOp::create(b, loc, o,
+                                      arith::MulIOp::create(b, loc, digit, index(b, loc, step)));
+      }
+      unit *= d.extent;
+    }
+  };
+  addDigits(arith::DivUIOp::create(b, loc, tid, index(b, loc, 32)), layout.warpDigits(shape));
+  addDigits(arith::RemUIOp::create(b, loc, tid, index(b, loc, 32)), layout.laneDigits(shape));
+  return origin;
 }
 
 Value GpuLowering::runStart(OpBuilder& b, Location loc, int64_t r) {
@@ -337,14 +368,20 @@ struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUP
     gpu_lowering::populateSemaphoreRules(rules);
     gpu_lowering::populateLayoutConversionRules(rules);
     gpu_lowering::populateAsyncCopyRules(rules);
+    gpu_lowering::populateMatmulRules(rules);
     if (asyncCopies != "tma" && asyncCopies != "cp-async") {
       module.emitError() << "convert-pallas-to-gpu: async-copies='" << asyncCopies
                          << "'; expected 'tma' or 'cp-async'";
       return signalPassFailure();
     }
+    if (mma != "wgmma" && mma != "fma") {
+      module.emitError() << "convert-pallas-to-gpu: mma='" << mma << "'; expected 'wgmma' or 'fma'";
+      return signalPassFailure();
+    }
     for (func::FuncOp k : kernels) {
       gpu_lowering::GpuLowering lowering(k, gpuModule, rules);
       lowering.cpAsync = asyncCopies == "cp-async";
+      lowering.wgmma = mma == "wgmma";
       if (failed(lowering.run())) return signalPassFailure();
     }
   }

@@ -19,6 +19,8 @@
 //                              phases, producer refills (called by the scf.for rule)
 //   AsyncCopyRules.cpp         pallas.run_scoped and the explicit copies and barriers
 //                              (copy_to_shared/global, barrier_wait/arrive, commits)
+//   MatmulRules.cpp            pallas.dot: wgmma on shared-memory descriptors (sm_90a),
+//                              FMAs from shared memory otherwise; accumulators
 //
 // Shared memory is one dynamic buffer per kernel (SharedMemoryPlan.h): a rule
 // asks for a buffer with `sharedBuffer`, and the plan gives it an offset once
@@ -108,6 +110,21 @@ void populateControlFlowRules(RuleRegistry& rules);
 void populateSemaphoreRules(RuleRegistry& rules);
 void populateLayoutConversionRules(RuleRegistry& rules);
 void populateAsyncCopyRules(RuleRegistry& rules);
+void populateMatmulRules(RuleRegistry& rules);
+
+// MatmulRules.cpp: a dot operand that wgmma reads where a pipeline staged it.
+/// Whether operand `operandNumber` (0: a, 1: b) of `dot` is a whole-block
+/// load of a block staged in shared memory in a layout wgmma reads directly
+/// (swizzled, rows of exactly the swizzle's bytes), when dots use wgmma.
+bool dotReadsStagedOperand(DotOp dot, unsigned operandNumber, const GpuLowering& g);
+/// Whether every use of `load`'s result is such a dot operand: the load
+/// rule then only waits for the copy.
+bool onlyFeedsStagedDots(LoadOp load, const GpuLowering& g);
+/// Accumulators (spec.accumulator): a block over one is a per-thread alloca
+/// of its WGMMA-layout fragment; loads and stores move the whole fragment.
+LogicalResult lowerAccumulatorBlock(BlockOp blk, GpuLowering& g, OpBuilder& b);
+LogicalResult lowerAccumulatorLoad(LoadOp load, GpuLowering& g, OpBuilder& b);
+LogicalResult lowerAccumulatorStore(StoreOp store, GpuLowering& g, OpBuilder& b);
 
 // StagingRules.cpp: the staged forms of the pallas.block, load and store rules.
 LogicalResult lowerStagedBlock(BlockOp blk, GpuLowering& g, OpBuilder& b);
@@ -204,6 +221,13 @@ class GpuLowering {
     return block.getNumElements() / (strided_.getThreads() * strided_.getVec());
   }
 
+  // --- Tiled layouts (PallasLayouts.td) ------------------------------------------
+  /// The coordinates of this thread's register 0 of a value of `shape` in
+  /// `layout`, from its warp and lane digits; register r's element is this
+  /// plus layout.elementAt(shape, 0, 0, r) (coordinates are additive).
+  SmallVector<Value> tiledThreadOrigin(OpBuilder& b, Location loc, TiledLayoutAttr layout,
+                                       ArrayRef<int64_t> shape);
+
   // --- Replicated values -------------------------------------------------------
   static VectorType flat(VectorType t) {
     return VectorType::get({t.getNumElements()}, t.getElementType());
@@ -250,6 +274,12 @@ class GpuLowering {
   /// Staged inputs are copied with cp.async by every thread (sm_80), not TMA;
   /// staged outputs are stored from registers (convert-pallas-to-gpu's async-copies).
   bool cpAsync = false;
+  /// pallas.dot multiplies with wgmma (sm_90a); otherwise with FMAs
+  /// (convert-pallas-to-gpu's mma option; MatmulRules.cpp).
+  bool wgmma = true;
+  /// Accumulators (spec.accumulator), by pallas.scratch and by pallas.block
+  /// ref: a per-thread alloca of the fragment, which LLVM keeps in registers.
+  DenseMap<Value, Value> accumulators;
   /// Whether `blk` is staged in this lowering: staged, and not an output
   /// when copies are cp.async (sm_80 has no bulk stores).
   bool stagesBlock(BlockOp blk) const;

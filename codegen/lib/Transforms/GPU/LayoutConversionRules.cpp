@@ -93,7 +93,98 @@ Value spreadRows(GpuLowering& g, OpBuilder& b, Location loc, Value values, Vecto
   return frag;
 }
 
+/// Calls `each(reg, coords)` for every register of this thread's fragment of
+/// a `shape` value in tiled `layout`, with the element's coordinates.
+void forEachTiledElement(GpuLowering& g, OpBuilder& b, Location loc, TiledLayoutAttr layout,
+                         ArrayRef<int64_t> shape,
+                         function_ref<void(int64_t reg, SmallVector<Value>& coords)> each) {
+  SmallVector<Value> origin = g.tiledThreadOrigin(b, loc, layout, shape);
+  for (int64_t r = 0; r < layout.registersPerThread(shape); ++r) {
+    SmallVector<int64_t> at = layout.elementAt(shape, 0, 0, r);
+    SmallVector<Value> coords;
+    for (auto [o, c] : llvm::zip(origin, at))
+      coords.push_back(arith::AddIOp::create(b, loc, o, g.index(b, loc, c)));
+    each(r, coords);
+  }
+}
+
+/// Row-major flat index of `coords` in `shape`, numpy-broadcasting from a
+/// source of `source` shape (its extent-1 dims read index 0, leading dims dropped).
+Value flatIndex(GpuLowering& g, OpBuilder& b, Location loc, ArrayRef<int64_t> source,
+                ArrayRef<Value> coords) {
+  const int64_t lead = coords.size() - source.size();
+  Value at = g.index(b, loc, 0);
+  for (size_t d = 0; d < source.size(); ++d) {
+    Value c = source[d] == 1 ? g.index(b, loc, 0) : coords[lead + d];
+    at = arith::AddIOp::create(b, loc,
+                               arith::MulIOp::create(b, loc, at, g.index(b, loc, source[d])), c);
+  }
+  return at;
+}
+
+/// Conversions into and out of a tiled layout (the WGMMA accumulator): the
+/// source is written row-major into a shared buffer (strided: its runs;
+/// replicated: element k by thread k % threads; tiled: each register at its
+/// element), and after a barrier the target is read back (tiled: each
+/// register's element, broadcasting from a smaller source; strided: its
+/// runs). Worked example: a [128, 128] f32 accumulator to strided<vec = 4>:
+/// thread 37 writes register 0, element (17, 2), at 17 * 128 + 2; then reads
+/// its run 0 at 148..151.
+/// TODO(perf): the buffer has no padding, so the accumulator's writes (8
+/// rows of a warp at a 512-byte pitch) conflict 8 ways in the banks.
+LogicalResult convertThroughShared(ConvertLayoutOp convert, GpuLowering& g, OpBuilder& b) {
+  Location loc = convert.getLoc();
+  VectorType from = convert.getSource().getType(), to = convert.getResult().getType();
+  Value src = g.map.lookup(convert.getSource());
+  Type et = from.getElementType();
+  const bool broadcasts = from.getShape() != to.getShape();
+  if (broadcasts && !isa<TiledLayoutAttr>(convert.getTo()))
+    return convert.emitOpError("no GPU rule broadcasts into ") << convert.getTo();
+  Value buffer = g.sharedBuffer(b, loc, from.getNumElements(), et, SharedLifetime::kRule, 16,
+                                "layout conversion");
+  if (isa<WarpgroupStridedLayoutAttr>(convert.getFrom())) {
+    g.storeRunsToShared(b, loc, src, from, buffer);
+  } else if (isa<ReplicatedLayoutAttr>(convert.getFrom())) {
+    const int64_t threads = g.strided().getThreads();
+    for (int64_t k = 0; k < from.getNumElements(); ++k)
+      scf::IfOp::create(b, loc, g.isThread(b, loc, k % threads), [&](OpBuilder& tb, Location l) {
+        memref::StoreOp::create(tb, l, vector::ExtractOp::create(tb, l, src, k), buffer,
+                                ValueRange{g.index(tb, l, k)});
+        scf::YieldOp::create(tb, l);
+      });
+  } else if (auto tiled = dyn_cast<TiledLayoutAttr>(convert.getFrom())) {
+    forEachTiledElement(g, b, loc, tiled, from.getShape(), [&](int64_t r, SmallVector<Value>& c) {
+      memref::StoreOp::create(b, loc, vector::ExtractOp::create(b, loc, src, r), buffer,
+                              ValueRange{flatIndex(g, b, loc, from.getShape(), c)});
+    });
+  } else {
+    return convert.emitOpError("no GPU rule converts from ") << convert.getFrom();
+  }
+  gpu::BarrierOp::create(b, loc);
+  Value result;
+  if (auto tiled = dyn_cast<TiledLayoutAttr>(convert.getTo())) {
+    result = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.threadType(to, tiled)));
+    forEachTiledElement(g, b, loc, tiled, to.getShape(), [&](int64_t r, SmallVector<Value>& c) {
+      Value v = memref::LoadOp::create(b, loc, buffer,
+                                       ValueRange{flatIndex(g, b, loc, from.getShape(), c)});
+      result = vector::InsertOp::create(b, loc, v, result, r);
+    });
+  } else if (isa<WarpgroupStridedLayoutAttr>(convert.getTo())) {
+    VectorType runType = VectorType::get({g.strided().getVec()}, et);
+    result = g.assemble(b, loc, to, [&](int64_t r, SmallVector<Value>&) -> Value {
+      return vector::LoadOp::create(b, loc, runType, buffer, ValueRange{g.runStart(b, loc, r)});
+    });
+  } else {
+    return convert.emitOpError("no GPU rule converts to ") << convert.getTo();
+  }
+  gpu::BarrierOp::create(b, loc);
+  g.map.map(convert.getResult(), result);
+  return success();
+}
+
 LogicalResult lowerConvertLayout(ConvertLayoutOp convert, GpuLowering& g, OpBuilder& b) {
+  if (isa<TiledLayoutAttr>(convert.getFrom()) || isa<TiledLayoutAttr>(convert.getTo()))
+    return convertThroughShared(convert, g, b);
   Location loc = convert.getLoc();
   VectorType from = convert.getSource().getType(), to = convert.getResult().getType();
   Value src = g.map.lookup(convert.getSource());
@@ -117,7 +208,8 @@ LogicalResult lowerConvertLayout(ConvertLayoutOp convert, GpuLowering& g, OpBuil
   return convert.emitOpError("no GPU rule converts ")
          << from << " in " << convert.getFrom() << " to " << to << " in " << convert.getTo()
          << "; known: replicated to strided (with broadcasting), strided_rows to strided (its "
-            "block), strided to replicated";
+            "block), strided to replicated, and strided or replicated to tiled (with "
+            "broadcasting) and tiled to strided";
 }
 
 /// A 2-D strided block [R, C] transposed to a strided [C, R]: each thread

@@ -106,6 +106,8 @@ struct RunAccess {
 };
 
 LogicalResult lowerBlockOp(BlockOp blk, GpuLowering& g, OpBuilder& b) {
+  if (auto scratch = blk.getArray().getDefiningOp<ScratchOp>(); scratch && scratch.getAccumulator())
+    return lowerAccumulatorBlock(blk, g, b);
   if (g.stagesBlock(blk)) return lowerStagedBlock(blk, g, b);
   if (g.copyBuffers.count(blk.getArray())) return lowerBufferBlock(blk, g, b);
   g.refs[blk.getResult()] =
@@ -114,6 +116,7 @@ LogicalResult lowerBlockOp(BlockOp blk, GpuLowering& g, OpBuilder& b) {
 }
 
 LogicalResult lowerLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
+  if (g.accumulators.count(load.getRef())) return lowerAccumulatorLoad(load, g, b);
   if (g.staged.count(load.getRef())) return lowerStagedLoad(load, g, b);
   Location loc = load.getLoc();
   if (!isa_and_nonnull<WarpgroupStridedLayoutAttr>(g.layoutOf(load.getResult())))
@@ -290,6 +293,7 @@ LogicalResult storeStrided(StoreOp store, GpuLowering& g, OpBuilder& b) {
 /// thread finish reading the old contents, the one after makes the new
 /// contents visible to every thread (any thread may load any element).
 LogicalResult lowerStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
+  if (g.accumulators.count(store.getRef())) return lowerAccumulatorStore(store, g, b);
   if (g.staged.count(store.getRef())) return lowerStagedStore(store, g, b);
   bool shared = inSharedMemory(g.refs.at(store.getRef()).array);
   if (shared) gpu::BarrierOp::create(b, store.getLoc());
@@ -336,6 +340,7 @@ LogicalResult lowerLoadScalar(LoadScalarOp scalar, GpuLowering& g, OpBuilder& b)
 
 /// Scratch lives in the kernel's shared memory for the whole program.
 LogicalResult lowerScratch(ScratchOp scratch, GpuLowering& g, OpBuilder& b) {
+  if (scratch.getAccumulator()) return success();  // in registers: its pallas.block allocates
   MemRefType type = scratch.getBuffer().getType();
   std::string purpose;
   llvm::raw_string_ostream os(purpose);

@@ -607,6 +607,11 @@ LogicalResult lowerStagedLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
     return load.emitOpError(
         "a staged block reads zero outside the array (TMA's fill); a load "
         "with other padding needs the unstaged path");
+  // A block only wgmma reads stays where it is: wait for its copy, no loads.
+  if (onlyFeedsStagedDots(load, g)) {
+    if (!st.explicitBuffer) waitForStage(b, load.getLoc(), g, st);
+    return success();
+  }
   if (!isa_and_nonnull<WarpgroupStridedLayoutAttr>(g.layoutOf(load.getResult())))
     return load.emitOpError("the GPU loads blocks in the strided layout only, not ")
            << g.layoutOf(load.getResult());

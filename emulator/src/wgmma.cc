@@ -1,0 +1,117 @@
+// wgmma.mma_async on the emulator: each thread of the warpgroup computes its
+// own accumulator registers, reading the operands from shared memory through
+// the matrix descriptors as the PTX ISA defines them (written here from the
+// ISA, independently of the lowering that builds them, so that a descriptor
+// the lowering gets wrong reads the wrong elements and the test fails).
+//
+// Descriptor (PTX ISA, "Matrix Descriptor Format"): bits 0-13 start address
+// >> 4, 16-29 leading dimension byte offset >> 4, 32-45 stride dimension
+// byte offset >> 4, 62-63 swizzle mode (1: 128 bytes, 2: 64, 3: 32; 0, no
+// swizzle, is not emulated). K-major operand with swizzle S: row r (of M for
+// A, N for B), element k (0..15) of the instruction's K is at
+//   o = start + (r / 8) * SBO + (r % 8) * S + 2 k,
+// then the swizzle XORs the 16-byte piece within each 128-byte line with
+// the line's index modulo S / 16: o ^ (((o >> 7) % (S / 16)) << 4). The
+// address is a shared-window address; the 18 bits the descriptor keeps
+// identify the byte (shared memory is below 256 KiB), and the swizzle uses
+// the absolute address bits, so tiles must be aligned to the pattern.
+//
+// Accumulator fragment (PTX ISA, wgmma .m64nNk16 D): register i of thread t
+// (warp w = t / 32 of the warpgroup, lane l) holds row 16 w + l / 4 +
+// 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
+
+#include "Scheduler.h"
+
+#include "pallas/emulator/abi.h"
+
+#include <cstring>
+
+using namespace pallas::emulator;
+using namespace pallas::emulator::detail;
+
+namespace {
+
+float half_to_float(uint16_t h, bool bf16) {
+  uint32_t bits;
+  if (bf16) {
+    bits = static_cast<uint32_t>(h) << 16;
+  } else {  // IEEE binary16
+    const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    if (exponent == 0) {
+      if (mantissa == 0) {
+        bits = sign;
+      } else {  // subnormal: normalise
+        int e = -1;
+        uint32_t m = mantissa;
+        do {
+          ++e;
+          m <<= 1;
+        } while ((m & 0x400) == 0);
+        bits = sign | ((127 - 15 - e) << 23) | ((m & 0x3ff) << 13);
+      }
+    } else if (exponent == 0x1f) {
+      bits = sign | 0x7f800000u | (mantissa << 13);
+    } else {
+      bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+    }
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+struct Operand {
+  int64_t start, stride_bytes, swizzle;
+};
+
+Operand decode(int64_t desc, const char* which) {
+  const auto d = static_cast<uint64_t>(desc);
+  const int64_t mode = static_cast<int64_t>(d >> 62);
+  if (mode == 0)
+    fail(std::string("wgmma operand ") + which +
+         ": descriptor without swizzle (interleaved core matrices) is not emulated");
+  return Operand{static_cast<int64_t>(d & 0x3fff) << 4,
+                 static_cast<int64_t>((d >> 32) & 0x3fff) << 4, mode == 1 ? 128 : mode == 2 ? 64 : 32};
+}
+
+/// The element at row `r`, K index `k` of a K-major operand.
+float element(const Cta& cta, const Operand& op, int64_t r, int64_t k, bool bf16, const char* which) {
+  int64_t o = op.start + (r / 8) * op.stride_bytes + (r % 8) * op.swizzle + 2 * k;
+  o ^= ((o >> 7) % (op.swizzle / 16)) << 4;
+  // The descriptor holds the low 18 bits of the shared-window address.
+  const auto base = static_cast<int64_t>(reinterpret_cast<uintptr_t>(cta.shared) & 0x3ffff);
+  const int64_t offset = ((o - base) % (1 << 18) + (1 << 18)) % (1 << 18);
+  if (offset + 2 > cta.shared_bytes)
+    fail(std::string("wgmma operand ") + which + " reads shared offset " + std::to_string(offset) +
+         ", past the " + std::to_string(cta.shared_bytes) + " bytes of shared memory");
+  const std::byte* at = cta.shared + offset;
+  pallas_emu_access(at, 2, 2, kAccessLoad);  // races, and copies not yet waited for
+  uint16_t h;
+  std::memcpy(&h, at, sizeof h);
+  return half_to_float(h, bf16);
+}
+
+}  // namespace
+
+extern "C" void pallas_emu_wgmma(float* acc, int32_t n, int64_t desc_a, int64_t desc_b,
+                                 int32_t type, int32_t trans_a, int32_t trans_b, int32_t scale_d) {
+  LaunchState& s = current();
+  const Cta& cta = *s.cta;
+  if (trans_a || trans_b) fail("wgmma with a transposed (MN-major) operand is not emulated");
+  if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma n = " + std::to_string(n) + " is not 8..256");
+  const Operand a = decode(desc_a, "a"), b = decode(desc_b, "b");
+  const bool bf16 = type == 1;
+  const int t = s.thread->linear % 128, warp = t / 32, lane = t % 32;
+  for (int i = 0; i < n / 2; ++i) {
+    const int64_t row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2);
+    const int64_t col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+    float sum = scale_d ? acc[i] : 0.0f;
+    for (int64_t k = 0; k < 16; ++k)
+      sum += element(cta, a, row, k, bf16, "a") * element(cta, b, col, k, bf16, "b");
+    acc[i] = sum;
+  }
+}
+
+extern "C" void pallas_emu_wgmma_fence(void) {}
+extern "C" void pallas_emu_wgmma_commit(void) {}
+extern "C" void pallas_emu_wgmma_wait(int32_t) {}
