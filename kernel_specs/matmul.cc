@@ -24,11 +24,19 @@ using namespace pallas::edsl;
 
 namespace {
 
-constexpr int64_t kTileM = 128, kTileN = 128, kTileK = 64;
+constexpr int64_t kTileK = 64;
 
 void declare_matmul(KernelSpec& spec, bool b_transposed) {
   std::vector<DType> t = spec.dtype_params({"T", "Out"}, {{bf16, bf16}, {f16, f32}});
   const DType in = t[0], out = t[1];
+  // The accumulator's registers decide the tile (no spills on any target):
+  // 128 x 64 (64 registers a thread) where wgmma reads both tiles in place;
+  // 64 x 64 where the threads first store the operands into wgmma's layout
+  // (B as [K, N], the direct twin). The instance also serves sm_80, whose
+  // FMA form holds the operand fragments too, so 128 x 128 waits for its
+  // mma.sync rule.
+  const bool in_place = b_transposed && !spec.direct();
+  const int64_t kTileM = in_place ? 128 : 64, kTileN = 64;
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
   Operand a = spec.input("a", in, {m, k});
   Operand b = b_transposed ? spec.input("b", in, {n, k}) : spec.input("b", in, {k, n});
@@ -51,12 +59,12 @@ void declare_matmul(KernelSpec& spec, bool b_transposed) {
         InShared{.swizzle = 0});
   spec.block(d, {Blocked{kTileM}, Blocked{kTileN}},
              [](const ProgramIds& p) { return at(p[0], p[1]); });
-  spec.body([b_transposed](Ref a, Ref b, Ref d, Ref acc) {
-    when(program_id(2) == index(0),
-         [&] { acc.store(broadcast_to(constant(0, f32), {kTileM, kTileN})); });
+  spec.body([b_transposed, kTileM, kTileN](Ref a, Ref b, Ref d, Ref acc) {
+    when(program_id(2) == index(0), [&] {
+      acc.store(broadcast_to(constant(0, f32), {kTileM, kTileN}));
+    });
     acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));
-    when(program_id(2) == num_programs(2) - index(1),
-         [&] { d.store(acc.load().cast(d.dtype())); });
+    when(program_id(2) == num_programs(2) - index(1), [&] { d.store(acc.load().cast(d.dtype())); });
   });
 }
 

@@ -71,11 +71,15 @@ Operand decode(int64_t desc, const char* which) {
     fail(std::string("wgmma operand ") + which +
          ": descriptor without swizzle (interleaved core matrices) is not emulated");
   return Operand{static_cast<int64_t>(d & 0x3fff) << 4,
-                 static_cast<int64_t>((d >> 32) & 0x3fff) << 4, mode == 1 ? 128 : mode == 2 ? 64 : 32};
+                 static_cast<int64_t>((d >> 32) & 0x3fff) << 4,
+                 mode == 1   ? 128
+                 : mode == 2 ? 64
+                             : 32};
 }
 
 /// The element at row `r`, K index `k` of a K-major operand.
-float element(const Cta& cta, const Operand& op, int64_t r, int64_t k, bool bf16, const char* which) {
+float element(const Cta& cta, const Operand& op, int64_t r, int64_t k, bool bf16,
+              const char* which) {
   int64_t o = op.start + (r / 8) * op.stride_bytes + (r % 8) * op.swizzle + 2 * k;
   o ^= ((o >> 7) % (op.swizzle / 16)) << 4;
   // The descriptor holds the low 18 bits of the shared-window address.

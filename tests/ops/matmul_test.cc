@@ -47,8 +47,8 @@ void check_matmul(Backend backend, bool b_transposed, MatmulShape s, int compute
   TensorView<const T, 2> bv(b.data(), {b_rows, b_transposed ? s.k : s.n}, {bs, 1});
   TensorView<Out, 2> dv(d.data(), {s.m, s.n}, {ds, 1});
   Launch launch{backend, nullptr, {.compute_capability = compute_capability}};
-  Status status = b_transposed ? kernels::matmul_bt(av, bv, dv, launch)
-                               : kernels::matmul(av, bv, dv, launch);
+  Status status =
+      b_transposed ? kernels::matmul_bt(av, bv, dv, launch) : kernels::matmul(av, bv, dv, launch);
   ASSERT_TRUE(status.ok()) << status.message();
   d.download();
   // TMA copies a and b when their row strides are multiples of 16 bytes (the
@@ -95,8 +95,8 @@ class MatmulTest : public BackendTest {};
 template <class T, class Out>
 void check_shapes(Backend backend, bool b_transposed) {
   // The emulator runs every thread of every program: its shapes stay small.
-  std::vector<MatmulShape> shapes = {{129, 65, 72}, {64, 8, 16}, {7, 136, 200, 8}, {1, 1, 1},
-                                     {7, 9, 17},    {65, 63, 33, 1}};
+  std::vector<MatmulShape> shapes = {{129, 65, 72}, {64, 8, 16}, {7, 136, 200, 8},
+                                     {1, 1, 1},     {7, 9, 17},  {65, 63, 33, 1}};
   if (backend != Backend::kEmulator)
     shapes.insert(shapes.end(), {{257, 255, 128},
                                  {128, 129, 256},

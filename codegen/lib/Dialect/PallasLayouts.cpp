@@ -200,8 +200,8 @@ static SmallVector<int64_t> untile(TiledLayoutAttr layout, ArrayRef<int64_t> tc)
   return c;
 }
 
-SmallVector<int64_t> TiledLayoutAttr::elementAt(ArrayRef<int64_t> shape, int64_t warp,
-                                                int64_t lane, int64_t reg) const {
+SmallVector<int64_t> TiledLayoutAttr::elementAt(ArrayRef<int64_t> shape, int64_t warp, int64_t lane,
+                                                int64_t reg) const {
   SmallVector<int64_t> ts = *tiledShape(shape);
   const int64_t rank = ts.size();
   SmallVector<int64_t> tc(rank, 0);
@@ -249,7 +249,8 @@ static SmallVector<TiledLayoutAttr::Digit> digits(TiledLayoutAttr layout, ArrayR
   int64_t unit = 1;
   for (int64_t i = static_cast<int64_t>(out.size()) - 1; i >= 0; --i) {
     if (dims[i] < 0)
-      out[i].step = lanes ? layout.elementAt(shape, 0, unit, 0) : layout.elementAt(shape, unit, 0, 0);
+      out[i].step =
+          lanes ? layout.elementAt(shape, 0, unit, 0) : layout.elementAt(shape, unit, 0, 0);
     unit *= out[i].extent;
   }
   return out;

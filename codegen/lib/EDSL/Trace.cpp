@@ -228,7 +228,8 @@ Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes,
            std::to_string(offsets[d] + sizes[d]) + ") of block dim " + std::to_string(d) +
            " is outside the block extent " + std::to_string(type.getShape()[d]));
   require_whole_accumulator(s, "a slice load",
-                            llvm::equal(sizes, type.getShape()) && llvm::all_of(offsets, [](int64_t o) { return o == 0; }));
+                            llvm::equal(sizes, type.getShape()) &&
+                                llvm::all_of(offsets, [](int64_t o) { return o == 0; }));
   auto result = VectorType::get(sizes, type.getElementType());
   return wrap(mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, mlir::ValueRange{}, offsets,
                                            sizes,
@@ -265,7 +266,8 @@ void Ref::store(const Value& value, std::vector<int64_t> offsets,
       fail("store to '" + name() + "': value of shape " + shape_str(sizes) + " at offset " +
            shape_str(offsets) + " does not fit the block " + shape_str(type.getShape()));
   require_whole_accumulator(s, "a slice store",
-                            llvm::equal(sizes, type.getShape()) && llvm::all_of(offsets, [](int64_t o) { return o == 0; }));
+                            llvm::equal(sizes, type.getShape()) &&
+                                llvm::all_of(offsets, [](int64_t o) { return o == 0; }));
   mlir::pallas::StoreOp::create(b(), loc(), v, s.ref, mlir::ValueRange{}, offsets);
 }
 

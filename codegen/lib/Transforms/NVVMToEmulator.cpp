@@ -415,13 +415,14 @@ class Rewriter {
       return mma.emitOpError("no emulator rule for wgmma other than m64nNk16 f16/bf16 -> f32");
     OpBuilder eb(mma->getParentOfType<LLVM::LLVMFuncOp>().getBody());
     Value one = LLVM::ConstantOp::create(eb, loc, i32(), eb.getI32IntegerAttr(1));
-    Value acc = LLVM::AllocaOp::create(eb, loc, ptr(), LLVM::LLVMArrayType::get(b_.getF32Type(), count),
-                                       one);
+    Value acc = LLVM::AllocaOp::create(eb, loc, ptr(),
+                                       LLVM::LLVMArrayType::get(b_.getF32Type(), count), one);
     for (int64_t i = 0; i < count; ++i) {
       Value at = LLVM::GEPOp::create(b_, loc, ptr(), b_.getF32Type(), acc,
                                      ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
       LLVM::StoreOp::create(
-          b_, loc, LLVM::ExtractValueOp::create(b_, loc, mma.getInouts(), ArrayRef<int64_t>{i}), at);
+          b_, loc, LLVM::ExtractValueOp::create(b_, loc, mma.getInouts(), ArrayRef<int64_t>{i}),
+          at);
     }
     call(loc, "pallas_emu_wgmma", Type(),
          {acc, constI32(loc, mma.getShape().getN()), mma.getDescriptorA(), mma.getDescriptorB(),
@@ -433,8 +434,9 @@ class Rewriter {
     for (int64_t i = 0; i < count; ++i) {
       Value at = LLVM::GEPOp::create(b_, loc, ptr(), b_.getF32Type(), acc,
                                      ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
-      result = LLVM::InsertValueOp::create(
-          b_, loc, result, LLVM::LoadOp::create(b_, loc, b_.getF32Type(), at), ArrayRef<int64_t>{i});
+      result = LLVM::InsertValueOp::create(b_, loc, result,
+                                           LLVM::LoadOp::create(b_, loc, b_.getF32Type(), at),
+                                           ArrayRef<int64_t>{i});
     }
     replace(mma, result);
     return success();

@@ -721,7 +721,7 @@ struct OperandDecl {
   std::optional<double> min_value;  // for a scalar: the entry point rejects smaller values
   SemaphoreScope semaphore_scope = SemaphoreScope::kGlobal;  // for semaphores
   std::vector<int64_t> scratch_shape;                        // for scratch
-  bool accumulator = false;  // scratch held in registers (KernelSpec::accumulator)
+  bool accumulator = false;        // scratch held in registers (KernelSpec::accumulator)
   std::optional<InShared> staged;  // a block staged in shared memory by TMA
   /// The staged block's extent per array dim (1 for squeezed dims): from the
   /// BlockSpec, or from the emit_pipeline that stages blocks of the operand.

@@ -217,9 +217,8 @@ class LayoutAssignment {
     VectorType src = red.getSourceVectorType();
     SmallVector<bool> mask = red.getReductionMask();
     if (!isa<VectorType>(red.getDestType()) || replicatedValues_.contains(red.getSource()) ||
-        tiledValues_.contains(red.getSource()) ||
-        !isSplat(red.getAcc()) || !mask.back() || llvm::count(mask, true) != 1 ||
-        !strided_.rowsInAWarp(src))
+        tiledValues_.contains(red.getSource()) || !isSplat(red.getAcc()) || !mask.back() ||
+        llvm::count(mask, true) != 1 || !strided_.rowsInAWarp(src))
       return {};
     return StridedRowsLayoutAttr::get(strided_.getContext(), strided_.getThreads(),
                                       strided_.getVec(), src.getShape().back());
@@ -443,7 +442,7 @@ class LayoutAssignment {
   ReplicatedLayoutAttr replicated_;
   TiledLayoutAttr accumulator_;
   DenseSet<Value> replicatedValues_;
-  DenseSet<Value> tiledValues_;  // in accumulator_
+  DenseSet<Value> tiledValues_;            // in accumulator_
   DenseMap<Value, Attribute> rowLayouts_;  // strided_rows values
 };
 

@@ -83,8 +83,7 @@ VectorType GpuLowering::threadType(VectorType block, Attribute layout) const {
 }
 
 SmallVector<Value> GpuLowering::tiledThreadOrigin(OpBuilder& b, Location loc,
-                                                  TiledLayoutAttr layout,
-                                                  ArrayRef<int64_t> shape) {
+                                                  TiledLayoutAttr layout, ArrayRef<int64_t> shape) {
   SmallVector<int64_t> zero = layout.elementAt(shape, 0, 0, 0);
   SmallVector<Value> origin;
   for (int64_t c : zero) origin.push_back(index(b, loc, c));
@@ -95,9 +94,9 @@ SmallVector<Value> GpuLowering::tiledThreadOrigin(OpBuilder& b, Location loc,
     int64_t unit = 1;
     for (const TiledLayoutAttr::Digit& d : llvm::reverse(digits)) {
       if (!d.step.empty()) {
-        Value digit = arith::RemUIOp::create(
-            b, loc, arith::DivUIOp::create(b, loc, id, index(b, loc, unit)),
-            index(b, loc, d.extent));
+        Value digit =
+            arith::RemUIOp::create(b, loc, arith::DivUIOp::create(b, loc, id, index(b, loc, unit)),
+                                   index(b, loc, d.extent));
         for (auto [o, step] : llvm::zip(origin, d.step))
           if (step != 0)
             o = arith::AddIOp::create(b, loc, o,

@@ -41,6 +41,8 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
+#include <map>
+
 namespace mlir::pallas::gpu_lowering {
 namespace {
 
@@ -62,7 +64,9 @@ int64_t swizzleFor(int64_t k) {
   return 0;
 }
 
-Value idx(OpBuilder& b, Location loc, int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+Value idx(OpBuilder& b, Location loc, int64_t v) {
+  return arith::ConstantIndexOp::create(b, loc, v);
+}
 
 /// The staged block `load` reads, if it is a whole-block load of one in the
 /// layout wgmma reads (rows of exactly one swizzle span).
@@ -74,7 +78,8 @@ const StagedBlock* stagedForWgmma(Value operand, bool kMajor, const GpuLowering&
   const StagedBlock& st = it->second;
   VectorType type = load.getResult().getType();
   auto refType = cast<RefType>(load.getRef().getType());
-  if (st.output || st.elementBytes != 2 || st.swizzle == 0 || refType.getShape() != type.getShape() ||
+  if (st.output || st.elementBytes != 2 || st.swizzle == 0 ||
+      refType.getShape() != type.getShape() ||
       llvm::any_of(load.getOffsets(), [](int64_t o) { return o != 0; }))
     return nullptr;
   // Rows of exactly one swizzle span, laid out row after row.
@@ -121,8 +126,9 @@ SharedOperand operandInShared(DotOp dot, unsigned operandNumber, GpuLowering& g,
             st->swizzle};
   }
   const int64_t swizzle = swizzleFor(k);
-  Value buffer = g.sharedBuffer(b, loc, rows * k, type.getElementType(), SharedLifetime::kRule,
-                                8 * swizzle, operandNumber == 0 ? "wgmma operand a" : "wgmma operand b");
+  Value buffer =
+      g.sharedBuffer(b, loc, rows * k, type.getElementType(), SharedLifetime::kRule, 8 * swizzle,
+                     operandNumber == 0 ? "wgmma operand a" : "wgmma operand b");
   // Each thread stores its runs' elements where the layout puts them.
   Value frag = *g.operandIn(b, loc, v, g.strided());
   const int64_t vec = g.strided().getVec(), perAtom = swizzle / 2;
@@ -140,9 +146,9 @@ SharedOperand operandInShared(DotOp dot, unsigned operandNumber, GpuLowering& g,
                                 arith::MulIOp::create(b, loc, atom, idx(b, loc, rows * swizzle)),
                                 arith::MulIOp::create(b, loc, row, idx(b, loc, swizzle))),
           arith::MulIOp::create(b, loc, inAtom, idx(b, loc, 2)));
-      Value piece = arith::AndIOp::create(
-          b, loc, arith::ShRUIOp::create(b, loc, bytes, idx(b, loc, 7)),
-          idx(b, loc, swizzle / 16 - 1));
+      Value piece =
+          arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, bytes, idx(b, loc, 7)),
+                                idx(b, loc, swizzle / 16 - 1));
       Value at = arith::XOrIOp::create(b, loc, bytes,
                                        arith::ShLIOp::create(b, loc, piece, idx(b, loc, 4)));
       Value element = vector::ExtractOp::create(b, loc, frag, r * vec + j);
@@ -156,17 +162,17 @@ SharedOperand operandInShared(DotOp dot, unsigned operandNumber, GpuLowering& g,
 /// The matrix descriptor of rows [row0, row0 + 8 m) and K [k0, k0 + 16) of `op`.
 Value descriptor(OpBuilder& b, Location loc, const SharedOperand& op, int64_t row0, int64_t k0) {
   const int64_t perAtom = op.swizzle / 2;
-  const int64_t offset = (k0 / perAtom) * op.rows * op.swizzle + row0 * op.swizzle +
-                         (k0 % perAtom) * 2;
+  const int64_t offset =
+      (k0 / perAtom) * op.rows * op.swizzle + row0 * op.swizzle + (k0 % perAtom) * 2;
   Value start = arith::AddIOp::create(b, loc, op.base, idx(b, loc, offset));
   Value start64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), start);
   auto c64 = [&](int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 64); };
   // (address & 0x3ffff) >> 4 in bits 0-13.
-  Value field = arith::ShRUIOp::create(b, loc, arith::AndIOp::create(b, loc, start64, c64(0x3ffff)),
-                                       c64(4));
+  Value field =
+      arith::ShRUIOp::create(b, loc, arith::AndIOp::create(b, loc, start64, c64(0x3ffff)), c64(4));
   const int64_t mode = op.swizzle == 128 ? 1 : op.swizzle == 64 ? 2 : 3;
-  const uint64_t fixed = (uint64_t{1} << 16) | (uint64_t(8 * op.swizzle >> 4) << 32) |
-                         (uint64_t(mode) << 62);
+  const uint64_t fixed =
+      (uint64_t{1} << 16) | (uint64_t(8 * op.swizzle >> 4) << 32) | (uint64_t(mode) << 62);
   return arith::OrIOp::create(b, loc, field, c64(static_cast<int64_t>(fixed)));
 }
 
@@ -214,7 +220,8 @@ Value multiplyWithWgmma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
         auto out = NVVM::WgmmaMmaAsyncOp::create(
             b, loc, in.getType(), in, descriptor(b, loc, a, m0, k0),
             descriptor(b, loc, bOp, n0, k0), NVVM::MMAShapeAttr::get(ctx, 64, nn, 16),
-            NVVM::WGMMATypesAttr::get(ctx, elementType), NVVM::WGMMATypesAttr::get(ctx, elementType),
+            NVVM::WGMMATypesAttr::get(ctx, elementType),
+            NVVM::WGMMATypesAttr::get(ctx, elementType),
             NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32),
             NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one),
             NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one),
@@ -247,30 +254,44 @@ Value multiplyWithFma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   gpu::BarrierOp::create(b, loc);
   auto layout = cast<TiledLayoutAttr>(g.layoutOf(dot.getResult()));
   SmallVector<int64_t> shape{m, n};
-  SmallVector<Value> base = g.tiledThreadOrigin(b, loc, layout, shape);
+  SmallVector<Value> origin = g.tiledThreadOrigin(b, loc, layout, shape);
   const int64_t regs = layout.registersPerThread(shape);
-  SmallVector<Value> aRow, bCol;  // per register: where its row of a and column of b start
-  for (int64_t r = 0; r < regs; ++r) {
-    SmallVector<int64_t> at = layout.elementAt(shape, 0, 0, r);
-    Value row = arith::AddIOp::create(b, loc, base[0], idx(b, loc, at[0]));
-    Value col = arith::AddIOp::create(b, loc, base[1], idx(b, loc, at[1]));
-    aRow.push_back(arith::MulIOp::create(b, loc, row, idx(b, loc, k)));
-    bCol.push_back(dot.getTransposeB() ? arith::MulIOp::create(b, loc, col, idx(b, loc, k)).getResult()
-                                       : col);
-  }
+  // Element (row, k) of a is at row * K + k; element (k, col) of b at k * N +
+  // col ([K, N]) or col * K + k ([N, K]). With the thread's origin (r0, c0)
+  // and register r's constant offset (dr, dc), each is a per-thread base
+  // plus the loop's k term plus a constant, so the loads take immediate
+  // offsets and few registers; the thread's registers share 4 rows of a and
+  // N / 4 columns of b per step, each loaded once.
+  Value aBase = arith::MulIOp::create(b, loc, origin[0], idx(b, loc, k));
+  Value bBase = dot.getTransposeB()
+                    ? arith::MulIOp::create(b, loc, origin[1], idx(b, loc, k)).getResult()
+                    : origin[1];
   Type f32 = b.getF32Type();
   auto loop = scf::ForOp::create(
       b, loc, idx(b, loc, 0), idx(b, loc, k), idx(b, loc, 1), ValueRange{frag},
       [&](OpBuilder& lb, Location l, Value kk, ValueRange carry) {
         Value acc = carry[0];
-        Value bRowStart = dot.getTransposeB() ? kk : arith::MulIOp::create(lb, l, kk, idx(lb, l, n));
+        Value aStep = arith::AddIOp::create(lb, l, aBase, kk);
+        Value bStep = arith::AddIOp::create(
+            lb, l, bBase,
+            dot.getTransposeB() ? kk : arith::MulIOp::create(lb, l, kk, idx(lb, l, n)).getResult());
+        std::map<int64_t, Value> aLoaded, bLoaded;  // by constant offset
+        auto load = [&](std::map<int64_t, Value>& cache, Value buffer, Value base, int64_t offset) {
+          Value& v = cache[offset];
+          if (!v)
+            v = arith::ExtFOp::create(lb, l, f32,
+                                      memref::LoadOp::create(lb, l, buffer,
+                                                             ValueRange{arith::AddIOp::create(
+                                                                 lb, l, base, idx(lb, l, offset))})
+                                          .getResult());
+          return v;
+        };
         for (int64_t r = 0; r < regs; ++r) {
-          Value x = memref::LoadOp::create(lb, l, a, ValueRange{arith::AddIOp::create(lb, l, aRow[r], kk)});
-          Value y = memref::LoadOp::create(
-              lb, l, bm, ValueRange{arith::AddIOp::create(lb, l, bCol[r], bRowStart)});
-          Value p = arith::MulFOp::create(lb, l, arith::ExtFOp::create(lb, l, f32, x),
-                                          arith::ExtFOp::create(lb, l, f32, y));
-          Value sum = arith::AddFOp::create(lb, l, vector::ExtractOp::create(lb, l, acc, r), p);
+          SmallVector<int64_t> at = layout.elementAt(shape, 0, 0, r);
+          Value x = load(aLoaded, a, aStep, at[0] * k);
+          Value y = load(bLoaded, bm, bStep, dot.getTransposeB() ? at[1] * k : at[1]);
+          Value sum = arith::AddFOp::create(lb, l, vector::ExtractOp::create(lb, l, acc, r),
+                                            arith::MulFOp::create(lb, l, x, y));
           acc = vector::InsertOp::create(lb, l, sum, acc, r);
         }
         scf::YieldOp::create(lb, l, ValueRange{acc});
@@ -300,8 +321,8 @@ LogicalResult lowerDot(DotOp dot, GpuLowering& g, OpBuilder& b) {
   } else {
     frag = arith::ConstantOp::create(b, loc, b.getZeroAttr(fragType));
   }
-  g.map.map(dot.getResult(), g.wgmma ? multiplyWithWgmma(dot, g, b, frag)
-                                     : multiplyWithFma(dot, g, b, frag));
+  g.map.map(dot.getResult(),
+            g.wgmma ? multiplyWithWgmma(dot, g, b, frag) : multiplyWithFma(dot, g, b, frag));
   return success();
 }
 
