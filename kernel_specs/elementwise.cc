@@ -4,7 +4,10 @@
 
 #include <pallas/EDSL/Spec.h>
 
+#include "activations.h"
+
 using namespace pallas::edsl;
+using pallas::edsl::activations::gelu_tanh;
 
 namespace {
 
@@ -45,15 +48,6 @@ void unary_elementwise(KernelSpec& spec, UnaryFn fn) {
   spec.body([fn, T](Ref x, Ref out) { out.store(fn(x.load().cast(f32)).cast(T)); });
 }
 
-// gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-Value gelu_tanh(const Value& x) {
-  constexpr double kSqrt2OverPi = 0.7978845608028654;
-  Value inner = kSqrt2OverPi * (x + 0.044715 * x * x * x);
-  return 0.5 * x * (1.0 + tanh(inner));
-}
-
-Value silu_fn(const Value& x) { return x * logistic(x); }
-
 }  // namespace
 
 PALLAS_KERNEL(add) {
@@ -82,7 +76,7 @@ PALLAS_KERNEL(axpy) {
 
 PALLAS_KERNEL(gelu) { unary_elementwise(spec, gelu_tanh); }
 
-PALLAS_KERNEL(silu) { unary_elementwise(spec, silu_fn); }
+PALLAS_KERNEL(silu) { unary_elementwise(spec, activations::silu); }
 
 // out[r, c] = gelu(x[r, c] + bias[c]): a [rows, cols] array in 8 x 256 tiles,
 // the bias row loaded once per tile and broadcast along its rows.

@@ -1,24 +1,40 @@
-// D = A @ B with f16 or bf16 inputs summed in f32: the grid is Pallas' matmul
-// grid (i, j, k), one program per 128 x 128 tile of D, its K axis a
-// sequential (arbitrary) loop pipelined by TMA, the sum kept in registers in
-// an accumulator (Pallas' ACC):
+// The matrix products: f16 or bf16 inputs summed in f32. The grid is Pallas'
+// matmul grid (i, j, k), one program per tile of D, its K axis a sequential
+// (arbitrary) loop pipelined by TMA, the sum kept in registers in an
+// accumulator (Pallas' ACC):
 //
 //   acc  = 0                              at k == 0
 //   acc += A[i, k] @ B[k, j]              one warpgroup MMA per step
-//   D[i, j] = acc                         at the last k, cast to D's dtype
+//   D[i, j] = epilogue(acc)               at the last k, cast to D's dtype
 //
-// `matmul` takes B as [K, N]; `matmul_bt` takes it as [N, K] (D = A @ B^T,
-// the layout of a linear layer's weight). On sm_90a the A tile, and B's in
-// matmul_bt, are staged by TMA in 128-byte-swizzled shared memory, which
-// wgmma reads in place (rows of 64 elements of K: one swizzle span); matmul's
-// [K, N] B tile is staged unswizzled and stored into wgmma's layout by the
-// threads (a transposing copy: correct, slower). Edge tiles need no masks on
-// that path: TMA reads zero outside the arrays, so a partial K block adds
-// nothing. Arrays TMA cannot copy run the `_direct` instance (blocks loaded
-// into registers, masked). sm_80 multiplies with FMAs for now (no mma.sync
-// rule yet): correct, not fast.
+// The ops, one kernel each (the epilogue runs on the accumulator's registers:
+// no extra pass over D):
+//
+//   matmul(a, b, d)                 D = A @ B                    B is [K, N]
+//   matmul_bt(a, b, d)              D = A @ B^T                  B is [N, K]
+//   gemm(a, b, c, d, alpha, beta)   D = alpha A @ B + beta C     B is [K, N]
+//   gemm_bt(...)                    D = alpha A @ B^T + beta C   B is [N, K]
+//   linear_bias(x, w, bias, y)      Y = X @ W^T + bias           W is [N, K]
+//   linear_bias_gelu(...)           Y = gelu(X @ W^T + bias)     (tanh form)
+//   linear_bias_silu(...)           Y = silu(X @ W^T + bias)
+//   linear_residual(x, w, r, y)     Y = X @ W^T + R
+//
+// `linear_*` take the weight as a linear layer stores it, [N, K], and keep
+// the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
+// does not read C when beta is 0 (C may hold NaNs then).
+//
+// On sm_90a the A tile, and B's when B is [N, K], are staged by TMA in
+// 128-byte-swizzled shared memory, which wgmma reads in place (rows of 64
+// elements of K: one swizzle span); a [K, N] B tile is staged unswizzled and
+// stored into wgmma's layout by the threads (a transposing copy: correct,
+// slower). Edge tiles need no masks on that path: TMA reads zero outside the
+// arrays, so a partial K block adds nothing. Arrays TMA cannot copy run the
+// `_direct` instance (blocks loaded into registers, masked). sm_80 multiplies
+// with FMAs for now (no mma.sync rule yet): correct, not fast.
 
 #include <pallas/EDSL/Spec.h>
+
+#include "activations.h"
 
 using namespace pallas::edsl;
 
@@ -26,8 +42,41 @@ namespace {
 
 constexpr int64_t kTileK = 64;
 
-void declare_matmul(KernelSpec& spec, bool b_transposed) {
-  std::vector<DType> t = spec.dtype_params({"T", "Out"}, {{bf16, bf16}, {f16, f32}});
+/// What the last K step does with the accumulator before D is stored.
+enum class Epilogue {
+  kNone,        // D = acc
+  kAlphaBetaC,  // D = alpha acc + beta C (C not read when beta == 0)
+  kBias,        // D = acc + bias[col]
+  kBiasGelu,    // D = gelu(acc + bias[col])
+  kBiasSilu,    // D = silu(acc + bias[col])
+  kResidual,    // D = acc + R
+};
+
+/// The epilogue's extra operand: none, an [M, N] array (C, R) or a bias row.
+enum class Extra { kNone, kMatrix, kBiasRow };
+
+Extra extra_operand(Epilogue e) {
+  switch (e) {
+    case Epilogue::kNone:
+      return Extra::kNone;
+    case Epilogue::kAlphaBetaC:
+    case Epilogue::kResidual:
+      return Extra::kMatrix;
+    default:
+      return Extra::kBiasRow;
+  }
+}
+
+struct Names {
+  const char* a;
+  const char* b;
+  const char* extra;
+  const char* d;
+};
+
+void declare_product(KernelSpec& spec, bool b_transposed, Epilogue epilogue,
+                     std::vector<std::vector<DType>> dtypes, Names names) {
+  std::vector<DType> t = spec.dtype_params({"T", "Out"}, std::move(dtypes));
   const DType in = t[0], out = t[1];
   // The accumulator's registers decide the tile (no spills on any target):
   // 128 x 64 (64 registers a thread) where wgmma reads both tiles in place;
@@ -38,11 +87,20 @@ void declare_matmul(KernelSpec& spec, bool b_transposed) {
   const bool in_place = b_transposed && !spec.direct();
   const int64_t kTileM = in_place ? 128 : 64, kTileN = 64;
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
-  Operand a = spec.input("a", in, {m, k});
-  Operand b = b_transposed ? spec.input("b", in, {n, k}) : spec.input("b", in, {k, n});
-  Operand d = spec.output("d", out, {m, n});
+  Operand a = spec.input(names.a, in, {m, k});
+  Operand b = b_transposed ? spec.input(names.b, in, {n, k}) : spec.input(names.b, in, {k, n});
+  const Extra extra = extra_operand(epilogue);
+  Operand e;
+  if (extra == Extra::kMatrix) e = spec.input(names.extra, out, {m, n});
+  if (extra == Extra::kBiasRow) e = spec.input(names.extra, out, {n});
+  Operand d = spec.output(names.d, out, {m, n});
   Operand acc = spec.accumulator("acc", {kTileM, kTileN});
   (void)acc;
+  Scalar alpha, beta;
+  if (epilogue == Epilogue::kAlphaBetaC) {
+    alpha = spec.scalar("alpha", f32);
+    beta = spec.scalar("beta", f32);
+  }
   spec.grid({cdiv(m, kTileM), cdiv(n, kTileN), cdiv(k, kTileK)});
   spec.dimension_semantics({parallel, parallel, arbitrary});
   spec.max_registers(255);  // one program of 128 threads per SM: the 128-register accumulator fits
@@ -57,19 +115,96 @@ void declare_matmul(KernelSpec& spec, bool b_transposed) {
     spec.block(
         b, {Blocked{kTileK}, Blocked{kTileN}}, [](const ProgramIds& p) { return at(p[2], p[1]); },
         InShared{.swizzle = 0});
-  spec.block(d, {Blocked{kTileM}, Blocked{kTileN}},
-             [](const ProgramIds& p) { return at(p[0], p[1]); });
-  spec.body([b_transposed, kTileM, kTileN](Ref a, Ref b, Ref d, Ref acc) {
+  auto tile_ij = [](const ProgramIds& p) { return at(p[0], p[1]); };
+  if (extra == Extra::kMatrix) spec.block(e, {Blocked{kTileM}, Blocked{kTileN}}, tile_ij);
+  if (extra == Extra::kBiasRow)
+    spec.block(e, {Blocked{kTileN}}, [](const ProgramIds& p) { return at(p[1]); });
+  spec.block(d, {Blocked{kTileM}, Blocked{kTileN}}, tile_ij);
+
+  // One K step: acc += a @ b; at the last step D = epilogue(acc).
+  auto step = [=](Ref a, Ref b, Ref acc, auto&& finish) {
     when(program_id(2) == index(0), [&] {
       acc.store(broadcast_to(constant(0, f32), {kTileM, kTileN}));
     });
     acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));
-    when(program_id(2) == num_programs(2) - index(1), [&] { d.store(acc.load().cast(d.dtype())); });
+    when(program_id(2) == num_programs(2) - index(1), [&] { finish(acc.load()); });
+  };
+  if (extra == Extra::kNone) {
+    spec.body([=](Ref a, Ref b, Ref d, Ref acc) {
+      step(a, b, acc, [&](const Value& r) { d.store(r.cast(out)); });
+    });
+    return;
+  }
+  spec.body([=](Ref a, Ref b, Ref e, Ref d, Ref acc) {
+    step(a, b, acc, [&](const Value& r) {
+      Value y;
+      switch (epilogue) {
+        case Epilogue::kAlphaBetaC: {
+          Value c = e.load().cast(f32);
+          y = Value(alpha) * r + select(Value(beta) != 0.0, Value(beta) * c, 0.0);
+          break;
+        }
+        case Epilogue::kResidual:
+          y = r + e.load().cast(f32);
+          break;
+        case Epilogue::kBias:
+          y = r + e.load().cast(f32);
+          break;
+        case Epilogue::kBiasGelu:
+          y = activations::gelu_tanh(r + e.load().cast(f32));
+          break;
+        case Epilogue::kBiasSilu:
+          y = activations::silu(r + e.load().cast(f32));
+          break;
+        case Epilogue::kNone:
+          break;
+      }
+      d.store(y.cast(out));
+    });
   });
 }
 
+// Inputs -> D: every pair the matmul and gemm entry points take.
+const std::vector<std::vector<DType>> kProductDtypes = {
+    {bf16, bf16}, {bf16, f32}, {f16, f16}, {f16, f32}};
+// A linear layer keeps its activations' dtype.
+const std::vector<std::vector<DType>> kLinearDtypes = {{bf16, bf16}, {f16, f16}};
+
+constexpr Names kMatmulNames{"a", "b", "", "d"};
+constexpr Names kGemmNames{"a", "b", "c", "d"};
+constexpr Names kLinearBiasNames{"x", "w", "bias", "y"};
+constexpr Names kLinearResidualNames{"x", "w", "residual", "y"};
+
 }  // namespace
 
-PALLAS_KERNEL(matmul) { declare_matmul(spec, /*b_transposed=*/false); }
+PALLAS_KERNEL(matmul) {
+  declare_product(spec, /*b_transposed=*/false, Epilogue::kNone, kProductDtypes, kMatmulNames);
+}
 
-PALLAS_KERNEL(matmul_bt) { declare_matmul(spec, /*b_transposed=*/true); }
+PALLAS_KERNEL(matmul_bt) {
+  declare_product(spec, /*b_transposed=*/true, Epilogue::kNone, kProductDtypes, kMatmulNames);
+}
+
+PALLAS_KERNEL(gemm) {
+  declare_product(spec, false, Epilogue::kAlphaBetaC, kProductDtypes, kGemmNames);
+}
+
+PALLAS_KERNEL(gemm_bt) {
+  declare_product(spec, true, Epilogue::kAlphaBetaC, kProductDtypes, kGemmNames);
+}
+
+PALLAS_KERNEL(linear_bias) {
+  declare_product(spec, true, Epilogue::kBias, kLinearDtypes, kLinearBiasNames);
+}
+
+PALLAS_KERNEL(linear_bias_gelu) {
+  declare_product(spec, true, Epilogue::kBiasGelu, kLinearDtypes, kLinearBiasNames);
+}
+
+PALLAS_KERNEL(linear_bias_silu) {
+  declare_product(spec, true, Epilogue::kBiasSilu, kLinearDtypes, kLinearBiasNames);
+}
+
+PALLAS_KERNEL(linear_residual) {
+  declare_product(spec, true, Epilogue::kResidual, kLinearDtypes, kLinearResidualNames);
+}

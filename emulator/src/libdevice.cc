@@ -17,6 +17,13 @@ float pallas_emu_ex2_approx_ftz(float x) {
 float pallas_emu_lg2_approx_ftz(float x) {
   return std::log2(std::fpclassify(x) == FP_SUBNORMAL ? 0.0f : x);
 }
+// rcp.approx.ftz.f32 (the approximate division of half-precision kernels,
+// ElementwiseRules.cpp: lowerApproxDiv): subnormal inputs and results flush
+// to zero (the hardware's 1 ulp error is below what these kernels resolve).
+float pallas_emu_rcp_approx_ftz(float x) {
+  float r = 1.0f / (std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x);
+  return std::fpclassify(r) == FP_SUBNORMAL ? std::copysign(0.0f, r) : r;
+}
 float __nv_expm1f(float x) { return std::expm1(x); }
 float __nv_logf(float x) { return std::log(x); }
 float __nv_log2f(float x) { return std::log2(x); }

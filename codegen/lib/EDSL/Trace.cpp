@@ -419,12 +419,15 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
       elements *= bd.size();
       full |= bd.is_full();
     }
-    // Loaded blocks are distributed over the threads. An output block may be
-    // smaller: a value with one element per row (replicated) is stored too.
-    if (!full && d.role != Role::kOutput && elements % spec.threads() != 0)
+    // Loaded blocks are distributed over the threads, or, when they have at
+    // most one element per thread (a bias row), loaded whole by every thread
+    // (replicated). An output block may be any size: a value with one element
+    // per row (replicated) is stored too.
+    if (!full && d.role != Role::kOutput && elements > spec.threads() &&
+        elements % spec.threads() != 0)
       spec.fail("block of operand '" + d.name + "' has " + std::to_string(elements) +
                 " elements, not a multiple of the " + std::to_string(spec.threads()) +
-                " threads of a program");
+                " threads of a program (nor at most one per thread)");
   }
   if (spec.body_arity() != ref_names.size()) {
     std::string list;

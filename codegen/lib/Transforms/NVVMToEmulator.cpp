@@ -302,6 +302,7 @@ class Rewriter {
       StringRef emulated = llvm::StringSwitch<StringRef>(intrinsic.getIntrin())
                                .Case("llvm.nvvm.ex2.approx.ftz.f32", "pallas_emu_ex2_approx_ftz")
                                .Case("llvm.nvvm.lg2.approx.ftz.f", "pallas_emu_lg2_approx_ftz")
+                               .Case("llvm.nvvm.rcp.approx.ftz.f", "pallas_emu_rcp_approx_ftz")
                                .Default("");
       if (emulated.empty())
         return op->emitOpError("no emulator rule for ") << intrinsic.getIntrin();

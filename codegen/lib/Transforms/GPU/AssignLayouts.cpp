@@ -13,6 +13,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <functional>
 #include <numeric>
 
 namespace mlir::pallas {
@@ -21,10 +22,19 @@ namespace mlir::pallas {
 
 namespace {
 
+/// Whether `ref` is a block of an accumulator (spec.accumulator: a
+/// `pallas.scratch accumulator`, held in registers).
+bool isAccumulatorRef(Value ref) {
+  auto blk = ref.getDefiningOp<BlockOp>();
+  auto scratch = blk ? blk.getArray().getDefiningOp<ScratchOp>() : ScratchOp();
+  return scratch && scratch.getAccumulator();
+}
+
 /// The block values held *replicated*: every thread holds all N elements
 /// (flattened row-major in a vector<N>), rather than a fragment. They are the
 /// results of reductions that keep some dims (one value per row, say) and
-/// what is computed from them alone; scalar broadcasts and splat constants
+/// what is computed from them alone, and loads of blocks too small to
+/// distribute (fewer elements than threads); scalar broadcasts and splat constants
 /// are replicated when their element count is not a multiple of `threads`
 /// (too small to distribute), or when they only seed reductions that keep
 /// dims (whose results are replicated). Loop-carried values follow their init.
@@ -44,6 +54,11 @@ DenseSet<Value> inferReplicatedAssuming(func::FuncOp kernel, int64_t threads,
   kernel.walk<WalkOrder::PreOrder>([&](Operation* op) {
     if (auto red = dyn_cast<vector::MultiDimReductionOp>(op)) {
       if (isa<VectorType>(red.getDestType())) replicated.insert(red.getResult());
+    } else if (auto load = dyn_cast<LoadOp>(op)) {
+      // A block of at most one element per thread (a bias row): every thread
+      // loads all of it (LoadStoreRules' loadReplicated).
+      if (small(load.getResult().getType()) && !isAccumulatorRef(load.getRef()))
+        replicated.insert(load.getResult());
     } else if (auto cast = dyn_cast<vector::ShapeCastOp>(op)) {
       if (replicated.contains(cast.getSource())) replicated.insert(cast.getResult());
     } else if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
@@ -154,20 +169,30 @@ FailureOr<int64_t> chooseVec(func::FuncOp kernel, int64_t threads,
   return vec;
 }
 
-/// Whether `ref` is a block of an accumulator (spec.accumulator: a
-/// `pallas.scratch accumulator`, held in registers).
-bool isAccumulatorRef(Value ref) {
-  auto blk = ref.getDefiningOp<BlockOp>();
-  auto scratch = blk ? blk.getArray().getDefiningOp<ScratchOp>() : ScratchOp();
-  return scratch && scratch.getAccumulator();
+/// Whether `v` can be loaded straight into the accumulator layout for its
+/// one use: a load of an operand's block (not staged, not scratch), or an
+/// elementwise op (a cast, say) of such loads and splats alone.
+bool loadableInPlace(Value v) {
+  Operation* def = v.getDefiningOp();
+  if (!def || !v.hasOneUse() || !isa<VectorType>(v.getType())) return false;
+  if (auto load = dyn_cast<LoadOp>(def)) {
+    auto blk = load.getRef().getDefiningOp<BlockOp>();
+    return blk && !blk.getStaged() && isa<BlockArgument>(blk.getArray());
+  }
+  return def->hasTrait<OpTrait::Elementwise>() && def->getNumResults() == 1 &&
+         llvm::all_of(def->getOperands(), [](Value o) {
+           return !isa<VectorType>(o.getType()) || isSplat(o) || loadableInPlace(o);
+         });
 }
 
 /// The block values held in the WGMMA accumulator layout (#pallas.tiled,
 /// PallasLayouts.td): the results of pallas.dot, loads of accumulators, and
 /// what elementwise ops compute from any of them (an epilogue: scaling,
 /// bias, activation, the cast to the output dtype), so that the MMA's
-/// registers are used where they are. Other operands of those elementwise
-/// ops are converted to it; other uses convert to the strided layout.
+/// registers are used where they are. The epilogue's other operands that
+/// are loaded from operands (bias, residual, C, and casts of them) are
+/// loaded in that layout too (LoadStoreRules' loadTiled); the rest are
+/// converted to it; other uses of tiled values convert to the strided layout.
 DenseSet<Value> inferAccumulatorLayout(func::FuncOp kernel) {
   DenseSet<Value> tiled;
   kernel.walk<WalkOrder::PreOrder>([&](Operation* op) {
@@ -181,6 +206,15 @@ DenseSet<Value> inferAccumulatorLayout(func::FuncOp kernel) {
       tiled.insert(op->getResult(0));
     }
   });
+  std::function<void(Value)> loadTiled = [&](Value v) {
+    if (!isa<VectorType>(v.getType()) || isSplat(v) || !tiled.insert(v).second) return;
+    if (!isa<LoadOp>(v.getDefiningOp()))
+      for (Value o : v.getDefiningOp()->getOperands()) loadTiled(o);
+  };
+  for (Value v : SmallVector<Value>(tiled.begin(), tiled.end()))
+    if (Operation* op = v.getDefiningOp(); op && op->hasTrait<OpTrait::Elementwise>())
+      for (Value o : op->getOperands())
+        if (!tiled.contains(o) && loadableInPlace(o)) loadTiled(o);
   return tiled;
 }
 

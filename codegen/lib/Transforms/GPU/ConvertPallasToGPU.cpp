@@ -110,6 +110,19 @@ SmallVector<Value> GpuLowering::tiledThreadOrigin(OpBuilder& b, Location loc,
   return origin;
 }
 
+void GpuLowering::forEachTiledElement(
+    OpBuilder& b, Location loc, TiledLayoutAttr layout, ArrayRef<int64_t> shape,
+    function_ref<void(int64_t reg, SmallVector<Value>& coords)> each) {
+  SmallVector<Value> origin = tiledThreadOrigin(b, loc, layout, shape);
+  for (int64_t r = 0; r < layout.registersPerThread(shape); ++r) {
+    SmallVector<int64_t> at = layout.elementAt(shape, 0, 0, r);
+    SmallVector<Value> coords;
+    for (auto [o, c] : llvm::zip(origin, at))
+      coords.push_back(arith::AddIOp::create(b, loc, o, index(b, loc, c)));
+    each(r, coords);
+  }
+}
+
 Value GpuLowering::runStart(OpBuilder& b, Location loc, int64_t r) {
   const int64_t threads = strided_.getThreads(), vec = strided_.getVec();
   Value t = arith::MulIOp::create(b, loc, tid, index(b, loc, vec));

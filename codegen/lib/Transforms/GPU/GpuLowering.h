@@ -227,6 +227,11 @@ class GpuLowering {
   /// plus layout.elementAt(shape, 0, 0, r) (coordinates are additive).
   SmallVector<Value> tiledThreadOrigin(OpBuilder& b, Location loc, TiledLayoutAttr layout,
                                        ArrayRef<int64_t> shape);
+  /// Calls `each(reg, coords)` for every register of this thread's fragment
+  /// of a `shape` value in `layout`, with the element's coordinates.
+  void forEachTiledElement(OpBuilder& b, Location loc, TiledLayoutAttr layout,
+                           ArrayRef<int64_t> shape,
+                           function_ref<void(int64_t reg, SmallVector<Value>& coords)> each);
 
   // --- Replicated values -------------------------------------------------------
   static VectorType flat(VectorType t) {

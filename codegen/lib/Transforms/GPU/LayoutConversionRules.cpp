@@ -93,21 +93,6 @@ Value spreadRows(GpuLowering& g, OpBuilder& b, Location loc, Value values, Vecto
   return frag;
 }
 
-/// Calls `each(reg, coords)` for every register of this thread's fragment of
-/// a `shape` value in tiled `layout`, with the element's coordinates.
-void forEachTiledElement(GpuLowering& g, OpBuilder& b, Location loc, TiledLayoutAttr layout,
-                         ArrayRef<int64_t> shape,
-                         function_ref<void(int64_t reg, SmallVector<Value>& coords)> each) {
-  SmallVector<Value> origin = g.tiledThreadOrigin(b, loc, layout, shape);
-  for (int64_t r = 0; r < layout.registersPerThread(shape); ++r) {
-    SmallVector<int64_t> at = layout.elementAt(shape, 0, 0, r);
-    SmallVector<Value> coords;
-    for (auto [o, c] : llvm::zip(origin, at))
-      coords.push_back(arith::AddIOp::create(b, loc, o, g.index(b, loc, c)));
-    each(r, coords);
-  }
-}
-
 /// Row-major flat index of `coords` in `shape`, numpy-broadcasting from a
 /// source of `source` shape (its extent-1 dims read index 0, leading dims dropped).
 Value flatIndex(GpuLowering& g, OpBuilder& b, Location loc, ArrayRef<int64_t> source,
@@ -153,7 +138,7 @@ LogicalResult convertThroughShared(ConvertLayoutOp convert, GpuLowering& g, OpBu
         scf::YieldOp::create(tb, l);
       });
   } else if (auto tiled = dyn_cast<TiledLayoutAttr>(convert.getFrom())) {
-    forEachTiledElement(g, b, loc, tiled, from.getShape(), [&](int64_t r, SmallVector<Value>& c) {
+    g.forEachTiledElement(b, loc, tiled, from.getShape(), [&](int64_t r, SmallVector<Value>& c) {
       memref::StoreOp::create(b, loc, vector::ExtractOp::create(b, loc, src, r), buffer,
                               ValueRange{flatIndex(g, b, loc, from.getShape(), c)});
     });
@@ -164,7 +149,7 @@ LogicalResult convertThroughShared(ConvertLayoutOp convert, GpuLowering& g, OpBu
   Value result;
   if (auto tiled = dyn_cast<TiledLayoutAttr>(convert.getTo())) {
     result = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.threadType(to, tiled)));
-    forEachTiledElement(g, b, loc, tiled, to.getShape(), [&](int64_t r, SmallVector<Value>& c) {
+    g.forEachTiledElement(b, loc, tiled, to.getShape(), [&](int64_t r, SmallVector<Value>& c) {
       Value v = memref::LoadOp::create(b, loc, buffer,
                                        ValueRange{flatIndex(g, b, loc, from.getShape(), c)});
       result = vector::InsertOp::create(b, loc, v, result, r);

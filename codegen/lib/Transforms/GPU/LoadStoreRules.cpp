@@ -5,11 +5,14 @@
 // when it is inside the array and its address is 16-byte aligned (checked at
 // run time), and with masked scalar accesses otherwise, so edge blocks and odd
 // strides are exact. A `replicated` value is stored element by element, each
-// by one thread.
+// by one thread, and loaded whole by every thread. A block combined with an
+// accumulator is loaded in the accumulator's tiled layout, element by element.
 //
 //===----------------------------------------------------------------------===//
 
 #include "GpuLowering.h"
+
+#include <map>
 
 namespace mlir::pallas::gpu_lowering {
 namespace {
@@ -115,9 +118,85 @@ LogicalResult lowerBlockOp(BlockOp blk, GpuLowering& g, OpBuilder& b) {
   return success();
 }
 
+/// A block of at most one element per thread (a bias row of 64 for 128
+/// threads), loaded whole by every thread into the replicated form: element
+/// k (row-major) is register k; elements past the array edge take the
+/// padding. Every thread reads the same addresses, which the L1 broadcasts.
+LogicalResult loadReplicated(LoadOp load, GpuLowering& g, OpBuilder& b) {
+  Location loc = load.getLoc();
+  const BlockRef& ref = g.refs.at(load.getRef());
+  VectorType type = load.getResult().getType();
+  VectorType flatType = VectorType::get({type.getNumElements()}, type.getElementType());
+  Value fill = arith::ConstantOp::create(b, loc, load.getPaddingOrZero());
+  Value all = arith::ConstantOp::create(b, loc, b.getZeroAttr(flatType));
+  for (int64_t k = 0; k < type.getNumElements(); ++k) {
+    SmallVector<Value> rc = unflatten(b, loc, g.index(b, loc, k), type.getShape());
+    SmallVector<Value> coords =
+        arrayCoords(b, loc, ref, load.getOffsets(), g.mapped(load.getDynamicOffsets()),
+                    load.getSizes(), type.getShape(), rc);
+    auto one = scf::IfOp::create(
+        b, loc, inBounds(b, loc, ref, coords),
+        [&](OpBuilder& tb, Location l) {
+          scf::YieldOp::create(tb, l, memref::LoadOp::create(tb, l, ref.array, coords).getResult());
+        },
+        [&](OpBuilder& eb, Location l) { scf::YieldOp::create(eb, l, fill); });
+    all = vector::InsertOp::create(b, loc, one.getResult(0), all, ArrayRef<int64_t>{k});
+  }
+  g.map.map(load.getResult(), all);
+  return success();
+}
+
+/// An epilogue operand (a bias row, a residual or C block) loaded straight
+/// into the WGMMA accumulator layout it is combined with (pallas-assign-layouts
+/// chooses it): each register reads its own element, so no conversion
+/// through shared memory follows. Worked example: bias [64] broadcast to a
+/// [128, 64] accumulator: thread 37's register 0 is element (17, 2), which
+/// reads bias[c0 + 2]; its register 1 reads bias[c0 + 3]. Registers that
+/// differ only along broadcast dims share one load: registers 0, 2, 32 and
+/// 34 (rows 17, 25, 81, 89) all read bias[c0 + 2].
+LogicalResult loadTiled(LoadOp load, GpuLowering& g, OpBuilder& b) {
+  Location loc = load.getLoc();
+  auto layout = cast<TiledLayoutAttr>(g.layoutOf(load.getResult()));
+  const BlockRef& ref = g.refs.at(load.getRef());
+  VectorType type = load.getResult().getType();
+  ArrayRef<int64_t> shape = type.getShape(), sizes = load.getSizes();
+  const int64_t lead = type.getRank() - static_cast<int64_t>(sizes.size());
+  auto broadcastDim = [&](int64_t d) {
+    return d < lead || (sizes[d - lead] == 1 && shape[d] != 1);
+  };
+  Value fill = arith::ConstantOp::create(b, loc, load.getPaddingOrZero());
+  Value frag = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.threadType(type, layout)));
+  std::map<SmallVector<int64_t>, Value> loaded;  // by register offset along read dims
+  g.forEachTiledElement(b, loc, layout, shape, [&](int64_t r, SmallVector<Value>& rc) {
+    SmallVector<int64_t> key = layout.elementAt(shape, 0, 0, r);
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      if (broadcastDim(d)) key[d] = 0;
+    if (Value v = loaded[key]) {
+      frag = vector::InsertOp::create(b, loc, v, frag, ArrayRef<int64_t>{r});
+      return;
+    }
+    SmallVector<Value> coords =
+        arrayCoords(b, loc, ref, load.getOffsets(), g.mapped(load.getDynamicOffsets()),
+                    load.getSizes(), type.getShape(), rc);
+    auto one = scf::IfOp::create(
+        b, loc, inBounds(b, loc, ref, coords),
+        [&](OpBuilder& tb, Location l) {
+          scf::YieldOp::create(tb, l, memref::LoadOp::create(tb, l, ref.array, coords).getResult());
+        },
+        [&](OpBuilder& eb, Location l) { scf::YieldOp::create(eb, l, fill); });
+    loaded[key] = one.getResult(0);
+    frag = vector::InsertOp::create(b, loc, one.getResult(0), frag, ArrayRef<int64_t>{r});
+  });
+  g.map.map(load.getResult(), frag);
+  return success();
+}
+
 LogicalResult lowerLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
   if (g.accumulators.count(load.getRef())) return lowerAccumulatorLoad(load, g, b);
   if (g.staged.count(load.getRef())) return lowerStagedLoad(load, g, b);
+  if (g.isReplicated(load.getResult())) return loadReplicated(load, g, b);
+  if (isa_and_nonnull<TiledLayoutAttr>(g.layoutOf(load.getResult())))
+    return loadTiled(load, g, b);
   Location loc = load.getLoc();
   if (!isa_and_nonnull<WarpgroupStridedLayoutAttr>(g.layoutOf(load.getResult())))
     return load.emitOpError("the GPU loads blocks in the strided layout only, not ")
