@@ -139,6 +139,12 @@ void check_store_done(const Cta& cta, int64_t offset, const std::string& writer)
 /// store still reads them.
 void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, const std::string& what);
 
+/// Fails when thread `t`'s stack pointer is within a red zone of the bottom
+/// of its fiber's stack. The stacks have no guard page, so a kernel whose
+/// frame outgrows one would write over its neighbours unnoticed (TMA
+/// descriptors passed by value were the first victims).
+void check_stack(const Thread& t);
+
 /// Records `message` (the first failure wins) for the running thread and
 /// stops it: it is never resumed, and the launch ends.
 [[noreturn]] void fail(const std::string& message);

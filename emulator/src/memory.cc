@@ -142,6 +142,7 @@ extern "C" void pallas_emu_access(const void* address, int64_t bytes, int64_t al
   LaunchState& s = current();
   Cta& cta = *s.cta;
   const Thread& t = *s.thread;
+  check_stack(t);
   const auto a = reinterpret_cast<uintptr_t>(address);
   const auto shared = reinterpret_cast<uintptr_t>(cta.shared);
   if (align > 1 && a % static_cast<uint64_t>(align) != 0) {
@@ -175,4 +176,8 @@ extern "C" void pallas_emu_access(const void* address, int64_t bytes, int64_t al
   out_of_bounds(a, bytes, flags);
 }
 
-extern "C" void* pallas_emu_shared_base(void) { return current().cta->shared; }
+extern "C" void* pallas_emu_shared_base(void) {
+  LaunchState& s = current();
+  check_stack(*s.thread);  // a kernel's first call: its frame is allocated
+  return s.cta->shared;
+}

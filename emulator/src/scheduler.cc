@@ -143,6 +143,16 @@ bool run_batch(LaunchState& s, std::mt19937_64* rng) {
 
 LaunchState& current() { return *running; }
 
+void check_stack(const Thread& t) {
+  constexpr uintptr_t kRedZoneBytes = 16 * 1024;
+  const auto sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  const auto low = reinterpret_cast<uintptr_t>(t.stack_low);
+  if (sp < low + kRedZoneBytes)
+    fail("the kernel's frame outgrows the emulated thread's stack of " +
+         std::to_string(reinterpret_cast<uintptr_t>(t.stack_high) - low) +
+         " bytes (pallas::emulator::Options::stack_bytes)");
+}
+
 std::string where(const Cta& cta, const Thread& t) {
   return "block " + triple(cta.x, cta.y, cta.z) + ", thread " + triple(t.x, t.y, t.z);
 }
@@ -199,7 +209,8 @@ bool launch(const LaunchConfig& config, std::string& error) {
   const uint64_t stack_bytes = std::max<uint64_t>(config.options.stack_bytes, 16 * 1024);
   const int64_t resident = std::min<int64_t>(total, config.options.concurrent_ctas);
   std::vector<std::unique_ptr<std::byte[]>> stacks(static_cast<size_t>(resident * threads));
-  for (auto& stack : stacks) stack = std::make_unique<std::byte[]>(stack_bytes);
+  // Not zeroed: the pages a thread never reaches are never touched.
+  for (auto& stack : stacks) stack = std::make_unique_for_overwrite<std::byte[]>(stack_bytes);
 
   for (int64_t first = 0; first < total; first += resident) {
     s.ctas.clear();

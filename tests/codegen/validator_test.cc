@@ -79,14 +79,29 @@ TEST(Validator, BlockMustDivideAmongThreads) {
     DimExpr n = spec.dim("n");
     Operand x = spec.input("x", f32, {n});
     Operand out = spec.output("out", f32, {n});
+    spec.grid({cdiv(n, 200)});
+    spec.block(x, {Blocked{200}}, first);
+    spec.block(out, {Blocked{200}}, first);
+    spec.body([](Ref x, Ref out) { out.store(x.load()); });
+  };
+  EXPECT_EQ(trace_error("bad_block", fn),
+            "spec 'bad_block': block of operand 'x' has 200 elements, not a multiple of the 128 "
+            "threads of a program (nor at most one per thread)");
+}
+
+// A block of at most one element per thread (a bias row) is loaded whole by
+// every thread instead (AssignLayouts' replicated loads).
+TEST(Validator, SmallBlockIsLoadedWhole) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr n = spec.dim("n");
+    Operand x = spec.input("x", f32, {n});
+    Operand out = spec.output("out", f32, {n});
     spec.grid({cdiv(n, 100)});
     spec.block(x, {Blocked{100}}, first);
     spec.block(out, {Blocked{100}}, first);
     spec.body([](Ref x, Ref out) { out.store(x.load()); });
   };
-  EXPECT_EQ(trace_error("bad_block", fn),
-            "spec 'bad_block': block of operand 'x' has 100 elements, not a multiple of the 128 "
-            "threads of a program");
+  EXPECT_EQ(trace_error("small_block", fn), "<no error>");
 }
 
 TEST(Validator, DtypeMismatchInBody) {

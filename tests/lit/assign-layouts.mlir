@@ -108,11 +108,60 @@ func.func @row_scale(%x: memref<?x?xf32, strided<[?, 1]>>, %y: memref<?x?xf32, s
 
 // -----
 
-// expected-error @+1 {{block value of type 'vector<100xf32>' has 100 elements, not a multiple of the 128 threads of a program; the GPU layout needs it}}
-func.func @odd_block(%x: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+// A block of fewer elements than threads (a bias row of 100 for 128
+// threads) is loaded whole by every thread: replicated.
+// CHECK-LABEL: func.func @small_block
+// CHECK:         pallas.load {{.*}} {pallas.layouts = [#pallas.replicated]}
+// GPU-LABEL:   gpu.func @small_block
+// GPU-COUNT-100: memref.load
+func.func @small_block(%x: memref<?xf32>, %y: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
   %i = pallas.program_id 0
   %rx = pallas.block %x[%i] {block_shape = array<i64: 100>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<100xf32>
+  %ry = pallas.block %y[%i] {block_shape = array<i64: 100>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<100xf32>
   %v = pallas.load %rx[[0]] [[100]] : !pallas.ref<100xf32> -> vector<100xf32>
+  %w = arith.addf %v, %v : vector<100xf32>
+  pallas.store %w, %ry[[0]] : vector<100xf32>, !pallas.ref<100xf32>
+  return
+}
+
+// -----
+
+// A matmul epilogue (linear_bias): the bias row, loaded broadcast to the
+// accumulator's shape, and its cast take the accumulator's tiled layout, so
+// each thread loads the elements its registers hold and the add needs no
+// conversion; only the store converts (to the strided layout).
+// CHECK-LABEL: func.func @bias_epilogue
+// CHECK:         pallas.dot {{.*}} {pallas.layouts = [#pallas.tiled
+// CHECK-NEXT:    pallas.load {{.*}} {pallas.layouts = [#pallas.tiled
+// CHECK-NEXT:    arith.extf {{.*}} {pallas.layouts = [#pallas.tiled
+// CHECK-NEXT:    arith.addf {{.*}} {pallas.layouts = [#pallas.tiled
+// CHECK-NEXT:    pallas.convert_layout {{.*}} to = #pallas.strided
+func.func @bias_epilogue(%a: memref<?x?xbf16, strided<[?, 1]>>, %b: memref<?x?xbf16, strided<[?, 1]>>, %bias: memref<?xbf16>, %y: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 2 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %j = pallas.program_id 1
+  %c0 = arith.constant 0 : index
+  %ra = pallas.block %a[%i, %c0] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<64x64xbf16>
+  %rb = pallas.block %b[%j, %c0] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<64x64xbf16>
+  %rbias = pallas.block %bias[%j] {block_shape = array<i64: 64>, squeezed = array<i1: false>} : memref<?xbf16> -> !pallas.ref<64xbf16>
+  %ry = pallas.block %y[%i, %j] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<64x64xf32>
+  %va = pallas.load %ra[[0, 0]] [[64, 64]] : !pallas.ref<64x64xbf16> -> vector<64x64xbf16>
+  %vb = pallas.load %rb[[0, 0]] [[64, 64]] : !pallas.ref<64x64xbf16> -> vector<64x64xbf16>
+  %zero = arith.constant dense<0.0> : vector<64x64xf32>
+  %acc = pallas.dot %va, %vb, %zero {transpose_b} : vector<64x64xbf16>, vector<64x64xbf16>, vector<64x64xf32> -> vector<64x64xf32>
+  %vbias = pallas.load %rbias[[0]] [[64]] : !pallas.ref<64xbf16> -> vector<64x64xbf16>
+  %e = arith.extf %vbias : vector<64x64xbf16> to vector<64x64xf32>
+  %s = arith.addf %acc, %e : vector<64x64xf32>
+  pallas.store %s, %ry[[0, 0]] : vector<64x64xf32>, !pallas.ref<64x64xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{block value of type 'vector<200xf32>' has 200 elements, not a multiple of the 128 threads of a program; the GPU layout needs it}}
+func.func @odd_block(%x: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %rx = pallas.block %x[%i] {block_shape = array<i64: 200>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<200xf32>
+  %v = pallas.load %rx[[0]] [[200]] : !pallas.ref<200xf32> -> vector<200xf32>
   return
 }
 

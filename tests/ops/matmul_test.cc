@@ -1,8 +1,11 @@
-// matmul (B as [K, N]) and matmul_bt (B as [N, K]) on every backend against a float64
-// reference on fresh random data: dims that are not multiples of the 128 x 128 x 64 tile
-// (1, 7, 63, 65, 127, 129, 257, ...), a partial last K step, row strides TMA can copy and
-// strides it cannot (the direct twin), and the sm_80 form (FMAs) on the emulator. Outputs are
-// poisoned; the padding of strided outputs must stay untouched.
+// matmul (B as [K, N]) and matmul_bt (B as [N, K]), and the products with an
+// epilogue (gemm, gemm_bt, linear_bias, linear_bias_gelu, linear_bias_silu,
+// linear_residual), on every backend against a float64 reference on fresh
+// random data: dims that are not multiples of the 128 x 64 x 64 and 64 x 64 x 64
+// tiles (1, 7, 63, 65, 127, 129, 257, ...), a partial last K step, row strides
+// TMA can copy and strides it cannot (the direct twin), gemm's beta == 0 with
+// NaNs in C, and the sm_80 form (FMAs) on the emulator. Outputs are poisoned;
+// the padding of strided outputs must stay untouched.
 
 #include "test_support.h"
 
@@ -14,27 +17,82 @@ namespace {
 
 struct MatmulShape {
   int64_t m, n, k;
-  int64_t pad = 0;  // elements after each row of a, b and d
+  int64_t pad = 0;  // elements after each row of a, b, c (or residual) and d
 };
 
-/// Runs one product and compares with sum_k a[i, k] * b[k, j] in float64.
-/// Tolerance: f32 sums of K exact products (f16/bf16 products are exact in f32)
-/// lose at most ~K ulps of the sum of |a b|; a half-precision D adds its rounding.
+/// The product's op and what its epilogue does with acc = A @ B (or A @ B^T).
+enum class Epilogue {
+  kNone,        // matmul, matmul_bt: D = acc
+  kAlphaBetaC,  // gemm, gemm_bt: D = alpha acc + beta C (C unread when beta == 0)
+  kBias,        // linear_bias: Y = acc + bias[col]
+  kBiasGelu,    // linear_bias_gelu: Y = gelu_tanh(acc + bias[col])
+  kBiasSilu,    // linear_bias_silu: Y = silu(acc + bias[col])
+  kResidual,    // linear_residual: Y = acc + R
+};
+
+struct Product {
+  bool b_transposed;
+  Epilogue epilogue = Epilogue::kNone;
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+const char* op_name(Product p) {
+  switch (p.epilogue) {
+    case Epilogue::kNone:
+      return p.b_transposed ? "matmul_bt" : "matmul";
+    case Epilogue::kAlphaBetaC:
+      return p.b_transposed ? "gemm_bt" : "gemm";
+    case Epilogue::kBias:
+      return "linear_bias";
+    case Epilogue::kBiasGelu:
+      return "linear_bias_gelu";
+    case Epilogue::kBiasSilu:
+      return "linear_bias_silu";
+    case Epilogue::kResidual:
+      return "linear_residual";
+  }
+  return "?";
+}
+
+double gelu_tanh(double x) {
+  return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+double silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+/// Runs one product and compares with its epilogue applied to
+/// sum_k a[i, k] * b[k, j] in float64. Tolerance: f32 sums of K exact
+/// products (f16/bf16 products are exact in f32) lose at most ~K ulps of the
+/// sum of |a b|, scaled by the epilogue's slope (|alpha|; gelu's and silu's
+/// are below 1.2); half-precision kernels compute exp and division with the
+/// approximate instructions (relative error ~1e-6); a half-precision D adds
+/// its rounding.
 template <class T, class Out>
-void check_matmul(Backend backend, bool b_transposed, MatmulShape s, int compute_capability = 90) {
+void check_product(Backend backend, Product p, MatmulShape s, int compute_capability = 90) {
   const uint32_t seed = fresh_seed();
-  SCOPED_TRACE(std::string(b_transposed ? "matmul_bt " : "matmul ") + dtype_name<T>() + "->" +
-               dtype_name<Out>() + " m " + std::to_string(s.m) + " n " + std::to_string(s.n) +
-               " k " + std::to_string(s.k) + " pad " + std::to_string(s.pad) + " seed " +
+  SCOPED_TRACE(std::string(op_name(p)) + " " + dtype_name<T>() + "->" + dtype_name<Out>() + " m " +
+               std::to_string(s.m) + " n " + std::to_string(s.n) + " k " + std::to_string(s.k) +
+               " pad " + std::to_string(s.pad) + " alpha " + std::to_string(p.alpha) + " beta " +
+               std::to_string(p.beta) + " sm_" + std::to_string(compute_capability) + " seed " +
                std::to_string(seed));
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-  const int64_t as = s.k + s.pad, bs = (b_transposed ? s.k : s.n) + s.pad, ds = s.n + s.pad;
-  const int64_t b_rows = b_transposed ? s.n : s.k;
+  const bool bt = p.b_transposed;
+  const int64_t as = s.k + s.pad, bs = (bt ? s.k : s.n) + s.pad, ds = s.n + s.pad;
+  const int64_t b_rows = bt ? s.n : s.k;
   Array<T> a(backend, static_cast<size_t>(s.m * as)), b(backend, static_cast<size_t>(b_rows * bs));
   Array<Out> d(backend, static_cast<size_t>(s.m * ds));
+  // C or R ([m, n] with d's row stride), or the bias row.
+  const bool matrix_extra =
+      p.epilogue == Epilogue::kAlphaBetaC || p.epilogue == Epilogue::kResidual;
+  const bool bias_extra = p.epilogue == Epilogue::kBias || p.epilogue == Epilogue::kBiasGelu ||
+                          p.epilogue == Epilogue::kBiasSilu;
+  Array<Out> e(backend, static_cast<size_t>(matrix_extra ? s.m * ds : bias_extra ? s.n : 1));
   for (T& v : a.host()) v = from_float<T>(dist(rng));
   for (T& v : b.host()) v = from_float<T>(dist(rng));
+  // As in BLAS, beta == 0 means C is not read: NaNs there must not show.
+  const bool c_unread = p.epilogue == Epilogue::kAlphaBetaC && p.beta == 0.0f;
+  for (Out& v : e.host())
+    v = from_float<Out>(c_unread ? std::numeric_limits<float>::quiet_NaN() : dist(rng));
   const Out guard = from_float<Out>(12345.0f);
   for (Out& v : d.host()) v = guard;
   for (int64_t i = 0; i < s.m; ++i)
@@ -42,13 +100,37 @@ void check_matmul(Backend backend, bool b_transposed, MatmulShape s, int compute
   a.upload();
   b.upload();
   d.upload();
+  e.upload();
   const uint64_t before = detail::tma_descriptors_handed_out();
   TensorView<const T, 2> av(a.data(), {s.m, s.k}, {as, 1});
-  TensorView<const T, 2> bv(b.data(), {b_rows, b_transposed ? s.k : s.n}, {bs, 1});
+  TensorView<const T, 2> bv(b.data(), {b_rows, bt ? s.k : s.n}, {bs, 1});
   TensorView<Out, 2> dv(d.data(), {s.m, s.n}, {ds, 1});
+  TensorView<const Out, 2> mv(e.data(), {s.m, s.n}, {ds, 1});
+  TensorView<const Out, 1> biasv(e.data(), {s.n}, {1});
   Launch launch{backend, nullptr, {.compute_capability = compute_capability}};
-  Status status =
-      b_transposed ? kernels::matmul_bt(av, bv, dv, launch) : kernels::matmul(av, bv, dv, launch);
+  Status status;
+  switch (p.epilogue) {
+    case Epilogue::kNone:
+      status = bt ? kernels::matmul_bt(av, bv, dv, launch) : kernels::matmul(av, bv, dv, launch);
+      break;
+    case Epilogue::kAlphaBetaC:
+      status = bt ? kernels::gemm_bt(av, bv, mv, dv, p.alpha, p.beta, launch)
+                  : kernels::gemm(av, bv, mv, dv, p.alpha, p.beta, launch);
+      break;
+    default:  // the linear layers keep the activations' dtype
+      if constexpr (std::is_same_v<T, Out>) {
+        if (p.epilogue == Epilogue::kBias) status = kernels::linear_bias(av, bv, biasv, dv, launch);
+        if (p.epilogue == Epilogue::kBiasGelu)
+          status = kernels::linear_bias_gelu(av, bv, biasv, dv, launch);
+        if (p.epilogue == Epilogue::kBiasSilu)
+          status = kernels::linear_bias_silu(av, bv, biasv, dv, launch);
+        if (p.epilogue == Epilogue::kResidual)
+          status = kernels::linear_residual(av, bv, mv, dv, launch);
+      } else {
+        FAIL() << op_name(p) << " has no " << dtype_name<T>() << " -> " << dtype_name<Out>()
+               << " instance";
+      }
+  }
   ASSERT_TRUE(status.ok()) << status.message();
   d.download();
   // TMA copies a and b when their row strides are multiples of 16 bytes (the
@@ -61,6 +143,7 @@ void check_matmul(Backend backend, bool b_transposed, MatmulShape s, int compute
   if (backend != Backend::kCuda)
     EXPECT_EQ(detail::tma_descriptors_handed_out() - before, expect_tma ? 2u : 0u)
         << (expect_tma ? "the TMA instance did not run" : "the direct twin did not run");
+  const double slope = p.epilogue == Epilogue::kAlphaBetaC ? std::abs(p.alpha) : 1.2;
   int misses = 0;
   for (int64_t i = 0; i < s.m && misses < 5; ++i)
     for (int64_t j = 0; j < ds && misses < 5; ++j) {
@@ -72,14 +155,37 @@ void check_matmul(Backend backend, bool b_transposed, MatmulShape s, int compute
         }
         continue;
       }
-      double want = 0, magnitude = 0;
+      double acc = 0, magnitude = 0;
       for (int64_t kk = 0; kk < s.k; ++kk) {
         const double x = to_float(a.host()[i * as + kk]);
-        const double y = to_float(b_transposed ? b.host()[j * bs + kk] : b.host()[kk * bs + j]);
-        want += x * y;
+        const double y = to_float(bt ? b.host()[j * bs + kk] : b.host()[kk * bs + j]);
+        acc += x * y;
         magnitude += std::abs(x * y);
       }
-      double tol = 1e-6 * static_cast<double>(s.k) * magnitude + 1e-6;
+      const double m = matrix_extra && !c_unread ? to_float(e.host()[i * ds + j]) : 0.0;
+      const double bias = bias_extra ? to_float(e.host()[j]) : 0.0;
+      double want = acc;
+      switch (p.epilogue) {
+        case Epilogue::kNone:
+          break;
+        case Epilogue::kAlphaBetaC:
+          want = p.alpha * acc + (p.beta != 0.0f ? p.beta * m : 0.0);
+          break;
+        case Epilogue::kBias:
+          want = acc + bias;
+          break;
+        case Epilogue::kBiasGelu:
+          want = gelu_tanh(acc + bias);
+          break;
+        case Epilogue::kBiasSilu:
+          want = silu(acc + bias);
+          break;
+        case Epilogue::kResidual:
+          want = acc + m;
+          break;
+      }
+      double tol = slope * (1e-6 * static_cast<double>(s.k) * magnitude + 1e-6) +
+                   1e-6 * (std::abs(want) + std::abs(bias) + std::abs(m));
       if constexpr (!std::is_same_v<Out, float>) tol += Tolerance<Out>::rtol * std::abs(want);
       if (!(std::abs(got - want) <= tol)) {
         ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want
@@ -89,11 +195,8 @@ void check_matmul(Backend backend, bool b_transposed, MatmulShape s, int compute
     }
 }
 
-class MatmulTest : public BackendTest {};
-
 /// Shapes through the TMA instance (rows of 16-byte multiples) and the direct twin.
-template <class T, class Out>
-void check_shapes(Backend backend, bool b_transposed) {
+std::vector<MatmulShape> shapes_for(Backend backend) {
   // The emulator runs every thread of every program: its shapes stay small.
   std::vector<MatmulShape> shapes = {{129, 65, 72}, {64, 8, 16}, {7, 136, 200, 8},
                                      {1, 1, 1},     {7, 9, 17},  {65, 63, 33, 1}};
@@ -104,20 +207,69 @@ void check_shapes(Backend backend, bool b_transposed) {
                                  {255, 1, 520},
                                  {127, 129, 65},
                                  {63, 257, 127, 3}});
-  for (MatmulShape s : shapes) check_matmul<T, Out>(backend, b_transposed, s);
+  return shapes;
 }
+
+/// The epilogues run on fewer shapes on the emulator: one through the TMA
+/// instance with edge tiles in M and N, one through the direct twin.
+std::vector<MatmulShape> epilogue_shapes_for(Backend backend) {
+  if (backend == Backend::kEmulator) return {{129, 65, 72}, {65, 63, 33, 1}};
+  return shapes_for(backend);
+}
+
+template <class T, class Out>
+void check_shapes(Backend backend, bool b_transposed) {
+  for (MatmulShape s : shapes_for(backend)) check_product<T, Out>(backend, {b_transposed}, s);
+}
+
+template <class T, class Out>
+void check_epilogue(Backend backend, Product p) {
+  for (MatmulShape s : epilogue_shapes_for(backend)) check_product<T, Out>(backend, p, s);
+}
+
+class MatmulTest : public BackendTest {};
 
 TEST_P(MatmulTest, BTransposedBF16) { check_shapes<bfloat16, bfloat16>(GetParam(), true); }
 TEST_P(MatmulTest, BTransposedF16ToF32) { check_shapes<half, float>(GetParam(), true); }
 TEST_P(MatmulTest, BF16) { check_shapes<bfloat16, bfloat16>(GetParam(), false); }
 TEST_P(MatmulTest, F16ToF32) { check_shapes<half, float>(GetParam(), false); }
 
+TEST_P(MatmulTest, GemmAlphaBetaBF16) {
+  check_epilogue<bfloat16, bfloat16>(GetParam(), {false, Epilogue::kAlphaBetaC, 0.5f, -1.5f});
+}
+// beta == 0: C holds NaNs and must not be read.
+TEST_P(MatmulTest, GemmBetaZeroSkipsCF16ToF32) {
+  check_epilogue<half, float>(GetParam(), {false, Epilogue::kAlphaBetaC, 2.0f, 0.0f});
+}
+TEST_P(MatmulTest, GemmBTransposedBF16ToF32) {
+  check_epilogue<bfloat16, float>(GetParam(), {true, Epilogue::kAlphaBetaC, -1.0f, 0.25f});
+}
+TEST_P(MatmulTest, GemmBTransposedF16) {
+  check_epilogue<half, half>(GetParam(), {true, Epilogue::kAlphaBetaC, 1.0f, 1.0f});
+}
+TEST_P(MatmulTest, LinearBiasBF16) {
+  check_epilogue<bfloat16, bfloat16>(GetParam(), {true, Epilogue::kBias});
+}
+TEST_P(MatmulTest, LinearBiasGeluF16) {
+  check_epilogue<half, half>(GetParam(), {true, Epilogue::kBiasGelu});
+}
+TEST_P(MatmulTest, LinearBiasSiluBF16) {
+  check_epilogue<bfloat16, bfloat16>(GetParam(), {true, Epilogue::kBiasSilu});
+}
+TEST_P(MatmulTest, LinearResidualF16) {
+  check_epilogue<half, half>(GetParam(), {true, Epilogue::kResidual});
+}
+
 // The sm_80 form (cp.async staging, FMAs until an mma.sync rule exists) on the emulator.
 TEST_P(MatmulTest, Sm80Form) {
   if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the sm_80 form is checked on the emulator";
-  check_matmul<bfloat16, bfloat16>(Backend::kEmulator, true, {129, 65, 72}, 80);
-  check_matmul<half, float>(Backend::kEmulator, false, {65, 136, 80}, 80);
-  check_matmul<half, float>(Backend::kEmulator, true, {7, 9, 17}, 80);
+  check_product<bfloat16, bfloat16>(Backend::kEmulator, {true}, {129, 65, 72}, 80);
+  check_product<half, float>(Backend::kEmulator, {false}, {65, 136, 80}, 80);
+  check_product<half, float>(Backend::kEmulator, {true}, {7, 9, 17}, 80);
+  check_product<bfloat16, bfloat16>(Backend::kEmulator, {true, Epilogue::kBiasGelu}, {129, 65, 72},
+                                    80);
+  check_product<half, float>(Backend::kEmulator, {false, Epilogue::kAlphaBetaC, 0.5f, 2.0f},
+                             {65, 63, 33, 1}, 80);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MatmulTest,

@@ -52,7 +52,13 @@ void addArgvWrappers(llvm::Module& module, llvm::StringRef prefix, llvm::StringR
                          : b.CreateLoad(impl->getArg(i)->getType(), param));
     }
     for (unsigned g = 1; g <= gridParams; ++g) args.push_back(wrapper->getArg(g));
-    b.CreateCall(impl, args);
+    // The call carries the parameters' attributes: the x86 backend places a
+    // byval argument by the call site's alignment (64 for a descriptor) and
+    // the callee reads it by its own, so without them the two disagree
+    // whenever the stack arguments before it are not a multiple of 64 bytes.
+    llvm::CallInst* call = b.CreateCall(impl, args);
+    call->setAttributes(impl->getAttributes());
+    call->setCallingConv(impl->getCallingConv());
     b.CreateRetVoid();
   }
 }

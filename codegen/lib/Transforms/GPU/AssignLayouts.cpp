@@ -57,7 +57,8 @@ DenseSet<Value> inferReplicatedAssuming(func::FuncOp kernel, int64_t threads,
     } else if (auto load = dyn_cast<LoadOp>(op)) {
       // A block of at most one element per thread (a bias row): every thread
       // loads all of it (LoadStoreRules' loadReplicated).
-      if (small(load.getResult().getType()) && !isAccumulatorRef(load.getRef()))
+      VectorType type = load.getResult().getType();
+      if (type.getNumElements() < threads && !isAccumulatorRef(load.getRef()))
         replicated.insert(load.getResult());
     } else if (auto cast = dyn_cast<vector::ShapeCastOp>(op)) {
       if (replicated.contains(cast.getSource())) replicated.insert(cast.getResult());

@@ -195,8 +195,7 @@ LogicalResult lowerLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
   if (g.accumulators.count(load.getRef())) return lowerAccumulatorLoad(load, g, b);
   if (g.staged.count(load.getRef())) return lowerStagedLoad(load, g, b);
   if (g.isReplicated(load.getResult())) return loadReplicated(load, g, b);
-  if (isa_and_nonnull<TiledLayoutAttr>(g.layoutOf(load.getResult())))
-    return loadTiled(load, g, b);
+  if (isa_and_nonnull<TiledLayoutAttr>(g.layoutOf(load.getResult()))) return loadTiled(load, g, b);
   Location loc = load.getLoc();
   if (!isa_and_nonnull<WarpgroupStridedLayoutAttr>(g.layoutOf(load.getResult())))
     return load.emitOpError("the GPU loads blocks in the strided layout only, not ")

@@ -34,7 +34,8 @@ struct Options {
   /// 0: threads run round-robin in order; otherwise each scheduling pass runs
   /// them in an order drawn from this seed (race-free kernels must not care).
   uint64_t schedule_seed = 0;
-  /// Stack of each thread's fiber.
+  /// Stack of each thread's fiber (only the pages a thread uses are
+  /// touched; overflows fail the launch: check_stack in Scheduler.h).
   uint64_t stack_bytes = 64 * 1024;
 };
 
