@@ -85,7 +85,8 @@ func.func @inside_row(%x: memref<?xf32>, %out: memref<?xf32>) attributes {pallas
 
 // With half-precision inputs only (pallas.approx_math), exp(a - b) is one
 // FMA with log2(e) folded in and one ex2.approx.ftz per element; a plain
-// exp(x) is a multiply and the ex2; log(x) is lg2.approx.ftz times ln(2).
+// exp(x) is a multiply and the ex2; log(x) is lg2.approx.ftz times ln(2);
+// a / b is a times rcp.approx.ftz(b).
 // CHECK-LABEL: gpu.func @approx_exp
 // CHECK: %[[NEG:.*]] = arith.negf %{{.*}} fastmath<contract>
 // CHECK: %[[S:.*]] = math.fma %{{.*}}, %{{.*}}, %[[NEG]] fastmath<contract> : vector<16xf32>
@@ -94,8 +95,11 @@ func.func @inside_row(%x: memref<?xf32>, %out: memref<?xf32>) attributes {pallas
 // CHECK-COUNT-16: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK-COUNT-16: llvm.call_intrinsic "llvm.nvvm.lg2.approx.ftz.f"
 // CHECK: arith.mulf %{{.*}}, %{{.*}} fastmath<contract> : vector<16xf32>
+// CHECK-COUNT-16: llvm.call_intrinsic "llvm.nvvm.rcp.approx.ftz.f"
+// CHECK: arith.mulf %{{.*}}, %{{.*}} fastmath<contract> : vector<16xf32>
 // CHECK-NOT: math.exp
 // CHECK-NOT: math.log
+// CHECK-NOT: arith.divf
 func.func @approx_exp(%x: memref<?xbf16>, %out: memref<?xbf16>) attributes {pallas.kernel, pallas.approx_math, pallas.grid_rank = 1 : i32, pallas.threads = 128 : i64} {
   %i = pallas.program_id 0
   %rx = pallas.block %x[%i] {block_shape = array<i64: 2048>, squeezed = array<i1: false>} : memref<?xbf16> -> !pallas.ref<2048xbf16>
@@ -107,7 +111,8 @@ func.func @approx_exp(%x: memref<?xbf16>, %out: memref<?xbf16>) attributes {pall
   %e = math.exp %d : vector<2048xf32>
   %f = math.exp %e : vector<2048xf32>
   %g = math.log %f : vector<2048xf32>
-  %y = arith.truncf %g : vector<2048xf32> to vector<2048xbf16>
+  %q = arith.divf %g, %w : vector<2048xf32>
+  %y = arith.truncf %q : vector<2048xf32> to vector<2048xbf16>
   pallas.store %y, %ro[[0]] : vector<2048xbf16>, !pallas.ref<2048xbf16>
   return
 }
@@ -229,7 +234,7 @@ func.func @no_rule(%x: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kern
   %c0 = arith.constant 0 : index
   %rx = pallas.block %x[%i, %c0] {block_shape = array<i64: 8, 256>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<8x256xf32>
   %v = pallas.load %rx[[0, 0]] [[8, 256]] : !pallas.ref<8x256xf32> -> vector<8x256xf32>
-  // expected-error @+1 {{no GPU lowering rule for vector.extract_strided_slice; known rules: arith.constant, arith.divf, arith.extf, math.exp, math.log, math.tanh, pallas.barrier_arrive, pallas.barrier_wait, pallas.block, pallas.check,}}
+  // expected-error @+1 {{no GPU lowering rule for vector.extract_strided_slice; known rules: arith.constant, arith.divf, arith.extf, math.exp, math.log, pallas.barrier_arrive, pallas.barrier_wait, pallas.block, pallas.check,}}
   %t = vector.extract_strided_slice %v {offsets = [0, 0], sizes = [4, 256], strides = [1, 1]} : vector<8x256xf32> to vector<4x256xf32>
   return
 }

@@ -185,46 +185,6 @@ LogicalResult lowerApproxDiv(arith::DivFOp div, GpuLowering& g, OpBuilder& b) {
   return success();
 }
 
-/// tanh(y) of a kernel whose float inputs are all f16 or bf16 (gelu's),
-/// from the approximate exp and reciprocal instead of libdevice's tanhf
-/// (about 30 instructions, which a matmul epilogue over 64 accumulator
-/// registers cannot afford in registers):
-///
-///   |y| <  1/16:  y - y^3 / 3                 (truncation error < 2e-6 y)
-///   |y| >= 1/16:  1 - 2 * rcp(ex2(2 log2(e) y) + 1)
-///
-/// The second form's absolute error is a few ulps of 1 (about 2e-7), so
-/// under 4e-6 relative where it is used; the first avoids its cancellation
-/// near 0. Both far below the inputs' precision (2^-8, 2^-11); at y = +-inf
-/// ex2 gives inf or 0 and the result +-1. The emulator computes the same
-/// from the same intrinsics.
-LogicalResult lowerApproxTanh(math::TanhOp tanh, GpuLowering& g, OpBuilder& b) {
-  auto block = dyn_cast<VectorType>(tanh.getType());
-  if (!g.approxTranscendentals || !block || !block.getElementType().isF32())
-    return lowerElementwise(tanh, g, b);
-  Location loc = tanh.getLoc();
-  Attribute layout = g.layoutOf(tanh.getResult());
-  VectorType type = g.threadType(block, layout);
-  FailureOr<Value> y = g.operandIn(b, loc, tanh.getOperand(), layout);
-  if (failed(y)) return lowerElementwise(tanh, g, b);  // names the layout mismatch
-  auto contract = arith::FastMathFlagsAttr::get(b.getContext(), arith::FastMathFlags::contract);
-  auto splat = [&](float v) {
-    return arith::ConstantOp::create(b, loc, SplatElementsAttr::get(type, b.getF32FloatAttr(v)));
-  };
-  Value y2 = arith::MulFOp::create(b, loc, *y, *y, contract);
-  Value cubicTerm = arith::MulFOp::create(b, loc, y2, splat(-1.0f / 3.0f), contract);
-  Value small = math::FmaOp::create(b, loc, *y, cubicTerm, *y, contract);
-  Value e = perElement(b, loc, "llvm.nvvm.ex2.approx.ftz.f32",
-                       arith::MulFOp::create(b, loc, *y, splat(2.8853900817779268f), contract));
-  Value r = perElement(b, loc, "llvm.nvvm.rcp.approx.ftz.f",
-                       arith::AddFOp::create(b, loc, e, splat(1.0f), contract));
-  Value large = math::FmaOp::create(b, loc, r, splat(-2.0f), splat(1.0f), contract);
-  Value nearZero = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT,
-                                         math::AbsFOp::create(b, loc, *y), splat(0.0625f));
-  g.map.map(tanh.getResult(), arith::SelectOp::create(b, loc, nearZero, small, large).getResult());
-  return success();
-}
-
 /// bf16 -> f32 is a 16-bit shift of the bits. A per-thread vector of bf16
 /// pairs is unpacked 32 bits at a time, each element with one instruction:
 ///
@@ -317,7 +277,6 @@ void populateElementwiseRules(RuleRegistry& rules) {
   rules.add(math::ExpOp::getOperationName(), ruleFor(lowerApproxExp));
   rules.add(math::LogOp::getOperationName(), ruleFor(lowerApproxLog));
   rules.add(arith::DivFOp::getOperationName(), ruleFor(lowerApproxDiv));
-  rules.add(math::TanhOp::getOperationName(), ruleFor(lowerApproxTanh));
   rules.add(arith::ExtFOp::getOperationName(), ruleFor(lowerExtF));
   rules.add(vector::BroadcastOp::getOperationName(), ruleFor(lowerBroadcast));
   rules.add(vector::ShapeCastOp::getOperationName(), ruleFor(lowerShapeCast));
