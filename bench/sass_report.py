@@ -124,6 +124,11 @@ WHOLE = ["sum_all", "max_all"]
 # its direct twin instead.
 STAGED = ["transpose"]
 STAGED_OUTPUTS = {"transpose"}
+# Ops whose programs multiply with tensor cores: every instance, the `_direct`
+# twins included, must have HGMMA (wgmma) in its sm_90a SASS and HMMA
+# (mma.sync) in its sm_80 SASS.
+MATMULS = ["matmul", "matmul_bt", "gemm", "gemm_bt", "linear_bias", "linear_bias_gelu",
+           "linear_bias_silu", "linear_residual", "batched_matmul", "batched_matmul_bt"]
 # Ops whose outputs are per-row or per-array scalars: no 16-byte store rule.
 REDUCTIONS = {"row_sum", "row_max", "cross_entropy", "sum_all", "max_all"}
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}
@@ -643,7 +648,7 @@ class Kernel:
 def classify(instance: str) -> tuple[str | None, str, str | None]:
     """(op, kind, first dtype) of an instance name like softmax_bf16."""
     for kind, ops in (("row", ROW), ("elementwise", ELEMENTWISE), ("whole", WHOLE),
-                      ("staged", STAGED)):
+                      ("staged", STAGED), ("matmul", MATMULS)):
         for op in sorted(ops, key=len, reverse=True):
             m = re.match(rf"^{op}_(f32|f16|bf16|i32)(?:_|$)", instance)
             if m:
@@ -746,7 +751,7 @@ def load_reference(build: Path, arch: str, nvcc: str | None, nvdisasm: str, cach
 #===------------------------------------------------------------------------===#
 
 def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[str, str]]:
-    """(rule, message) for each broken rule: 'spill', 'wide' or 'tma' (see the top)."""
+    """(rule, message) for each broken rule: 'spill', 'wide', 'tma' or 'mma' (see the top)."""
     out = []
     for k in kernels:
         if k.source != "ours":
@@ -764,6 +769,11 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
         if k.staged and k.sass and k.arch.startswith("sm_8") and "LDGSTS" not in k.sass.opcodes:
             out.append(("tma", f"{k.instance} ({k.arch}): the sm_80 form of a kernel with staged "
                                "blocks has no LDGSTS (cp.async copies)"))
+        if k.kind == "matmul" and k.sass:
+            need = "HGMMA" if k.arch.startswith("sm_9") else "HMMA"
+            if need not in k.sass.opcodes:
+                out.append(("mma", f"{k.instance} ({k.arch}): a matrix product without {need} "
+                                   f"({'wgmma' if need == 'HGMMA' else 'mma.sync'})"))
         if (not check_width or k.kind not in ("elementwise", "row", "whole") or not k.sass
                 or k.staged):
             continue

@@ -18,6 +18,12 @@
 //   linear_bias_gelu(...)           Y = gelu(X @ W^T + bias)     (tanh form)
 //   linear_bias_silu(...)           Y = silu(X @ W^T + bias)
 //   linear_residual(x, w, r, y)     Y = X @ W^T + R
+//   batched_matmul(a, b, d)         D[s] = A[s] @ B[s]           [batch, ., .] each
+//   batched_matmul_bt(a, b, d)      D[s] = A[s] @ B[s]^T
+//
+// A batched product adds a leading batch axis to the grid, (s, i, j, k),
+// and a squeezed leading dim to every block; each matrix has its own batch
+// stride (any multiple of 16 bytes keeps the TMA path).
 //
 // `linear_*` take the weight as a linear layer stores it, [N, K], and keep
 // the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
@@ -29,8 +35,8 @@
 // stored into wgmma's layout by the threads (a transposing copy: correct,
 // slower). Edge tiles need no masks on that path: TMA reads zero outside the
 // arrays, so a partial K block adds nothing. Arrays TMA cannot copy run the
-// `_direct` instance (blocks loaded into registers, masked). sm_80 multiplies
-// with FMAs for now (no mma.sync rule yet): correct, not fast.
+// `_direct` instance (blocks loaded into registers, masked). sm_80 stages
+// with cp.async and multiplies with ldmatrix + mma.sync m16n8k16.
 
 #include <pallas/EDSL/Spec.h>
 
@@ -74,26 +80,52 @@ struct Names {
   const char* d;
 };
 
-void declare_product(KernelSpec& spec, bool b_transposed, Epilogue epilogue,
+/// Which product: B's orientation and whether every operand has a leading
+/// batch dim (its own stride; one product per batch entry).
+struct Form {
+  bool b_transposed;
+  bool batched = false;
+};
+
+void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
                      std::vector<std::vector<DType>> dtypes, Names names) {
   std::vector<DType> t = spec.dtype_params({"T", "Out"}, std::move(dtypes));
   const DType in = t[0], out = t[1];
+  const bool b_transposed = form.b_transposed;
   // The accumulator's registers decide the tile (no spills on any target):
   // 128 x 64 (64 registers a thread) where wgmma reads both tiles in place;
   // 64 x 64 where the threads first store the operands into wgmma's layout
-  // (B as [K, N], the direct twin). The instance also serves sm_80, whose
-  // FMA form holds the operand fragments too, so 128 x 128 waits for its
-  // mma.sync rule.
+  // (B as [K, N], the direct twin). The instance also serves sm_80 (its
+  // mma.sync form holds the same accumulator plus a and b fragments).
   const bool in_place = b_transposed && !spec.direct();
   const int64_t kTileM = in_place ? 128 : 64, kTileN = 64;
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
-  Operand a = spec.input(names.a, in, {m, k});
-  Operand b = b_transposed ? spec.input(names.b, in, {n, k}) : spec.input(names.b, in, {k, n});
+  // Batched: a leading dim on every matrix and on the grid, (batch, i, j, k);
+  // blocks squeeze it. `mat` prefixes it to a shape, `blk` a squeezed dim to
+  // a block, `idx` the program's batch entry to an index map's result.
+  std::vector<DimExpr> batch;
+  if (form.batched) batch.push_back(spec.dim("batch"));
+  const int o = form.batched ? 1 : 0;  // grid axes: [batch,] i, j, k
+  auto mat = [&](std::vector<DimExpr> dims) {
+    dims.insert(dims.begin(), batch.begin(), batch.end());
+    return dims;
+  };
+  auto blk = [&](std::vector<BlockDim> dims) {
+    if (form.batched) dims.insert(dims.begin(), BlockDim(squeezed));
+    return dims;
+  };
+  auto tile = [o](int row_axis, int col_axis) {
+    return [=](const ProgramIds& p) {
+      return o ? at(p[0], p[o + row_axis], p[o + col_axis]) : at(p[row_axis], p[col_axis]);
+    };
+  };
+  Operand a = spec.input(names.a, in, mat({m, k}));
+  Operand b = spec.input(names.b, in, mat(b_transposed ? std::vector{n, k} : std::vector{k, n}));
   const Extra extra = extra_operand(epilogue);
   Operand e;
-  if (extra == Extra::kMatrix) e = spec.input(names.extra, out, {m, n});
+  if (extra == Extra::kMatrix) e = spec.input(names.extra, out, mat({m, n}));
   if (extra == Extra::kBiasRow) e = spec.input(names.extra, out, {n});
-  Operand d = spec.output(names.d, out, {m, n});
+  Operand d = spec.output(names.d, out, mat({m, n}));
   Operand acc = spec.accumulator("acc", {kTileM, kTileN});
   (void)acc;
   Scalar alpha, beta;
@@ -101,33 +133,31 @@ void declare_product(KernelSpec& spec, bool b_transposed, Epilogue epilogue,
     alpha = spec.scalar("alpha", f32);
     beta = spec.scalar("beta", f32);
   }
-  spec.grid({cdiv(m, kTileM), cdiv(n, kTileN), cdiv(k, kTileK)});
-  spec.dimension_semantics({parallel, parallel, arbitrary});
+  std::vector<DimExpr> grid = mat({cdiv(m, kTileM), cdiv(n, kTileN), cdiv(k, kTileK)});
+  std::vector<Semantics> semantics(grid.size(), parallel);
+  semantics.back() = arbitrary;
+  spec.grid(std::move(grid));
+  spec.dimension_semantics(std::move(semantics));
   spec.max_registers(255);  // one program of 128 threads per SM: the 128-register accumulator fits
-  spec.block(
-      a, {Blocked{kTileM}, Blocked{kTileK}}, [](const ProgramIds& p) { return at(p[0], p[2]); },
-      InShared{.swizzle = 128});
+  // Grid axes, after the batch: 0 = i (rows of D), 1 = j (columns), 2 = k.
+  spec.block(a, blk({Blocked{kTileM}, Blocked{kTileK}}), tile(0, 2), InShared{.swizzle = 128});
   if (b_transposed)
-    spec.block(
-        b, {Blocked{kTileN}, Blocked{kTileK}}, [](const ProgramIds& p) { return at(p[1], p[2]); },
-        InShared{.swizzle = 128});
+    spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), tile(1, 2), InShared{.swizzle = 128});
   else
-    spec.block(
-        b, {Blocked{kTileK}, Blocked{kTileN}}, [](const ProgramIds& p) { return at(p[2], p[1]); },
-        InShared{.swizzle = 0});
-  auto tile_ij = [](const ProgramIds& p) { return at(p[0], p[1]); };
-  if (extra == Extra::kMatrix) spec.block(e, {Blocked{kTileM}, Blocked{kTileN}}, tile_ij);
+    spec.block(b, blk({Blocked{kTileK}, Blocked{kTileN}}), tile(2, 1), InShared{.swizzle = 0});
+  if (extra == Extra::kMatrix) spec.block(e, blk({Blocked{kTileM}, Blocked{kTileN}}), tile(0, 1));
   if (extra == Extra::kBiasRow)
-    spec.block(e, {Blocked{kTileN}}, [](const ProgramIds& p) { return at(p[1]); });
-  spec.block(d, {Blocked{kTileM}, Blocked{kTileN}}, tile_ij);
+    spec.block(e, {Blocked{kTileN}}, [o](const ProgramIds& p) { return at(p[o + 1]); });
+  spec.block(d, blk({Blocked{kTileM}, Blocked{kTileN}}), tile(0, 1));
+  const int k_axis = o + 2;
 
   // One K step: acc += a @ b; at the last step D = epilogue(acc).
   auto step = [=](Ref a, Ref b, Ref acc, auto&& finish) {
-    when(program_id(2) == index(0), [&] {
+    when(program_id(k_axis) == index(0), [&] {
       acc.store(broadcast_to(constant(0, f32), {kTileM, kTileN}));
     });
     acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));
-    when(program_id(2) == num_programs(2) - index(1), [&] { finish(acc.load()); });
+    when(program_id(k_axis) == num_programs(k_axis) - index(1), [&] { finish(acc.load()); });
   };
   if (extra == Extra::kNone) {
     spec.body([=](Ref a, Ref b, Ref d, Ref acc) {
@@ -178,33 +208,49 @@ constexpr Names kLinearResidualNames{"x", "w", "residual", "y"};
 }  // namespace
 
 PALLAS_KERNEL(matmul) {
-  declare_product(spec, /*b_transposed=*/false, Epilogue::kNone, kProductDtypes, kMatmulNames);
+  declare_product(spec, Form{.b_transposed = false}, Epilogue::kNone, kProductDtypes, kMatmulNames);
 }
 
 PALLAS_KERNEL(matmul_bt) {
-  declare_product(spec, /*b_transposed=*/true, Epilogue::kNone, kProductDtypes, kMatmulNames);
+  declare_product(spec, Form{.b_transposed = true}, Epilogue::kNone, kProductDtypes, kMatmulNames);
 }
 
 PALLAS_KERNEL(gemm) {
-  declare_product(spec, false, Epilogue::kAlphaBetaC, kProductDtypes, kGemmNames);
+  declare_product(spec, Form{.b_transposed = false}, Epilogue::kAlphaBetaC, kProductDtypes,
+                  kGemmNames);
 }
 
 PALLAS_KERNEL(gemm_bt) {
-  declare_product(spec, true, Epilogue::kAlphaBetaC, kProductDtypes, kGemmNames);
+  declare_product(spec, Form{.b_transposed = true}, Epilogue::kAlphaBetaC, kProductDtypes,
+                  kGemmNames);
 }
 
 PALLAS_KERNEL(linear_bias) {
-  declare_product(spec, true, Epilogue::kBias, kLinearDtypes, kLinearBiasNames);
+  declare_product(spec, Form{.b_transposed = true}, Epilogue::kBias, kLinearDtypes,
+                  kLinearBiasNames);
 }
 
 PALLAS_KERNEL(linear_bias_gelu) {
-  declare_product(spec, true, Epilogue::kBiasGelu, kLinearDtypes, kLinearBiasNames);
+  declare_product(spec, Form{.b_transposed = true}, Epilogue::kBiasGelu, kLinearDtypes,
+                  kLinearBiasNames);
 }
 
 PALLAS_KERNEL(linear_bias_silu) {
-  declare_product(spec, true, Epilogue::kBiasSilu, kLinearDtypes, kLinearBiasNames);
+  declare_product(spec, Form{.b_transposed = true}, Epilogue::kBiasSilu, kLinearDtypes,
+                  kLinearBiasNames);
 }
 
 PALLAS_KERNEL(linear_residual) {
-  declare_product(spec, true, Epilogue::kResidual, kLinearDtypes, kLinearResidualNames);
+  declare_product(spec, Form{.b_transposed = true}, Epilogue::kResidual, kLinearDtypes,
+                  kLinearResidualNames);
+}
+
+PALLAS_KERNEL(batched_matmul) {
+  declare_product(spec, Form{.b_transposed = false, .batched = true}, Epilogue::kNone,
+                  kProductDtypes, kMatmulNames);
+}
+
+PALLAS_KERNEL(batched_matmul_bt) {
+  declare_product(spec, Form{.b_transposed = true, .batched = true}, Epilogue::kNone,
+                  kProductDtypes, kMatmulNames);
 }

@@ -52,7 +52,9 @@ struct Barrier {
 
 /// The warp collective (shfl.sync or vote.sync) a warp's lanes are meeting at.
 struct Collective {
-  enum Kind { kShuffle, kVote, kMatch, kRedux } kind = kShuffle;
+  // kGather: every lane receives every lane's value (ldmatrix's row
+  // addresses); kMma: `value` points at each lane's mma.sync registers.
+  enum Kind { kShuffle, kVote, kMatch, kRedux, kGather, kMma } kind = kShuffle;
   bool active = false;
   int32_t mode = 0;
   uint32_t member_mask = 0;
@@ -60,6 +62,7 @@ struct Collective {
   std::array<int64_t, 32> value{};
   std::array<int32_t, 32> operand{}, clamp{};
   std::array<int64_t, 32> result{};
+  std::array<int64_t*, 32> gather{};  // kGather: where each lane wants the 32 values
   uint64_t generation = 0;
 };
 
@@ -151,5 +154,8 @@ void check_stack(const Thread& t);
 
 /// Suspends the running thread until the scheduler resumes it.
 void suspend(Wait why);
+
+/// An f16 (IEEE binary16) or bf16 value's bits as a float, exactly.
+float half_to_float(uint16_t h, bool bf16);
 
 }  // namespace pallas::emulator::detail

@@ -29,9 +29,7 @@
 using namespace pallas::emulator;
 using namespace pallas::emulator::detail;
 
-namespace {
-
-float half_to_float(uint16_t h, bool bf16) {
+float pallas::emulator::detail::half_to_float(uint16_t h, bool bf16) {
   uint32_t bits;
   if (bf16) {
     bits = static_cast<uint32_t>(h) << 16;
@@ -59,6 +57,8 @@ float half_to_float(uint16_t h, bool bf16) {
   std::memcpy(&f, &bits, sizeof f);
   return f;
 }
+
+namespace {
 
 struct Operand {
   int64_t start, stride_bytes, swizzle;

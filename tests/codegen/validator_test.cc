@@ -310,6 +310,28 @@ TEST(Validator, DimensionSemanticsNeedsOneEntryPerAxis) {
             "(declare the grid first)");
 }
 
+// Four axes are fine when one is arbitrary (a batched product's grid); four
+// parallel ones are not: CUDA launches three.
+void declare_four_axes(KernelSpec& spec, Semantics fourth) {
+  DimExpr n = spec.dim("n");
+  Operand x = spec.input("x", f32, {n});
+  Operand out = spec.output("out", f32, {n});
+  spec.grid({cdiv(n, 256), DimExpr(2), DimExpr(3), DimExpr(4)});
+  spec.dimension_semantics({parallel, parallel, parallel, fourth});
+  spec.block(x, {Blocked{256}}, first);
+  spec.block(out, {Blocked{256}}, first);
+  spec.body([](Ref x, Ref out) { out.store(x.load()); });
+}
+
+TEST(Validator, AtMostThreeParallelGridAxes) {
+  EXPECT_EQ(trace_error("four_axes", [](KernelSpec& spec) { declare_four_axes(spec, arbitrary); }),
+            "<no error>");
+  EXPECT_EQ(
+      trace_error("four_parallel", [](KernelSpec& spec) { declare_four_axes(spec, parallel); }),
+      "spec 'four_parallel': the grid has 4 parallel axes; at most 3 are launched (CUDA's "
+      "x, y, z): mark the others arbitrary or fold them into one axis");
+}
+
 TEST(Validator, ScratchDimsArePositive) {
   auto fn = [](KernelSpec& spec) {
     declare_x_out(spec);

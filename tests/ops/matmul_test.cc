@@ -1,11 +1,12 @@
-// matmul (B as [K, N]) and matmul_bt (B as [N, K]), and the products with an
-// epilogue (gemm, gemm_bt, linear_bias, linear_bias_gelu, linear_bias_silu,
-// linear_residual), on every backend against a float64 reference on fresh
-// random data: dims that are not multiples of the 128 x 64 x 64 and 64 x 64 x 64
-// tiles (1, 7, 63, 65, 127, 129, 257, ...), a partial last K step, row strides
-// TMA can copy and strides it cannot (the direct twin), gemm's beta == 0 with
-// NaNs in C, and the sm_80 form (FMAs) on the emulator. Outputs are poisoned;
-// the padding of strided outputs must stay untouched.
+// matmul (B as [K, N]) and matmul_bt (B as [N, K]), their batched forms, and
+// the products with an epilogue (gemm, gemm_bt, linear_bias, linear_bias_gelu,
+// linear_bias_silu, linear_residual), on every backend against a float64
+// reference on fresh random data: dims that are not multiples of the
+// 128 x 64 x 64 and 64 x 64 x 64 tiles (1, 7, 63, 65, 127, 129, 257, ...), a
+// partial last K step, row strides TMA can copy and strides it cannot (the
+// direct twin), gemm's beta == 0 with NaNs in C, batch strides with gaps, and
+// the sm_80 form (ldmatrix + mma.sync) on the emulator. Outputs are poisoned; the padding of
+// strided outputs and the gaps between batch entries must stay untouched.
 
 #include "test_support.h"
 
@@ -18,6 +19,9 @@ namespace {
 struct MatmulShape {
   int64_t m, n, k;
   int64_t pad = 0;  // elements after each row of a, b, c (or residual) and d
+  // batch > 0: batched_matmul(_bt) on [batch, ., .] arrays, each matrix
+  // followed by `batch_gap` elements (its batch stride is rows * row stride + gap).
+  int64_t batch = 0, batch_gap = 0;
 };
 
 /// The product's op and what its epilogue does with acc = A @ B (or A @ B^T).
@@ -36,9 +40,10 @@ struct Product {
   float alpha = 1.0f, beta = 0.0f;
 };
 
-const char* op_name(Product p) {
+const char* op_name(Product p, const MatmulShape& s) {
   switch (p.epilogue) {
     case Epilogue::kNone:
+      if (s.batch > 0) return p.b_transposed ? "batched_matmul_bt" : "batched_matmul";
       return p.b_transposed ? "matmul_bt" : "matmul";
     case Epilogue::kAlphaBetaC:
       return p.b_transposed ? "gemm_bt" : "gemm";
@@ -69,18 +74,23 @@ double silu(double x) { return x / (1.0 + std::exp(-x)); }
 template <class T, class Out>
 void check_product(Backend backend, Product p, MatmulShape s, int compute_capability = 90) {
   const uint32_t seed = fresh_seed();
-  SCOPED_TRACE(std::string(op_name(p)) + " " + dtype_name<T>() + "->" + dtype_name<Out>() + " m " +
-               std::to_string(s.m) + " n " + std::to_string(s.n) + " k " + std::to_string(s.k) +
-               " pad " + std::to_string(s.pad) + " alpha " + std::to_string(p.alpha) + " beta " +
-               std::to_string(p.beta) + " sm_" + std::to_string(compute_capability) + " seed " +
-               std::to_string(seed));
+  SCOPED_TRACE(std::string(op_name(p, s)) + " " + dtype_name<T>() + "->" + dtype_name<Out>() +
+               " batch " + std::to_string(s.batch) + " (gap " + std::to_string(s.batch_gap) +
+               ") m " + std::to_string(s.m) + " n " + std::to_string(s.n) + " k " +
+               std::to_string(s.k) + " pad " + std::to_string(s.pad) + " alpha " +
+               std::to_string(p.alpha) + " beta " + std::to_string(p.beta) + " sm_" +
+               std::to_string(compute_capability) + " seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   const bool bt = p.b_transposed;
   const int64_t as = s.k + s.pad, bs = (bt ? s.k : s.n) + s.pad, ds = s.n + s.pad;
   const int64_t b_rows = bt ? s.n : s.k;
-  Array<T> a(backend, static_cast<size_t>(s.m * as)), b(backend, static_cast<size_t>(b_rows * bs));
-  Array<Out> d(backend, static_cast<size_t>(s.m * ds));
+  // Batch strides (unused without a batch).
+  const int64_t nb = std::max<int64_t>(s.batch, 1);
+  const int64_t abs_ = s.m * as + s.batch_gap, bbs = b_rows * bs + s.batch_gap,
+                dbs = s.m * ds + s.batch_gap;
+  Array<T> a(backend, static_cast<size_t>(nb * abs_)), b(backend, static_cast<size_t>(nb * bbs));
+  Array<Out> d(backend, static_cast<size_t>(nb * dbs));
   // C or R ([m, n] with d's row stride), or the bias row.
   const bool matrix_extra =
       p.epilogue == Epilogue::kAlphaBetaC || p.epilogue == Epilogue::kResidual;
@@ -95,8 +105,10 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
     v = from_float<Out>(c_unread ? std::numeric_limits<float>::quiet_NaN() : dist(rng));
   const Out guard = from_float<Out>(12345.0f);
   for (Out& v : d.host()) v = guard;
-  for (int64_t i = 0; i < s.m; ++i)
-    for (int64_t j = 0; j < s.n; ++j) d.host()[i * ds + j] = from_float<Out>(dist(rng));  // poison
+  for (int64_t bi = 0; bi < nb; ++bi)
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j)
+        d.host()[bi * dbs + i * ds + j] = from_float<Out>(dist(rng));  // poison
   a.upload();
   b.upload();
   d.upload();
@@ -107,11 +119,18 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
   TensorView<Out, 2> dv(d.data(), {s.m, s.n}, {ds, 1});
   TensorView<const Out, 2> mv(e.data(), {s.m, s.n}, {ds, 1});
   TensorView<const Out, 1> biasv(e.data(), {s.n}, {1});
+  TensorView<const T, 3> a3(a.data(), {s.batch, s.m, s.k}, {abs_, as, 1});
+  TensorView<const T, 3> b3(b.data(), {s.batch, b_rows, bt ? s.k : s.n}, {bbs, bs, 1});
+  TensorView<Out, 3> d3(d.data(), {s.batch, s.m, s.n}, {dbs, ds, 1});
   Launch launch{backend, nullptr, {.compute_capability = compute_capability}};
   Status status;
   switch (p.epilogue) {
     case Epilogue::kNone:
-      status = bt ? kernels::matmul_bt(av, bv, dv, launch) : kernels::matmul(av, bv, dv, launch);
+      if (s.batch > 0)
+        status = bt ? kernels::batched_matmul_bt(a3, b3, d3, launch)
+                    : kernels::batched_matmul(a3, b3, d3, launch);
+      else
+        status = bt ? kernels::matmul_bt(av, bv, dv, launch) : kernels::matmul(av, bv, dv, launch);
       break;
     case Epilogue::kAlphaBetaC:
       status = bt ? kernels::gemm_bt(av, bv, mv, dv, p.alpha, p.beta, launch)
@@ -127,72 +146,82 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
         if (p.epilogue == Epilogue::kResidual)
           status = kernels::linear_residual(av, bv, mv, dv, launch);
       } else {
-        FAIL() << op_name(p) << " has no " << dtype_name<T>() << " -> " << dtype_name<Out>()
+        FAIL() << op_name(p, s) << " has no " << dtype_name<T>() << " -> " << dtype_name<Out>()
                << " instance";
       }
   }
   ASSERT_TRUE(status.ok()) << status.message();
   d.download();
-  // TMA copies a and b when their row strides are multiples of 16 bytes (the
-  // stride of a single row is never used); the CUDA backend decides by device.
+  // TMA copies a and b when their row (and batch) strides are multiples of 16
+  // bytes (the stride of a single row is never used); the CUDA backend decides
+  // by device.
   auto tma_rows = [](int64_t rows, int64_t stride) {
     return rows == 1 || stride * static_cast<int64_t>(sizeof(T)) % 16 == 0;
   };
-  const bool expect_tma =
-      backend == Backend::kEmulator && tma_rows(s.m, as) && tma_rows(b_rows, bs);
+  const bool expect_tma = backend == Backend::kEmulator && tma_rows(s.m, as) &&
+                          tma_rows(b_rows, bs) && tma_rows(nb, abs_) && tma_rows(nb, bbs);
   if (backend != Backend::kCuda)
     EXPECT_EQ(detail::tma_descriptors_handed_out() - before, expect_tma ? 2u : 0u)
         << (expect_tma ? "the TMA instance did not run" : "the direct twin did not run");
   const double slope = p.epilogue == Epilogue::kAlphaBetaC ? std::abs(p.alpha) : 1.2;
   int misses = 0;
-  for (int64_t i = 0; i < s.m && misses < 5; ++i)
-    for (int64_t j = 0; j < ds && misses < 5; ++j) {
-      const double got = to_float(d.host()[i * ds + j]);
-      if (j >= s.n) {
-        if (got != to_float(guard)) {
-          ADD_FAILURE() << "d[" << i << ", " << j << "] (padding) = " << got;
-          ++misses;
-        }
-        continue;
-      }
-      double acc = 0, magnitude = 0;
-      for (int64_t kk = 0; kk < s.k; ++kk) {
-        const double x = to_float(a.host()[i * as + kk]);
-        const double y = to_float(bt ? b.host()[j * bs + kk] : b.host()[kk * bs + j]);
-        acc += x * y;
-        magnitude += std::abs(x * y);
-      }
-      const double m = matrix_extra && !c_unread ? to_float(e.host()[i * ds + j]) : 0.0;
-      const double bias = bias_extra ? to_float(e.host()[j]) : 0.0;
-      double want = acc;
-      switch (p.epilogue) {
-        case Epilogue::kNone:
-          break;
-        case Epilogue::kAlphaBetaC:
-          want = p.alpha * acc + (p.beta != 0.0f ? p.beta * m : 0.0);
-          break;
-        case Epilogue::kBias:
-          want = acc + bias;
-          break;
-        case Epilogue::kBiasGelu:
-          want = gelu_tanh(acc + bias);
-          break;
-        case Epilogue::kBiasSilu:
-          want = silu(acc + bias);
-          break;
-        case Epilogue::kResidual:
-          want = acc + m;
-          break;
-      }
-      double tol = slope * (1e-6 * static_cast<double>(s.k) * magnitude + 1e-6) +
-                   1e-6 * (std::abs(want) + std::abs(bias) + std::abs(m));
-      if constexpr (!std::is_same_v<Out, float>) tol += Tolerance<Out>::rtol * std::abs(want);
-      if (!(std::abs(got - want) <= tol)) {
-        ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want
-                      << " (tolerance " << tol << ")";
+  for (int64_t bi = 0; bi < nb && misses < 5; ++bi)
+    for (int64_t g = s.m * ds; g < dbs; ++g)  // the gap after each matrix of D
+      if (to_float(d.host()[bi * dbs + g]) != to_float(guard)) {
+        ADD_FAILURE() << "d batch " << bi << " gap element " << g - s.m * ds << " written";
         ++misses;
       }
-    }
+  for (int64_t bi = 0; bi < nb && misses < 5; ++bi)
+    for (int64_t i = 0; i < s.m && misses < 5; ++i)
+      for (int64_t j = 0; j < ds && misses < 5; ++j) {
+        const T* ab = a.host().data() + bi * abs_;
+        const T* bb = b.host().data() + bi * bbs;
+        const double got = to_float(d.host()[bi * dbs + i * ds + j]);
+        if (j >= s.n) {
+          if (got != to_float(guard)) {
+            ADD_FAILURE() << "d[" << bi << ", " << i << ", " << j << "] (padding) = " << got;
+            ++misses;
+          }
+          continue;
+        }
+        double acc = 0, magnitude = 0;
+        for (int64_t kk = 0; kk < s.k; ++kk) {
+          const double x = to_float(ab[i * as + kk]);
+          const double y = to_float(bt ? bb[j * bs + kk] : bb[kk * bs + j]);
+          acc += x * y;
+          magnitude += std::abs(x * y);
+        }
+        const double m = matrix_extra && !c_unread ? to_float(e.host()[i * ds + j]) : 0.0;
+        const double bias = bias_extra ? to_float(e.host()[j]) : 0.0;
+        double want = acc;
+        switch (p.epilogue) {
+          case Epilogue::kNone:
+            break;
+          case Epilogue::kAlphaBetaC:
+            want = p.alpha * acc + (p.beta != 0.0f ? p.beta * m : 0.0);
+            break;
+          case Epilogue::kBias:
+            want = acc + bias;
+            break;
+          case Epilogue::kBiasGelu:
+            want = gelu_tanh(acc + bias);
+            break;
+          case Epilogue::kBiasSilu:
+            want = silu(acc + bias);
+            break;
+          case Epilogue::kResidual:
+            want = acc + m;
+            break;
+        }
+        double tol = slope * (1e-6 * static_cast<double>(s.k) * magnitude + 1e-6) +
+                     1e-6 * (std::abs(want) + std::abs(bias) + std::abs(m));
+        if constexpr (!std::is_same_v<Out, float>) tol += Tolerance<Out>::rtol * std::abs(want);
+        if (!(std::abs(got - want) <= tol)) {
+          ADD_FAILURE() << "d[" << bi << ", " << i << ", " << j << "] = " << got << ", want "
+                        << want << " (tolerance " << tol << ")";
+          ++misses;
+        }
+      }
 }
 
 /// Shapes through the TMA instance (rows of 16-byte multiples) and the direct twin.
@@ -260,7 +289,28 @@ TEST_P(MatmulTest, LinearResidualF16) {
   check_epilogue<half, half>(GetParam(), {true, Epilogue::kResidual});
 }
 
-// The sm_80 form (cp.async staging, FMAs until an mma.sync rule exists) on the emulator.
+// batched_matmul(_bt): the batch is the grid's first (launched) axis and every
+// block squeezes it. Batch strides with a gap after each matrix (TMA copies
+// when the strides are multiples of 16 bytes: gap 8; the direct twin: gap 3),
+// contiguous batches, a batch of one, edge tiles in M, N and K.
+std::vector<MatmulShape> batched_shapes_for(Backend backend) {
+  std::vector<MatmulShape> shapes = {
+      {129, 65, 72, 0, 3, 8}, {7, 9, 17, 1, 2, 3}, {64, 8, 16, 0, 1, 0}};
+  if (backend != Backend::kEmulator)
+    shapes.insert(shapes.end(), {{255, 129, 127, 8, 4, 0}, {1, 257, 64, 0, 7, 24}});
+  return shapes;
+}
+
+TEST_P(MatmulTest, BatchedBF16) {
+  for (MatmulShape s : batched_shapes_for(GetParam()))
+    check_product<bfloat16, bfloat16>(GetParam(), {false}, s);
+}
+TEST_P(MatmulTest, BatchedBTransposedF16ToF32) {
+  for (MatmulShape s : batched_shapes_for(GetParam()))
+    check_product<half, float>(GetParam(), {true}, s);
+}
+
+// The sm_80 form (cp.async staging, ldmatrix + mma.sync) on the emulator.
 TEST_P(MatmulTest, Sm80Form) {
   if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the sm_80 form is checked on the emulator";
   check_product<bfloat16, bfloat16>(Backend::kEmulator, {true}, {129, 65, 72}, 80);
@@ -270,6 +320,7 @@ TEST_P(MatmulTest, Sm80Form) {
                                     80);
   check_product<half, float>(Backend::kEmulator, {false, Epilogue::kAlphaBetaC, 0.5f, 2.0f},
                              {65, 63, 33, 1}, 80);
+  check_product<bfloat16, bfloat16>(Backend::kEmulator, {true}, {65, 63, 33, 0, 2, 8}, 80);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MatmulTest,

@@ -4,7 +4,8 @@
     check_sass.py --rule spills  --build-dir BUILD   # ptxas -v: no spill, any arch
     check_sass.py --rule wide    --build-dir BUILD   # SASS: 16-byte main-path accesses
     check_sass.py --rule tma     --build-dir BUILD   # SASS: staged kernels copy with TMA
-    check_sass.py --planted DIR  --build-dir BUILD   # both rules catch the planted PTX
+    check_sass.py --rule mma     --build-dir BUILD   # SASS: products use tensor cores
+    check_sass.py --planted DIR  --build-dir BUILD   # the rules catch the planted PTX
 
 The PTX is BUILD/generated/ptx/<instance>.<arch>.ptx (every arch); each is
 assembled as the codegen does (ptxas -arch=<arch> -O3 -v). The rules and the
@@ -19,9 +20,12 @@ assembled as the codegen does (ptxas -arch=<arch> -O3 -v). The rules and the
           UTMASTG where its outputs are staged (transpose), and LDGSTS
           (cp.async) in its sm_80 SASS. Such kernels'
           global loads are TMA copies: the wide rule checks their twins.
---planted runs both on the PTX in DIR and passes only if each planted file is
-rejected by the rule its name says (`_planted_spill`, `_planted_narrow`):
-the checks can fail.
+  mma     every matrix-product instance (bench/sass_report.py's MATMULS, the
+          `_direct` twins too) has HGMMA (wgmma) in its sm_90a SASS and HMMA
+          (mma.sync) in its sm_80 SASS.
+--planted runs the rules on the PTX in DIR and passes only if each planted
+file is rejected by the rule its name says (`_planted_spill`, `_planted_narrow`,
+`_planted_notma`, `_planted_nomma`): the checks can fail.
 
 Exit status: 0 pass, 1 fail, 77 skipped (nvdisasm not installed: see
 scripts/install-deps.sh; ptxas or the PTX missing).
@@ -44,7 +48,7 @@ SKIP = sr.SKIP
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-dir", type=Path, required=True)
-    ap.add_argument("--rule", choices=["spills", "wide", "tma"])
+    ap.add_argument("--rule", choices=["spills", "wide", "tma", "mma"])
     ap.add_argument("--planted", type=Path, help="directory of planted PTX")
     ap.add_argument("--ptxas")
     ap.add_argument("--nvdisasm")
@@ -58,7 +62,7 @@ def main() -> int:
     if not ptxas:
         print("SKIPPED: ptxas not found")
         return SKIP
-    need_sass = args.planted or args.rule in ("wide", "tma")
+    need_sass = args.planted or args.rule in ("wide", "tma", "mma")
     nvdisasm = sr.find_nvdisasm(args.nvdisasm) if need_sass else None
     if need_sass and not nvdisasm:
         print("SKIPPED: nvdisasm not found (scripts/install-deps.sh installs it from PyPI, "
@@ -89,6 +93,9 @@ def main() -> int:
                 missed.append(f"{k.instance} ({k.arch}): the narrow accesses were not reported")
             if "_planted_notma" in k.instance and "tma" not in mine:
                 missed.append(f"{k.instance} ({k.arch}): the missing TMA copies were not reported")
+            if "_planted_nomma" in k.instance and "mma" not in mine:
+                missed.append(f"{k.instance} ({k.arch}): the missing tensor-core MMAs were not "
+                              "reported")
         for m in missed:
             print("FAIL: " + m)
         print(f"{len(kernels)} planted kernels, {len(found)} violations reported, "
@@ -103,6 +110,12 @@ def main() -> int:
                 "outputs; sm_80: LDGSTS)")
         if not checked:
             print("FAIL: no staged kernel built for sm_90a")
+            return 1
+    elif args.rule == "mma":
+        checked = [k for k in kernels if k.kind == "matmul" and k.arch.startswith(("sm_9", "sm_8"))]
+        what = "tensor-core MMAs in matrix products (sm_90a: HGMMA; sm_80: HMMA)"
+        if not checked:
+            print("FAIL: no matrix-product kernel found")
             return 1
     elif args.rule == "wide":
         checked = [k for k in kernels

@@ -106,10 +106,15 @@ std::string gridText(const edsl::KernelSpec& spec) {
   return s + "]";
 }
 
-/// The launched grid extent of axis `a` as C++: arbitrary axes loop inside the kernel.
+/// The extent of launched axis `a` (CUDA's x, y, z) as C++: the a-th parallel
+/// grid axis (arbitrary axes loop inside the kernel); "1" past the last one.
 std::string launchedExtent(const edsl::KernelSpec& spec, size_t a) {
-  if (a >= spec.grid_axes().size() || spec.semantics(a) == edsl::Semantics::kArbitrary) return "1";
-  return spec.grid_axes()[a].to_cpp();
+  size_t launched = 0;
+  for (size_t axis = 0; axis < spec.grid_axes().size(); ++axis) {
+    if (spec.semantics(axis) == edsl::Semantics::kArbitrary) continue;
+    if (launched++ == a) return spec.grid_axes()[axis].to_cpp();
+  }
+  return "1";
 }
 
 /// The instance a staged kernel falls back to: the same, traced without staging.
@@ -314,8 +319,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
       os << "  const int64_t count_" << ops[i].name << " = " << ops[i].shape[0].to_cpp();
       if (ops[i].role == Role::kSemaphores &&
           ops[i].semaphore_scope == edsl::SemaphoreScope::kProgram)  // a slice per program
-        for (size_t a = 0; a < spec.grid_axes().size(); ++a)
-          os << " * (" << launchedExtent(spec, a) << ")";
+        for (size_t a = 0; a < 3; ++a) os << " * (" << launchedExtent(spec, a) << ")";
       os << ";\n";
     }
     os << "  const pallas::detail::ResourceRequest requests[] = {";

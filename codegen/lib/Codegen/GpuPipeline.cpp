@@ -96,7 +96,7 @@ std::string gpuToNVVMPipeline(bool gridConstant, bool cpAsync) {
   // The sm_80 form (cpAsync) also multiplies without wgmma.
   return std::string(
              "pallas-sink-broadcasts,pallas-assign-layouts,convert-pallas-to-gpu{async-copies=") +
-         (cpAsync ? "cp-async mma=fma" : "tma mma=wgmma") + "}," +
+         (cpAsync ? "cp-async mma=mma_sync" : "tma mma=wgmma") + "}," +
          gpuModuleToNVVMPipeline(gridConstant);
 }
 

@@ -447,8 +447,16 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   auto func = mlir::func::FuncOp::create(builder, loc, spec.instance_name(),
                                          builder.getFunctionType(arg_types, {}));
   func->setAttr(mlir::pallas::kKernelAttrName, builder.getUnitAttr());
-  func->setAttr(mlir::pallas::kGridRankAttrName,
-                builder.getI32IntegerAttr(static_cast<int32_t>(spec.grid_axes().size())));
+  // The launched grid: the parallel axes, in order, as CUDA's x, y, z.
+  std::vector<int> launched_axis;
+  int launched = 0;
+  for (size_t axis = 0; axis < spec.grid_axes().size(); ++axis)
+    launched_axis.push_back(spec.semantics(axis) == Semantics::kArbitrary ? -1 : launched++);
+  if (launched > 3)
+    spec.fail("the grid has " + std::to_string(launched) +
+              " parallel axes; at most 3 are launched (CUDA's x, y, z): mark the others "
+              "arbitrary or fold them into one axis");
+  func->setAttr(mlir::pallas::kGridRankAttrName, builder.getI32IntegerAttr(launched));
   func->setAttr("pallas.threads", builder.getI64IntegerAttr(spec.threads()));
   if (spec.max_registers() != 0 && (spec.max_registers() < 24 || spec.max_registers() > 255))
     spec.fail("max_registers(" + std::to_string(spec.max_registers()) +
@@ -494,6 +502,7 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   for (size_t i = 0; i < ops.size(); ++i) t.refs[i].operand = static_cast<int>(i);
   t.sequential_ids.resize(t.grid_rank);
   t.sequential_extents.resize(t.grid_rank);
+  t.launched_axis = launched_axis;
   Trace* saved = current_trace;
   current_trace = &t;
   struct Restore {

@@ -56,6 +56,10 @@ struct Trace {
   // Per grid axis, for arbitrary (sequential) axes: the loop's induction
   // variable and trip count; null for parallel axes.
   std::vector<mlir::Value> sequential_ids, sequential_extents;
+  // Per grid axis, for parallel axes: the launched axis (CUDA's x, y, z) it
+  // runs as, counting parallel axes only; -1 for arbitrary axes. A grid
+  // (b, i, j, arbitrary k) launches b, i, j as 0, 1, 2.
+  std::vector<int> launched_axis;
 };
 
 inline thread_local Trace* current_trace = nullptr;

@@ -376,7 +376,7 @@ Value program_id(int axis, std::source_location where) {
          std::to_string(t.grid_rank) + " axes");
   if (mlir::Value iv = t.sequential_ids[axis]) return wrap(iv);
   return wrap(mlir::pallas::ProgramIdOp::create(b(), loc(), b().getIndexType(),
-                                                b().getI32IntegerAttr(axis)));
+                                                b().getI32IntegerAttr(t.launched_axis[axis])));
 }
 
 Value num_programs(int axis, std::source_location where) {
@@ -387,7 +387,7 @@ Value num_programs(int axis, std::source_location where) {
          std::to_string(t.grid_rank) + " axes");
   if (mlir::Value extent = t.sequential_extents[axis]) return wrap(extent);
   return wrap(mlir::pallas::NumProgramsOp::create(b(), loc(), b().getIndexType(),
-                                                  b().getI32IntegerAttr(axis)));
+                                                  b().getI32IntegerAttr(t.launched_axis[axis])));
 }
 
 mlir::Value trace_state::materialize(const DimExpr& e) {

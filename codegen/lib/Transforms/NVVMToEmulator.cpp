@@ -214,6 +214,8 @@ class Rewriter {
       return success();
     }
     if (auto shfl = dyn_cast<NVVM::ShflOp>(op)) return rewriteShuffle(shfl);
+    if (auto ld = dyn_cast<NVVM::LdMatrixOp>(op)) return rewriteLdmatrix(ld);
+    if (auto mma = dyn_cast<NVVM::MmaOp>(op)) return rewriteMmaSync(mma);
     if (auto vote = dyn_cast<NVVM::VoteSyncOp>(op)) {
       Value pred = LLVM::ZExtOp::create(b_, loc, i32(), vote.getPred());
       Value r = call(loc, "pallas_emu_vote", i32(),
@@ -439,6 +441,77 @@ class Rewriter {
                                            LLVM::LoadOp::create(b_, loc, b_.getF32Type(), at),
                                            ArrayRef<int64_t>{i});
     }
+    replace(mma, result);
+    return success();
+  }
+
+  /// A stack array of `count` words at the start of the kernel.
+  Value wordsOnStack(Operation* op, int64_t count) {
+    OpBuilder eb(op->getParentOfType<LLVM::LLVMFuncOp>().getBody());
+    Value one = LLVM::ConstantOp::create(eb, op->getLoc(), i32(), eb.getI32IntegerAttr(1));
+    return LLVM::AllocaOp::create(eb, op->getLoc(), ptr(), LLVM::LLVMArrayType::get(i32(), count),
+                                  one);
+  }
+
+  Value wordAt(Location loc, Value words, int64_t i) {
+    return LLVM::GEPOp::create(b_, loc, ptr(), i32(), words,
+                               ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
+  }
+
+  /// ldmatrix -> pallas_emu_ldmatrix(num, trans, row, out): the lane's words
+  /// through a stack array.
+  LogicalResult rewriteLdmatrix(NVVM::LdMatrixOp ld) {
+    Location loc = ld.getLoc();
+    if (ld.getShape().getM() != 8 || ld.getShape().getN() != 8 ||
+        ld.getEltType() != NVVM::LdStMatrixEltType::B16)
+      return ld.emitOpError("no emulator rule for ldmatrix other than m8n8 b16");
+    const int64_t num = ld.getNum();
+    Value out = wordsOnStack(ld, num);
+    call(loc, "pallas_emu_ldmatrix", Type(),
+         {constI32(loc, num), constI32(loc, ld.getLayout() == NVVM::MMALayout::col ? 1 : 0),
+          ld.getPtr(), out});
+    if (num == 1) {
+      replace(ld, LLVM::LoadOp::create(b_, loc, i32(), out));
+      return success();
+    }
+    Value result = LLVM::UndefOp::create(b_, loc, ld.getType());
+    for (int64_t j = 0; j < num; ++j)
+      result = LLVM::InsertValueOp::create(
+          b_, loc, result, LLVM::LoadOp::create(b_, loc, i32(), wordAt(loc, out, j)),
+          ArrayRef<int64_t>{j});
+    replace(ld, result);
+    return success();
+  }
+
+  /// mma.sync m16n8k16 f16/bf16 -> f32 -> pallas_emu_mma_sync(type, frag):
+  /// A, B, C and D words through a stack array (emulator/src/collectives.cc).
+  LogicalResult rewriteMmaSync(NVVM::MmaOp mma) {
+    Location loc = mma.getLoc();
+    auto typeA = mma.getMultiplicandAPtxType();
+    if (mma.getShape().getM() != 16 || mma.getShape().getN() != 8 || mma.getShape().getK() != 16 ||
+        !typeA || (*typeA != NVVM::MMATypes::f16 && *typeA != NVVM::MMATypes::bf16) ||
+        mma.getMultiplicandBPtxType() != typeA || mma.accumPtxType() != NVVM::MMATypes::f32 ||
+        mma.resultPtxType() != NVVM::MMATypes::f32 || mma.getOperandA().size() != 4 ||
+        mma.getOperandB().size() != 2 || mma.getOperandC().size() != 4)
+      return mma.emitOpError(
+          "no emulator rule for mma.sync other than m16n8k16 f16/bf16 with f32 accumulators");
+    Value frag = wordsOnStack(mma, 14);
+    int64_t word = 0;
+    SmallVector<Value> words(mma.getOperandA());
+    llvm::append_range(words, mma.getOperandB());
+    llvm::append_range(words, mma.getOperandC());
+    for (Value v : words) {
+      if (v.getType() != i32()) v = LLVM::BitcastOp::create(b_, loc, i32(), v);
+      LLVM::StoreOp::create(b_, loc, v, wordAt(loc, frag, word++));
+    }
+    call(loc, "pallas_emu_mma_sync", Type(),
+         {constI32(loc, *typeA == NVVM::MMATypes::bf16 ? 1 : 0), frag});
+    Value result = LLVM::UndefOp::create(b_, loc, mma.getType());
+    for (int64_t i = 0; i < 4; ++i)
+      result = LLVM::InsertValueOp::create(
+          b_, loc, result,
+          LLVM::LoadOp::create(b_, loc, b_.getF32Type(), wordAt(loc, frag, 10 + i)),
+          ArrayRef<int64_t>{i});
     replace(mma, result);
     return success();
   }

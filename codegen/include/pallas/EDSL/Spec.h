@@ -789,7 +789,10 @@ class KernelSpec {
   /// `output` is written in place over `input` (Pallas' input_output_aliases):
   /// the entry point takes one mutable tensor for both.
   void alias(Operand input, Operand output);
-  /// Programs along up to 3 axes.
+  /// Programs along `axes`, Pallas' grid. At most 3 of them may be parallel:
+  /// those are launched as CUDA's x, y, z in order (a batched matmul's
+  /// (b, i, j, arbitrary k) launches b, i, j); arbitrary axes loop inside a
+  /// program.
   void grid(std::vector<DimExpr> axes);
   /// One entry per grid axis; without it every axis is parallel.
   void dimension_semantics(std::vector<Semantics> semantics);

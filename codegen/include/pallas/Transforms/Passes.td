@@ -131,15 +131,16 @@ def ConvertPallasToGPU : Pass<"convert-pallas-to-gpu", "ModuleOp"> {
 
     `pallas.dot` (MatmulRules.cpp) multiplies with `mma=wgmma` (sm_90a):
     `nvvm.wgmma.mma_async` on shared-memory descriptors, into the WGMMA
-    accumulator layout; with `mma=fma` (the sm_80 form until its mma.sync
-    rule exists) every thread computes its accumulator elements with FMAs
-    from shared memory, in the same layout.
+    accumulator layout; with `mma=mma_sync` (sm_80) each warp loads
+    fragments of padded shared copies with `nvvm.ldmatrix` and multiplies
+    with `nvvm.mma.sync` m16n8k16, whose 16 x 8 D fragments are the same
+    layout's registers (a warp's 16 rows of a 64-row block).
   }];
   let options = [
     Option<"asyncCopies", "async-copies", "std::string", /*default=*/"\"tma\"",
            "How staged blocks are copied: 'tma' (sm_90) or 'cp-async' (sm_80)">,
     Option<"mma", "mma", "std::string", /*default=*/"\"wgmma\"",
-           "How pallas.dot multiplies: 'wgmma' (sm_90a) or 'fma' (sm_80)">
+           "How pallas.dot multiplies: 'wgmma' (sm_90a) or 'mma_sync' (sm_80)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::vector::VectorDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",

@@ -386,8 +386,9 @@ struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUP
                          << "'; expected 'tma' or 'cp-async'";
       return signalPassFailure();
     }
-    if (mma != "wgmma" && mma != "fma") {
-      module.emitError() << "convert-pallas-to-gpu: mma='" << mma << "'; expected 'wgmma' or 'fma'";
+    if (mma != "wgmma" && mma != "mma_sync") {
+      module.emitError() << "convert-pallas-to-gpu: mma='" << mma
+                         << "'; expected 'wgmma' or 'mma_sync'";
       return signalPassFailure();
     }
     for (func::FuncOp k : kernels) {

@@ -1,4 +1,4 @@
-//===- MatmulRules.cpp - pallas.dot and accumulators: wgmma, or FMAs ----------===//
+//===- MatmulRules.cpp - pallas.dot and accumulators: wgmma or mma.sync -------===//
 //
 // `pallas.dot` (acc + a @ b, f16/bf16 in, f32 out) produces its result in the
 // WGMMA accumulator layout (PallasLayouts.td, `wgmmaAccumulator`), whatever
@@ -12,9 +12,9 @@
 //    place when its rows are exactly one swizzle span (128 bytes: 64 bf16 of
 //    K); any other operand value is first stored by the threads into a
 //    buffer of that layout (the rule's, fenced for the async proxy).
-//  - mma=fma (sm_80, until an mma.sync rule exists): a and b go through
-//    row-major shared buffers and every thread sums its accumulator
-//    elements over K with FMAs. Correct, and as slow as it sounds.
+//  - mma=mma_sync (sm_80): a and b go through padded row-major shared
+//    buffers, ldmatrix loads their fragments and each warp multiplies its
+//    16 rows of every 64 with `mma.sync.m16n8k16` (multiplyWithMmaSync).
 //
 // The operand layout wgmma reads (PTX ISA, "Shared memory matrix layout",
 // K-major with swizzle S = 32, 64 or 128 bytes): an operand tile of R rows
@@ -40,8 +40,6 @@
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
-
-#include <map>
 
 namespace mlir::pallas::gpu_lowering {
 namespace {
@@ -238,66 +236,144 @@ Value multiplyWithWgmma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   return frag;
 }
 
-/// acc + a @ b with FMAs: a and b row-major in shared memory, each thread
-/// summing its accumulator elements over K.
-Value multiplyWithFma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
+/// An f16/bf16 operand of mma.sync in shared memory: row-major, each row
+/// padded to `pitch` elements so that ldmatrix's 8 row addresses fall in
+/// different 16-byte bank groups (pitch (cols + 8) * 2 bytes is an odd
+/// number of 16-byte units when cols is a multiple of 16: conflict-free).
+struct PaddedOperand {
+  Value base;  // index: the buffer's shared address
+  int64_t pitch = 0;
+};
+
+/// Stores block value `v` ([rows, cols], strided layout) into a padded rule
+/// buffer: each run of the thread's fragment is one vector store (runs do
+/// not cross rows: cols is a multiple of the run length, checked by lowerDot).
+PaddedOperand storePadded(Value v, GpuLowering& g, OpBuilder& b, StringRef purpose) {
+  Location loc = v.getLoc();
+  auto type = cast<VectorType>(v.getType());
+  const int64_t rows = type.getShape()[0], cols = type.getShape()[1];
+  const int64_t vec = g.strided().getVec(), pitch = cols + std::max<int64_t>(8, vec);
+  Value buffer = g.sharedBuffer(b, loc, rows * pitch, type.getElementType(), SharedLifetime::kRule,
+                                16, purpose);
+  Value frag = *g.operandIn(b, loc, v, g.strided());
+  for (int64_t r = 0; r < g.runs(type); ++r) {
+    // Element (row, col) = flat index row * cols + col goes to row * pitch + col.
+    Value flat = g.runStart(b, loc, r);
+    Value row = arith::DivUIOp::create(b, loc, flat, idx(b, loc, cols));
+    Value at = arith::AddIOp::create(b, loc, flat,
+                                     arith::MulIOp::create(b, loc, row, idx(b, loc, pitch - cols)));
+    Value run = vector::ExtractStridedSliceOp::create(b, loc, frag, ArrayRef<int64_t>{r * vec},
+                                                      ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
+    vector::StoreOp::create(b, loc, run, buffer, ValueRange{at});
+  }
+  return {sharedAddress(b, loc, buffer), pitch};
+}
+
+/// acc + a @ b with mma.sync m16n8k16 (sm_80), into the same WGMMA
+/// accumulator layout: a warp's 16 rows of a 64-row block, 8 columns at a
+/// time, are exactly mma.sync's 16 x 8 D fragment (lane l holds rows l / 4
+/// and l / 4 + 8, columns 2 (l % 4) + {0, 1}), so warp w multiplies rows
+/// 16 w.. of each 64-row block by all of b. Fragments come from the padded
+/// shared copies by ldmatrix: a's 16 x 16 as .x4 (matrices: rows 0-7 / 8-15
+/// x K 0-7 / 8-15, lane l addressing row l % 8 + 8 ((l / 8) % 2), K 8 (l / 16));
+/// b's for two 8-column tiles as one .x4, transposed when b is [K, N].
+Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   Location loc = dot.getLoc();
-  const int64_t k = dot.getK(), m = dot.getM(), n = dot.getN();
-  auto store = [&](Value v, StringRef purpose) {
-    auto type = cast<VectorType>(v.getType());
-    Value buffer = g.sharedBuffer(b, loc, type.getNumElements(), type.getElementType(),
-                                  SharedLifetime::kRule, 16, purpose);
-    g.storeRunsToShared(b, loc, *g.operandIn(b, loc, v, g.strided()), type, buffer);
-    return buffer;
+  MLIRContext* ctx = b.getContext();
+  const int64_t m = dot.getM(), n = dot.getN(), k = dot.getK();
+  const bool bt = dot.getTransposeB();
+  const bool bf16 = dot.getA().getType().getElementType().isBF16();
+  PaddedOperand a = storePadded(dot.getA(), g, b, "mma.sync operand a");
+  PaddedOperand bm = storePadded(dot.getB(), g, b, "mma.sync operand b");
+  gpu::BarrierOp::create(b, loc);
+  Value lane = arith::RemUIOp::create(b, loc, g.tid, idx(b, loc, 32));
+  Value warp = arith::RemUIOp::create(
+      b, loc, arith::DivUIOp::create(b, loc, g.tid, idx(b, loc, 32)), idx(b, loc, 4));
+  Value lane8 = arith::RemUIOp::create(b, loc, lane, idx(b, loc, 8));
+  Value half = arith::RemUIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, idx(b, loc, 8)),
+                                      idx(b, loc, 2));
+  Value quarter = arith::DivUIOp::create(b, loc, lane, idx(b, loc, 16));
+  auto add = [&](Value x, Value y) { return arith::AddIOp::create(b, loc, x, y).getResult(); };
+  auto scaled = [&](Value x, int64_t c) {
+    return arith::MulIOp::create(b, loc, x, idx(b, loc, c)).getResult();
   };
-  Value a = store(dot.getA(), "dot operand a"), bm = store(dot.getB(), "dot operand b");
+  // This lane's row address for ldmatrix: element (row, col) of `op`.
+  auto rowAddress = [&](const PaddedOperand& op, Value row, Value col) -> Value {
+    Value bytes = scaled(add(scaled(row, op.pitch), col), 2);
+    Value i64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), add(op.base, bytes));
+    return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(ctx, kSharedSpace), i64);
+  };
+  Type i32 = b.getI32Type();
+  Type word = bf16 ? i32 : VectorType::get({2}, b.getF16Type());
+  auto ldmatrix = [&](Value ptr, int num, bool trans) {
+    Type type = i32;
+    if (num > 1) type = LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(num, i32));
+    Value r = NVVM::LdMatrixOp::create(b, loc, type, ptr, static_cast<uint32_t>(num),
+                                       trans ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+                                       NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8),
+                                       NVVM::LdStMatrixEltType::B16);
+    SmallVector<Value> words;
+    for (int j = 0; j < num; ++j) {
+      Value w = num == 1 ? r : LLVM::ExtractValueOp::create(b, loc, r, ArrayRef<int64_t>{j});
+      words.push_back(bf16 ? w : LLVM::BitcastOp::create(b, loc, word, w).getResult());
+    }
+    return words;
+  };
+  const NVVM::MMATypes type = bf16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
+  auto resultType = LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(4, b.getF32Type()));
+  for (int64_t k0 = 0; k0 < k; k0 += 16) {
+    // b's two words per 8-column tile, 16 columns per ldmatrix (.x2 for a
+    // last tile of 8): matrices (tile 0, K 0-7), (tile 0, K 8-15), (tile 1, ...).
+    SmallVector<Value> bWords;
+    for (int64_t n0 = 0; n0 < n; n0 += 16) {
+      const int num = n - n0 >= 16 ? 4 : 2;
+      Value tile = num == 4 ? quarter : idx(b, loc, 0);
+      Value ptr = bt ? rowAddress(bm, add(idx(b, loc, n0), add(lane8, scaled(tile, 8))),
+                                  add(idx(b, loc, k0), scaled(half, 8)))
+                     : rowAddress(bm, add(idx(b, loc, k0), add(lane8, scaled(half, 8))),
+                                  add(idx(b, loc, n0), scaled(tile, 8)));
+      llvm::append_range(bWords, ldmatrix(ptr, num, /*trans=*/!bt));
+    }
+    for (int64_t m0 = 0; m0 < m; m0 += 64) {
+      Value row = add(idx(b, loc, m0), add(scaled(warp, 16), add(lane8, scaled(half, 8))));
+      SmallVector<Value> aWords =
+          ldmatrix(rowAddress(a, row, add(idx(b, loc, k0), scaled(quarter, 8))), 4, false);
+      for (int64_t j = 0; j < n / 8; ++j) {
+        // Registers of rows m0.. and columns 8 j..: ((m0 / 64) * n / 8 + j) * 4 on.
+        const int64_t first = ((m0 / 64) * (n / 8) + j) * 4;
+        SmallVector<Value> c;
+        for (int64_t i = 0; i < 4; ++i)
+          c.push_back(vector::ExtractOp::create(b, loc, frag, first + i));
+        auto mma = NVVM::MmaOp::create(
+            b, loc, resultType, aWords, ValueRange{bWords[2 * j], bWords[2 * j + 1]}, c,
+            ArrayRef<int64_t>{16, 8, 16}, std::nullopt, std::nullopt,
+            std::array<NVVM::MMATypes, 2>{type, type},
+            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
+        for (int64_t i = 0; i < 4; ++i)
+          frag = vector::InsertOp::create(
+              b, loc, LLVM::ExtractValueOp::create(b, loc, mma.getResult(), ArrayRef<int64_t>{i}),
+              frag, first + i);
+      }
+    }
+  }
+  // Rule buffers are dead after the rule: no thread may reuse the bytes
+  // before every warp has read them.
   gpu::BarrierOp::create(b, loc);
-  auto layout = cast<TiledLayoutAttr>(g.layoutOf(dot.getResult()));
+  return frag;
+}
+
+/// Whether register ((m0 / 64) * n / 8 + j) * 4 + i of thread 0 in `layout`
+/// holds element (m0 + 8 (i / 2), 8 j + i % 2): mma.sync's D fragment order,
+/// which multiplyWithMmaSync and multiplyWithWgmma assume.
+bool fragmentOrderMatches(TiledLayoutAttr layout, int64_t m, int64_t n) {
   SmallVector<int64_t> shape{m, n};
-  SmallVector<Value> origin = g.tiledThreadOrigin(b, loc, layout, shape);
-  const int64_t regs = layout.registersPerThread(shape);
-  // Element (row, k) of a is at row * K + k; element (k, col) of b at k * N +
-  // col ([K, N]) or col * K + k ([N, K]). With the thread's origin (r0, c0)
-  // and register r's constant offset (dr, dc), each is a per-thread base
-  // plus the loop's k term plus a constant, so the loads take immediate
-  // offsets and few registers; the thread's registers share 4 rows of a and
-  // N / 4 columns of b per step, each loaded once.
-  Value aBase = arith::MulIOp::create(b, loc, origin[0], idx(b, loc, k));
-  Value bBase = dot.getTransposeB()
-                    ? arith::MulIOp::create(b, loc, origin[1], idx(b, loc, k)).getResult()
-                    : origin[1];
-  Type f32 = b.getF32Type();
-  auto loop = scf::ForOp::create(
-      b, loc, idx(b, loc, 0), idx(b, loc, k), idx(b, loc, 1), ValueRange{frag},
-      [&](OpBuilder& lb, Location l, Value kk, ValueRange carry) {
-        Value acc = carry[0];
-        Value aStep = arith::AddIOp::create(lb, l, aBase, kk);
-        Value bStep = arith::AddIOp::create(
-            lb, l, bBase,
-            dot.getTransposeB() ? kk : arith::MulIOp::create(lb, l, kk, idx(lb, l, n)).getResult());
-        std::map<int64_t, Value> aLoaded, bLoaded;  // by constant offset
-        auto load = [&](std::map<int64_t, Value>& cache, Value buffer, Value base, int64_t offset) {
-          Value& v = cache[offset];
-          if (!v)
-            v = arith::ExtFOp::create(lb, l, f32,
-                                      memref::LoadOp::create(lb, l, buffer,
-                                                             ValueRange{arith::AddIOp::create(
-                                                                 lb, l, base, idx(lb, l, offset))})
-                                          .getResult());
-          return v;
-        };
-        for (int64_t r = 0; r < regs; ++r) {
-          SmallVector<int64_t> at = layout.elementAt(shape, 0, 0, r);
-          Value x = load(aLoaded, a, aStep, at[0] * k);
-          Value y = load(bLoaded, bm, bStep, dot.getTransposeB() ? at[1] * k : at[1]);
-          Value sum = arith::AddFOp::create(lb, l, vector::ExtractOp::create(lb, l, acc, r),
-                                            arith::MulFOp::create(lb, l, x, y));
-          acc = vector::InsertOp::create(lb, l, sum, acc, r);
-        }
-        scf::YieldOp::create(lb, l, ValueRange{acc});
-      });
-  gpu::BarrierOp::create(b, loc);
-  return loop.getResult(0);
+  for (int64_t m0 = 0; m0 < m; m0 += 64)
+    for (int64_t j = 0; j < n / 8; ++j)
+      for (int64_t i = 0; i < 4; ++i) {
+        SmallVector<int64_t> at = layout.elementAt(shape, 0, 0, ((m0 / 64) * (n / 8) + j) * 4 + i);
+        if (at[0] != m0 + 8 * (i / 2) || at[1] != 8 * j + i % 2) return false;
+      }
+  return true;
 }
 
 LogicalResult lowerDot(DotOp dot, GpuLowering& g, OpBuilder& b) {
@@ -310,6 +386,14 @@ LogicalResult lowerDot(DotOp dot, GpuLowering& g, OpBuilder& b) {
   Attribute layout = g.layoutOf(dot.getResult());
   if (!isa_and_nonnull<TiledLayoutAttr>(layout))
     return dot.emitOpError("the result must be in the WGMMA accumulator layout, not ") << layout;
+  if (!fragmentOrderMatches(cast<TiledLayoutAttr>(layout), m, n))
+    return dot.emitOpError("the accumulator layout ")
+           << layout << " does not hold mma.sync's fragments in the order the rule assumes";
+  const int64_t vec = g.strided().getVec();
+  if (!g.wgmma && (k % vec != 0 || (dot.getTransposeB() ? k : n) % vec != 0))
+    return dot.emitOpError("mma.sync stores the operands' rows whole; their lengths (")
+           << k << ", " << (dot.getTransposeB() ? k : n) << ") must be multiples of the " << vec
+           << "-element runs of the strided layout";
   VectorType fragType = g.threadType(dot.getResult().getType(), layout);
   Value frag;
   if (dot.getAcc()) {
@@ -322,7 +406,7 @@ LogicalResult lowerDot(DotOp dot, GpuLowering& g, OpBuilder& b) {
     frag = arith::ConstantOp::create(b, loc, b.getZeroAttr(fragType));
   }
   g.map.map(dot.getResult(),
-            g.wgmma ? multiplyWithWgmma(dot, g, b, frag) : multiplyWithFma(dot, g, b, frag));
+            g.wgmma ? multiplyWithWgmma(dot, g, b, frag) : multiplyWithMmaSync(dot, g, b, frag));
   return success();
 }
 

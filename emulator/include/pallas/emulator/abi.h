@@ -119,6 +119,19 @@ void pallas_emu_wgmma_fence(void);
 void pallas_emu_wgmma_commit(void);
 void pallas_emu_wgmma_wait(int32_t pending);
 
+/// ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16, warp-wide: `row` is
+/// this lane's row address (lanes 8 j .. 8 j + 7 give matrix j's rows, each
+/// 16 bytes, 16-byte aligned); out[j] receives this lane's two elements of
+/// matrix j (row lane / 4, columns 2 (lane % 4) + {0, 1}; with `trans`, column
+/// lane / 4, rows 2 (lane % 4) + {0, 1}), low half first. Reads are checked
+/// like loads by this lane.
+void pallas_emu_ldmatrix(int32_t num, int32_t trans, const void* row, int32_t* out);
+/// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32, warp-wide:
+/// `frag` is this lane's registers, 4 words of A, 2 of B, then 4 floats of C
+/// (as words) and 4 of D written here (PTX's fragment order); `type` 0 for
+/// f16, 1 for bf16.
+void pallas_emu_mma_sync(int32_t type, int32_t* frag);
+
 /// mbarrier.init: `count` arrivals per phase, phase 0, no transactions.
 void pallas_emu_mbarrier_init(void* barrier, int32_t count);
 /// mbarrier.inval: the barrier's memory may be initialised again.
