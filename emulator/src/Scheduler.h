@@ -38,6 +38,10 @@ struct Thread {
   /// complete (cp.async.bulk.wait_group.read); a store belongs to group
   /// `bulk_committed` until the next commit.
   uint64_t bulk_committed = 0, bulk_completed = 0;
+  /// wgmma groups, the same way: a wgmma.mma_async belongs to group
+  /// `wgmma_committed` until wgmma.commit_group; wgmma.wait_group(n) completes
+  /// all but the newest n committed groups (wgmma.cc).
+  uint64_t wgmma_committed = 0, wgmma_completed = 0;
   /// Shared offsets this thread's cp.async copies wrote that no
   /// cp.async.mbarrier.arrive tracks yet.
   std::vector<int64_t> cp_async_untracked;
@@ -94,6 +98,15 @@ struct ShadowByte {
   /// `store_group` (kNobody: not): nothing writes it until that group is waited for.
   int32_t store_thread = kNobody;
   uint64_t store_group = 0;
+  /// Read by a wgmma of thread `wgmma_thread` in its wgmma group
+  /// `wgmma_group` (kNobody: not): nothing writes it until that group is
+  /// waited for (wgmma.wait_group).
+  int32_t wgmma_thread = kNobody;
+  uint64_t wgmma_group = 0;
+  /// The swizzle (0, 32, 64, 128 bytes) of the TMA copy that last wrote the
+  /// byte; -1 when a thread wrote it (no layout known). A wgmma descriptor
+  /// reading it must use the same swizzle.
+  int16_t tma_swizzle = -1;
 };
 
 struct Cta {
@@ -136,6 +149,9 @@ std::string thread_name(const Cta& cta, int32_t linear);
 /// Fails when byte `offset` of shared memory is still read by a TMA store
 /// whose bulk group was not waited for; `writer` names what writes it.
 void check_store_done(const Cta& cta, int64_t offset, const std::string& writer);
+/// Fails if an unfinished wgmma (not yet waited for) reads shared `offset`,
+/// which `writer` is about to overwrite.
+void check_wgmma_done(const Cta& cta, int64_t offset, const std::string& writer);
 /// Fails unless the bytes [offset, offset + bytes) of shared memory, about to
 /// be overwritten by an asynchronous copy (`what`) issued by this thread, were
 /// released: no other thread touched them since the last barrier, no TMA

@@ -69,7 +69,9 @@ void check_race(Cta& cta, const Thread& t, int64_t offset, int64_t bytes, bool s
     ShadowByte& sh = cta.shadow[static_cast<size_t>(i)];
     if (store) {
       check_store_done(cta, i, "a store by this thread");
+      check_wgmma_done(cta, i, "a store by this thread");
       sh.copy_barrier = -1;  // the thread's own data now
+      sh.tma_swizzle = -1;
     } else if (sh.copy_barrier != -1) {
       check_copy_seen(t, i, sh);
     }
@@ -115,6 +117,18 @@ void check_store_done(const Cta& cta, int64_t offset, const std::string& writer)
        "wait_smem_to_gmem) before writing the stage again");
 }
 
+void check_wgmma_done(const Cta& cta, int64_t offset, const std::string& writer) {
+  const ShadowByte& sh = cta.shadow[static_cast<size_t>(offset)];
+  if (sh.wgmma_thread == ShadowByte::kNobody) return;
+  const Thread& issuer = cta.threads[static_cast<size_t>(sh.wgmma_thread)];
+  if (issuer.wgmma_completed > sh.wgmma_group) return;
+  fail(writer + " overwrites shared offset " + std::to_string(offset) +
+       " while a wgmma still reads it (wgmma group " + std::to_string(sh.wgmma_group) + " of " +
+       thread_name(cta, sh.wgmma_thread) +
+       ", not yet waited for): wait for the multiply (wgmma.wait_group, Pallas' wgmma_wait) "
+       "before writing its operand again");
+}
+
 void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, const std::string& what) {
   const int32_t me = current().thread->linear;
   for (int64_t at = offset; at < offset + bytes; ++at) {
@@ -132,6 +146,7 @@ void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, const s
            " since the last barrier: the producer reuses a stage before its consumers released "
            "it (a barrier after their last access)");
     check_store_done(cta, at, what);
+    check_wgmma_done(cta, at, what);
   }
 }
 

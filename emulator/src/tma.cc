@@ -305,6 +305,7 @@ extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* bar
       sh = ShadowByte{};
       sh.copy_barrier = barrier_offset;
       sh.copy_phase = bar.phase;
+      sh.tma_swizzle = static_cast<int16_t>(map.swizzle);
     }
   });
   bar.tx -= box_bytes(map);

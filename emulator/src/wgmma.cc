@@ -24,6 +24,7 @@
 
 #include "pallas/emulator/abi.h"
 
+#include <algorithm>
 #include <cstring>
 
 using namespace pallas::emulator;
@@ -78,8 +79,7 @@ Operand decode(int64_t desc, const char* which) {
 }
 
 /// The element at row `r`, K index `k` of a K-major operand.
-float element(const Cta& cta, const Operand& op, int64_t r, int64_t k, bool bf16,
-              const char* which) {
+float element(Cta& cta, const Operand& op, int64_t r, int64_t k, bool bf16, const char* which) {
   int64_t o = op.start + (r / 8) * op.stride_bytes + (r % 8) * op.swizzle + 2 * k;
   o ^= ((o >> 7) % (op.swizzle / 16)) << 4;
   // The descriptor holds the low 18 bits of the shared-window address.
@@ -90,6 +90,22 @@ float element(const Cta& cta, const Operand& op, int64_t r, int64_t k, bool bf16
          ", past the " + std::to_string(cta.shared_bytes) + " bytes of shared memory");
   const std::byte* at = cta.shared + offset;
   pallas_emu_access(at, 2, 2, kAccessLoad);  // races, and copies not yet waited for
+  const Thread& t = *current().thread;
+  for (int64_t k = offset; k < offset + 2; ++k) {
+    ShadowByte& sh = cta.shadow[static_cast<size_t>(k)];
+    // A TMA copy wrote the byte in its swizzled layout: the descriptor must
+    // read it with the same swizzle, or it reads other elements.
+    if (sh.tma_swizzle >= 0 && sh.tma_swizzle != op.swizzle)
+      fail(std::string("wgmma operand ") + which + " reads shared offset " + std::to_string(k) +
+           " through a descriptor with a " + std::to_string(op.swizzle) +
+           "-byte swizzle, but the TMA copy that wrote it used " +
+           (sh.tma_swizzle == 0 ? std::string("no swizzle")
+                                : "a " + std::to_string(sh.tma_swizzle) + "-byte swizzle"));
+    // Until the thread's wgmma.wait_group completes this group, nothing may
+    // overwrite the operand (memory.cc, check_wgmma_done).
+    sh.wgmma_thread = t.linear;
+    sh.wgmma_group = t.wgmma_committed;
+  }
   uint16_t h;
   std::memcpy(&h, at, sizeof h);
   return half_to_float(h, bf16);
@@ -100,7 +116,7 @@ float element(const Cta& cta, const Operand& op, int64_t r, int64_t k, bool bf16
 extern "C" void pallas_emu_wgmma(float* acc, int32_t n, int64_t desc_a, int64_t desc_b,
                                  int32_t type, int32_t trans_a, int32_t trans_b, int32_t scale_d) {
   LaunchState& s = current();
-  const Cta& cta = *s.cta;
+  Cta& cta = *s.cta;
   if (trans_a || trans_b) fail("wgmma with a transposed (MN-major) operand is not emulated");
   if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma n = " + std::to_string(n) + " is not 8..256");
   const Operand a = decode(desc_a, "a"), b = decode(desc_b, "b");
@@ -117,5 +133,12 @@ extern "C" void pallas_emu_wgmma(float* acc, int32_t n, int64_t desc_a, int64_t 
 }
 
 extern "C" void pallas_emu_wgmma_fence(void) {}
-extern "C" void pallas_emu_wgmma_commit(void) {}
-extern "C" void pallas_emu_wgmma_wait(int32_t) {}
+
+extern "C" void pallas_emu_wgmma_commit(void) { ++current().thread->wgmma_committed; }
+
+extern "C" void pallas_emu_wgmma_wait(int32_t pending) {
+  Thread& t = *current().thread;
+  const auto keep = static_cast<uint64_t>(std::max(pending, 0));
+  if (t.wgmma_committed > keep)
+    t.wgmma_completed = std::max(t.wgmma_completed, t.wgmma_committed - keep);
+}

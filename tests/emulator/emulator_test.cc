@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -34,6 +35,7 @@ PLANTED(tma_read_before_wait)
 PLANTED(tma_expect_tx)
 PLANTED(tma_stage_reuse)
 PLANTED(tma_store_then_overwrite)
+PLANTED(wgmma_tma_operand)
 #undef PLANTED
 }
 
@@ -338,6 +340,103 @@ TEST(EmulatorChecks, StageWrittenAgainAfterWaitingForTheStore) {
         << "seed " << seed;
     for (size_t i = 0; i < 256; ++i) ASSERT_EQ(out[i], float(i % 128)) << "element " << i;
   }
+}
+
+//===----------------------------------------------------------------------===//
+// wgmma on a TMA-staged operand: x is 64 rows x 16 bf16, copied with a
+// 32-byte swizzle; the kernel multiplies x by x[0:8]^T
+//===----------------------------------------------------------------------===//
+
+/// Descriptor bits 32-63 for rows of `swizzle` bytes: stride byte offset
+/// (8 rows) >> 4, and the swizzle mode (1: 128 bytes, 2: 64, 3: 32).
+int64_t descriptor_high(int64_t swizzle) {
+  const uint64_t mode = swizzle == 128 ? 1 : swizzle == 64 ? 2 : 3;
+  return static_cast<int64_t>((static_cast<uint64_t>(8 * swizzle >> 4) << 32) | (mode << 62));
+}
+
+std::string run_wgmma(std::vector<float>& out, std::vector<uint16_t>& x, int64_t descriptor_swizzle,
+                      bool early, uint64_t seed = 0) {
+  EmuTensorMap map{};
+  map.magic = kEmuTensorMapMagic;
+  map.rank = 2;
+  map.element_bytes = 2;
+  map.swizzle = 32;
+  map.base = x.data();
+  map.dims[0] = 16;
+  map.dims[1] = 64;
+  map.box[0] = 16;
+  map.box[1] = 64;
+  map.strides[0] = 32;
+  map.name = "x";
+  const void* descriptor = &map;
+  int64_t high = descriptor_high(descriptor_swizzle);
+  Descriptor d(out);
+  std::vector<void*> args;
+  d.append(args);
+  args.push_back(&descriptor);
+  args.push_back(&high);
+  args.push_back(&early);
+  LaunchConfig config;
+  config.kernel = "wgmma_tma_operand";
+  config.entry = pallas_emu_wgmma_tma_operand;
+  config.args = args.data();
+  config.grid = {1, 1, 1};
+  config.block = {128, 1, 1};
+  config.shared_bytes = pallas_emu_wgmma_tma_operand_shared_bytes;
+  std::vector<Buffer> buffers{buffer("out", out), buffer("x", x)};
+  config.buffers = buffers;
+  config.options.schedule_seed = seed;
+  std::string error;
+  if (launch(config, error)) return "";
+  return error.empty() ? "<failed without a message>" : error;
+}
+
+/// bf16 bits of small integers (exact), x[r][k] = (3 r + k) % 7 - 3.
+std::vector<uint16_t> small_bf16_matrix() {
+  std::vector<uint16_t> x(64 * 16);
+  for (int r = 0; r < 64; ++r)
+    for (int k = 0; k < 16; ++k) {
+      const float v = static_cast<float>((3 * r + k) % 7 - 3);
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      x[static_cast<size_t>(r * 16 + k)] = static_cast<uint16_t>(bits >> 16);
+    }
+  return x;
+}
+
+TEST(EmulatorChecks, WgmmaReadsTheTmaTileThroughItsDescriptor) {
+  for (uint64_t seed : {0, 1, 2}) {
+    std::vector<float> out(512, -1.0f);
+    std::vector<uint16_t> x = small_bf16_matrix();
+    ASSERT_EQ(run_wgmma(out, x, 32, /*early=*/false, seed), "") << "seed " << seed;
+    // Thread t's register i: row 16 (t / 32) + (t % 32) / 4 + 8 (i / 2),
+    // column 2 (t % 4) + i % 2 (PTX's wgmma D fragment).
+    for (int t = 0; t < 128; ++t)
+      for (int i = 0; i < 4; ++i) {
+        const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * (i / 2), col = 2 * (t % 4) + i % 2;
+        float want = 0;
+        for (int k = 0; k < 16; ++k)
+          want += static_cast<float>(((3 * row + k) % 7 - 3) * ((3 * col + k) % 7 - 3));
+        ASSERT_EQ(out[static_cast<size_t>(4 * t + i)], want) << "thread " << t << " register " << i;
+      }
+  }
+}
+
+TEST(EmulatorChecks, WgmmaOperandOverwrittenBeforeItsWait) {
+  std::vector<float> out(512);
+  std::vector<uint16_t> x = small_bf16_matrix();
+  std::string error = run_wgmma(out, x, 32, /*early=*/true);
+  EXPECT_THAT(error, HasSubstr("a store by this thread overwrites shared offset "));
+  EXPECT_THAT(error, HasSubstr("while a wgmma still reads it (wgmma group 0 of thread "));
+  EXPECT_THAT(error, HasSubstr("not yet waited for): wait for the multiply (wgmma.wait_group"));
+}
+
+TEST(EmulatorChecks, WgmmaDescriptorSwizzleDiffersFromTheCopy) {
+  std::vector<float> out(512);
+  std::vector<uint16_t> x = small_bf16_matrix();
+  std::string error = run_wgmma(out, x, 128, /*early=*/false);
+  EXPECT_THAT(error, HasSubstr("through a descriptor with a 128-byte swizzle, but the TMA copy "
+                               "that wrote it used a 32-byte swizzle"));
 }
 
 TEST(EmulatorScheduling, ProgramsWaitingOnEachOtherNeedToBeResident) {

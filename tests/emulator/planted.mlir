@@ -415,5 +415,87 @@ module attributes {gpu.container_module} {
       memref.store %zero, %buf[%tid] : memref<256xf32, #gpu.address_space<workgroup>>
       gpu.return
     }
+
+    // wgmma on a TMA-staged operand: thread 0 copies x (64 rows x 16 bf16)
+    // into %buf with a 32-byte swizzle; the warpgroup multiplies its rows by
+    // rows 0..7 (A = x, B = x[0:8], both K-major, one descriptor) through a
+    // descriptor whose high bits (%desc_high: stride byte offset, swizzle
+    // mode) the test gives, and each thread writes its 4 accumulator
+    // registers to out[4 tid ..]. With %early thread 0 zeroes buf[0] after a
+    // barrier but before the wgmma.wait_group, while the multiply may still
+    // read it; without it, after the wait (the twin).
+    gpu.func @wgmma_tma_operand(%out: memref<?xf32>, %desc: !llvm.ptr, %desc_high: i64, %early: i1) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}, %buf: memref<4096xbf16, #gpu.address_space<workgroup>> {llvm.align = 1024 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %is0 = arith.cmpi eq, %tid, %c0 : index
+      %bi = memref.extract_aligned_pointer_as_index %bar : memref<1xi64, #gpu.address_space<workgroup>> -> index
+      %b64 = arith.index_cast %bi : index to i64
+      %p = llvm.inttoptr %b64 : i64 to !llvm.ptr<3>
+      %si = memref.extract_aligned_pointer_as_index %buf : memref<4096xbf16, #gpu.address_space<workgroup>> -> index
+      %s64 = arith.index_cast %si : index to i64
+      %s3 = llvm.inttoptr %s64 : i64 to !llvm.ptr<3>
+      %dst = llvm.addrspacecast %s3 : !llvm.ptr<3> to !llvm.ptr<7>
+      %one = arith.constant 1 : i32
+      %bytes = arith.constant 2048 : i32
+      %origin = arith.constant 0 : i32
+      %ticks = arith.constant 1000 : i32
+      scf.if %is0 {
+        nvvm.mbarrier.init %p, %one : !llvm.ptr<3>, i32
+      }
+      gpu.barrier
+      scf.if %is0 {
+        nvvm.mbarrier.arrive.expect_tx %p, %bytes : !llvm.ptr<3>, i32
+        nvvm.cp.async.bulk.tensor.shared.cluster.global %dst, %desc, %p, box[%origin, %origin] : !llvm.ptr<7>, !llvm.ptr
+      }
+      nvvm.mbarrier.try_wait.parity %p, %origin, %ticks : !llvm.ptr<3>, i32, i32
+      // The descriptor: (address & 0x3ffff) >> 4, leading byte offset 1, %desc_high.
+      %mask = arith.constant 262143 : i64
+      %four = arith.constant 4 : i64
+      %lbo = arith.constant 65536 : i64
+      %low = arith.andi %s64, %mask : i64
+      %start = arith.shrui %low, %four : i64
+      %d0 = arith.ori %start, %lbo : i64
+      %d = arith.ori %d0, %desc_high : i64
+      %zero = arith.constant 0.0 : f32
+      %u = llvm.mlir.undef : !llvm.struct<(f32, f32, f32, f32)>
+      %a0 = llvm.insertvalue %zero, %u[0] : !llvm.struct<(f32, f32, f32, f32)>
+      %a1 = llvm.insertvalue %zero, %a0[1] : !llvm.struct<(f32, f32, f32, f32)>
+      %a2 = llvm.insertvalue %zero, %a1[2] : !llvm.struct<(f32, f32, f32, f32)>
+      %acc = llvm.insertvalue %zero, %a2[3] : !llvm.struct<(f32, f32, f32, f32)>
+      nvvm.wgmma.fence.aligned
+      %r = nvvm.wgmma.mma_async %d, %d, %acc, <m = 64, n = 8, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>] : !llvm.struct<(f32, f32, f32, f32)> -> !llvm.struct<(f32, f32, f32, f32)>
+      nvvm.wgmma.commit.group.sync.aligned
+      gpu.barrier
+      %zb = arith.constant 0.0 : bf16
+      %true = arith.constant true
+      %late = arith.xori %early, %true : i1
+      %now = arith.andi %is0, %early : i1
+      scf.if %now {
+        memref.store %zb, %buf[%c0] : memref<4096xbf16, #gpu.address_space<workgroup>>
+      }
+      nvvm.wgmma.wait.group.sync.aligned 0
+      gpu.barrier
+      %after = arith.andi %is0, %late : i1
+      scf.if %after {
+        memref.store %zb, %buf[%c0] : memref<4096xbf16, #gpu.address_space<workgroup>>
+      }
+      %c1 = arith.constant 1 : index
+      %c2 = arith.constant 2 : index
+      %c3 = arith.constant 3 : index
+      %c4 = arith.constant 4 : index
+      %o0 = arith.muli %tid, %c4 : index
+      %o1 = arith.addi %o0, %c1 : index
+      %o2 = arith.addi %o0, %c2 : index
+      %o3 = arith.addi %o0, %c3 : index
+      %e0 = llvm.extractvalue %r[0] : !llvm.struct<(f32, f32, f32, f32)>
+      %e1 = llvm.extractvalue %r[1] : !llvm.struct<(f32, f32, f32, f32)>
+      %e2 = llvm.extractvalue %r[2] : !llvm.struct<(f32, f32, f32, f32)>
+      %e3 = llvm.extractvalue %r[3] : !llvm.struct<(f32, f32, f32, f32)>
+      memref.store %e0, %out[%o0] : memref<?xf32>
+      memref.store %e1, %out[%o1] : memref<?xf32>
+      memref.store %e2, %out[%o2] : memref<?xf32>
+      memref.store %e3, %out[%o3] : memref<?xf32>
+      gpu.return
+    }
   }
 }

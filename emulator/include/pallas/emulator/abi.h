@@ -114,7 +114,10 @@ void pallas_emu_setmaxnreg(int32_t count);
 void pallas_emu_wgmma(float* acc, int32_t n, int64_t desc_a, int64_t desc_b, int32_t type,
                       int32_t trans_a, int32_t trans_b, int32_t scale_d);
 /// wgmma.fence, wgmma.commit_group, wgmma.wait_group: the thread's wgmma
-/// groups (the multiplies complete when issued here).
+/// groups. The multiplies compute when issued here, but their operands stay
+/// in use until a wait completes their group: overwriting one before is a
+/// failure (and a descriptor's swizzle must match the TMA copy that wrote
+/// the operand).
 void pallas_emu_wgmma_fence(void);
 void pallas_emu_wgmma_commit(void);
 void pallas_emu_wgmma_wait(int32_t pending);
