@@ -139,6 +139,14 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   spec.grid(std::move(grid));
   spec.dimension_semantics(std::move(semantics));
   spec.max_registers(255);  // one program of 128 threads per SM: the 128-register accumulator fits
+  if (in_place) {
+    // Pallas' pipelined wgmma: step k's multiply stays in flight while step
+    // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
+    // are released one step later (delay_release) and refilled with step
+    // k + 3 - 1: three buffers keep two steps' copies ahead.
+    spec.max_concurrent_steps(3);
+    spec.delay_release(1);
+  }
   // Grid axes, after the batch: 0 = i (rows of D), 1 = j (columns), 2 = k.
   spec.block(a, blk({Blocked{kTileM}, Blocked{kTileK}}), tile(0, 2), InShared{.swizzle = 128});
   if (b_transposed)
@@ -151,12 +159,18 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   spec.block(d, blk({Blocked{kTileM}, Blocked{kTileN}}), tile(0, 1));
   const int k_axis = o + 2;
 
-  // One K step: acc += a @ b; at the last step D = epilogue(acc).
+  // One K step: acc += a @ b; at the last step D = epilogue(acc) (loading
+  // the accumulator waits for every multiply in flight).
   auto step = [=](Ref a, Ref b, Ref acc, auto&& finish) {
     when(program_id(k_axis) == index(0), [&] {
       acc.store(broadcast_to(constant(0, f32), {kTileM, kTileN}));
     });
-    acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));
+    if (in_place) {  // both tiles are read where TMA put them
+      wgmma(acc, a, b, {.transpose_b = true});
+      wgmma_wait(1);  // the previous step's multiply is done: its buffers may be refilled
+    } else {
+      acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));
+    }
     when(program_id(k_axis) == num_programs(k_axis) - index(1), [&] { finish(acc.load()); });
   };
   if (extra == Extra::kNone) {

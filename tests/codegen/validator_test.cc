@@ -332,6 +332,43 @@ TEST(Validator, AtMostThreeParallelGridAxes) {
       "x, y, z): mark the others arbitrary or fold them into one axis");
 }
 
+// wgmma's operands: an accumulator, and blocks staged in shared memory; a
+// pipeline delaying its releases needs more buffers than the delay.
+void declare_wgmma(KernelSpec& spec, bool stage_b, int delay) {
+  DimExpr m = spec.dim("m"), k = spec.dim("k");
+  Operand a = spec.input("a", bf16, {m, k});
+  Operand b = spec.input("b", bf16, {m, k});
+  Operand d = spec.output("d", f32, {m, m});
+  spec.accumulator("acc", {64, 64});
+  spec.grid({cdiv(m, 64), cdiv(k, 64)});
+  spec.dimension_semantics({parallel, arbitrary});
+  spec.max_concurrent_steps(2);
+  spec.delay_release(delay);
+  auto rows = [](const ProgramIds& p) { return at(p[0], p[1]); };
+  spec.block(a, {Blocked{64}, Blocked{64}}, rows, InShared{.swizzle = 128});
+  if (stage_b)
+    spec.block(b, {Blocked{64}, Blocked{64}}, rows, InShared{.swizzle = 128});
+  else
+    spec.block(b, {Blocked{64}, Blocked{64}}, rows);
+  spec.block(d, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[0]); });
+  spec.body([](Ref a, Ref b, Ref d, Ref acc) {
+    wgmma(acc, a, b, {.transpose_b = true});
+    d.store(acc.load());
+  });
+}
+
+TEST(Validator, WgmmaOperandsAreStagedBlocks) {
+  EXPECT_EQ(trace_error("unstaged_b", [](KernelSpec& spec) { declare_wgmma(spec, false, 0); }),
+            "spec 'unstaged_b': wgmma operand b 'b' is not staged in shared memory; declare its "
+            "block with InShared");
+}
+
+TEST(Validator, DelayedReleaseNeedsMoreBuffersThanTheDelay) {
+  EXPECT_EQ(trace_error("delay_two", [](KernelSpec& spec) { declare_wgmma(spec, true, 2); }),
+            "spec 'delay_two': delay_release(2) but staged input 'a' has 2 stage buffers; it "
+            "needs more than the delay (max_concurrent_steps)");
+}
+
 TEST(Validator, ScratchDimsArePositive) {
   auto fn = [](KernelSpec& spec) {
     declare_x_out(spec);

@@ -538,3 +538,42 @@ PALLAS_KERNEL(pipelined_row_scale) {
                   });
   });
 }
+
+// Pallas' pipelined wgmma (the form kernel_specs/matmul.cc uses on sm_90a):
+// d = a @ b^T, bf16 in, f32 out, 64 x 64 tiles, K in steps of 64 staged in
+// three buffers. Step k's multiply stays in flight while step k + 1 waits
+// for its tiles (wgmma_wait(1)), so step k's buffers are released one step
+// late (delay_release(1)). Planted twin: `_nodelay` refills step k's buffers
+// at the end of step k, while its multiply may still read them. The direct
+// instance (strides TMA cannot copy) multiplies loaded blocks with dot.
+template <bool kDelay>
+void pipelined_wgmma(KernelSpec& spec) {
+  DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
+  Operand a = spec.input("a", bf16, {m, k});
+  Operand b = spec.input("b", bf16, {n, k});
+  Operand d = spec.output("d", f32, {m, n});
+  spec.accumulator("acc", {64, 64});
+  spec.grid({cdiv(m, 64), cdiv(n, 64), cdiv(k, 64)});
+  spec.dimension_semantics({parallel, parallel, arbitrary});
+  spec.max_concurrent_steps(3);
+  if (kDelay) spec.delay_release(1);
+  const InShared swizzled{.swizzle = 128};
+  spec.block(
+      a, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[2]); }, swizzled);
+  spec.block(
+      b, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[1], p[2]); }, swizzled);
+  spec.block(d, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[1]); });
+  const bool staged = !spec.direct();
+  spec.body([staged](Ref a, Ref b, Ref d, Ref acc) {
+    when(program_id(2) == index(0), [&] { acc.store(broadcast_to(constant(0, f32), {64, 64})); });
+    if (staged) {
+      wgmma(acc, a, b, {.transpose_b = true});
+      wgmma_wait(1);
+    } else {
+      acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = true}));
+    }
+    when(program_id(2) == num_programs(2) - index(1), [&] { d.store(acc.load()); });
+  });
+}
+PALLAS_KERNEL(pipelined_wgmma) { pipelined_wgmma<true>(spec); }
+PALLAS_KERNEL(pipelined_wgmma_nodelay) { pipelined_wgmma<false>(spec); }  // planted

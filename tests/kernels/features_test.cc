@@ -29,6 +29,8 @@
 #include <pallas/kernels/pipelined_chunk_sum_d4.h>
 #include <pallas/kernels/pipelined_row_dots.h>
 #include <pallas/kernels/pipelined_row_scale.h>
+#include <pallas/kernels/pipelined_wgmma.h>
+#include <pallas/kernels/pipelined_wgmma_nodelay.h>
 #include <pallas/kernels/power.h>
 #include <pallas/kernels/row_sums_sequential.h>
 #include <pallas/kernels/scratch_and_while.h>
@@ -838,6 +840,87 @@ TEST_P(FeaturesTest, CpAsyncFormsOfThePipelines) {
       e, 2, [](auto... a) { return kernels::pipelined_chunk_sum_d2(a...); }, 80);
   check_pipelined_chunk_sum<bfloat16>(
       e, 3, [](auto... a) { return kernels::pipelined_chunk_sum_d3(a...); }, 80);
+}
+
+// Pallas' pipelined wgmma (pipelined_wgmma): d = a @ b^T against a float64
+// reference, K from one step to five (the refills of delay_release), edges
+// in every dim, a row stride TMA cannot copy (the direct twin), and the
+// sm_80 form (multiplies on the spot) on the emulator.
+using WgmmaMatmul = Status (*)(TensorView<const bfloat16, 2>, TensorView<const bfloat16, 2>,
+                               TensorView<float, 2>, const Launch&);
+
+Status run_pipelined_wgmma(Backend backend, int cc, WgmmaMatmul kernel, int64_t m, int64_t n,
+                           int64_t k, int64_t stride, Array<bfloat16>& a, Array<bfloat16>& b,
+                           Array<float>& d) {
+  TensorView<const bfloat16, 2> av(a.data(), {m, k}, {stride, 1});
+  TensorView<const bfloat16, 2> bv(b.data(), {n, k}, {stride, 1});
+  TensorView<float, 2> dv(d.data(), {m, n}, {n, 1});
+  return kernel(av, bv, dv, Launch{backend, nullptr, {.compute_capability = cc}});
+}
+
+TEST_P(FeaturesTest, PipelinedWgmmaMatchesTheReference) {
+  struct Shape {
+    int64_t m, n, k, stride;
+  };
+  for (int cc : {90, 80}) {
+    if (cc == 80 && GetParam() != Backend::kEmulator) continue;
+    for (Shape sh : {Shape{64, 64, 64, 64}, Shape{65, 130, 320, 320}, Shape{7, 9, 200, 200},
+                     Shape{128, 64, 136, 139}}) {
+      const uint32_t seed = fresh_seed();
+      SCOPED_TRACE("sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) + " n " +
+                   std::to_string(sh.n) + " k " + std::to_string(sh.k) + " stride " +
+                   std::to_string(sh.stride) + " seed " + std::to_string(seed));
+      std::mt19937 rng(seed);
+      Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
+      Array<float> d(GetParam(), sh.m * sh.n);
+      a.fill_random(rng, -2, 2);
+      b.fill_random(rng, -2, 2);
+      d.poison();
+      a.upload();
+      b.upload();
+      d.upload();
+      Status st = run_pipelined_wgmma(GetParam(), cc, kernels::pipelined_wgmma, sh.m, sh.n, sh.k,
+                                      sh.stride, a, b, d);
+      ASSERT_TRUE(st.ok()) << st.message();
+      d.download();
+      int misses = 0;
+      for (int64_t i = 0; i < sh.m && misses < 5; ++i)
+        for (int64_t j = 0; j < sh.n && misses < 5; ++j) {
+          double want = 0, magnitude = 0;
+          for (int64_t kk = 0; kk < sh.k; ++kk) {
+            const double p = static_cast<double>(to_float(a.host()[i * sh.stride + kk])) *
+                             to_float(b.host()[j * sh.stride + kk]);
+            want += p;
+            magnitude += std::abs(p);
+          }
+          const double got = d.host()[i * sh.n + j];
+          if (!(std::abs(got - want) <= 1e-6 * static_cast<double>(sh.k) * magnitude + 1e-6)) {
+            ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want;
+            ++misses;
+          }
+        }
+    }
+  }
+}
+
+// The planted twin without delay_release refills a stage while the wgmma of
+// its step may still read it: the emulator names it.
+TEST_P(FeaturesTest, PipelinedWgmmaWithoutDelayedReleaseFailsItsCheck) {
+  if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the emulator's checks";
+  const int64_t m = 64, n = 64, k = 320;
+  std::mt19937 rng(fresh_seed());
+  Array<bfloat16> a(GetParam(), m * k), b(GetParam(), n * k);
+  Array<float> d(GetParam(), m * n);
+  a.fill_random(rng, -2, 2);
+  b.fill_random(rng, -2, 2);
+  a.upload();
+  b.upload();
+  d.upload();
+  Status st =
+      run_pipelined_wgmma(GetParam(), 90, kernels::pipelined_wgmma_nodelay, m, n, k, k, a, b, d);
+  EXPECT_EQ(st.code(), StatusCode::kEmulatorCheckFailed) << st.message();
+  EXPECT_NE(st.message().find("overwrites shared offset"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("while a wgmma still reads it"), std::string::npos) << st.message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FeaturesTest,

@@ -147,3 +147,30 @@ func.func @explicit_too_many_barriers() {
   }
   return
 }
+
+// -----
+
+// CHECK-LABEL: func.func @wgmma_roundtrip
+// CHECK: pallas.wgmma %{{.*}}, %{{.*}}, %{{.*}} {transpose_b} : <128x64xf32>, <128x64xbf16>, <64x64xbf16>
+// CHECK: pallas.wgmma_wait 1
+func.func @wgmma_roundtrip(%acc: !pallas.ref<128x64xf32>, %a: !pallas.ref<128x64xbf16>, %b: !pallas.ref<64x64xbf16>) {
+  pallas.wgmma %acc, %a, %b {transpose_b} : !pallas.ref<128x64xf32>, !pallas.ref<128x64xbf16>, !pallas.ref<64x64xbf16>
+  pallas.wgmma_wait 1
+  return
+}
+
+// -----
+
+func.func @wgmma_accumulator_shape(%acc: !pallas.ref<64x64xf32>, %a: !pallas.ref<128x64xbf16>, %b: !pallas.ref<64x64xbf16>) {
+  // expected-error @+1 {{accumulator '!pallas.ref<64x64xf32>' is not [128, 64]}}
+  pallas.wgmma %acc, %a, %b {transpose_b} : !pallas.ref<64x64xf32>, !pallas.ref<128x64xbf16>, !pallas.ref<64x64xbf16>
+  return
+}
+
+// -----
+
+func.func @wgmma_mixed_dtypes(%acc: !pallas.ref<128x64xf32>, %a: !pallas.ref<128x64xbf16>, %b: !pallas.ref<64x64xf16>) {
+  // expected-error @+1 {{operands must both be f16 or both bf16}}
+  pallas.wgmma %acc, %a, %b {transpose_b} : !pallas.ref<128x64xf32>, !pallas.ref<128x64xbf16>, !pallas.ref<64x64xf16>
+  return
+}

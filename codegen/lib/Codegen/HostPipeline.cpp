@@ -137,7 +137,7 @@ std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::strin
 
 std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMContext& context,
                                            std::string& error) {
-  return lowerToCpu(module, "pallas-sink-broadcasts,convert-pallas-to-loops", /*emulator=*/false,
+  return lowerToCpu(module, "pallas-expand-wgmma,pallas-sink-broadcasts,convert-pallas-to-loops", /*emulator=*/false,
                     context, error);
 }
 

@@ -246,6 +246,27 @@ LogicalResult DotOp::verify() {
   return success();
 }
 
+LogicalResult WgmmaOp::verify() {
+  auto acc = cast<RefType>(getAcc().getType()), a = cast<RefType>(getA().getType()),
+       b = cast<RefType>(getB().getType());
+  if (acc.getShape().size() != 2 || a.getShape().size() != 2 || b.getShape().size() != 2)
+    return emitOpError() << "multiplies 2-D blocks into a 2-D accumulator; got " << a << ", " << b
+                         << " and " << acc;
+  Type et = a.getElementType();
+  if (et != b.getElementType() || !(et.isF16() || et.isBF16()))
+    return emitOpError() << "operands must both be f16 or both bf16; got " << a << " and " << b;
+  if (!acc.getElementType().isF32()) return emitOpError() << "accumulates in f32; got " << acc;
+  const int64_t m = a.getShape()[0], k = a.getShape()[1];
+  const int64_t bk = getTransposeB() ? b.getShape()[1] : b.getShape()[0];
+  const int64_t n = getTransposeB() ? b.getShape()[0] : b.getShape()[1];
+  if (bk != k)
+    return emitOpError() << "contracts a's dim 1 (" << k << ") with b's dim "
+                         << (getTransposeB() ? 1 : 0) << " (" << bk << ")";
+  if (acc.getShape()[0] != m || acc.getShape()[1] != n)
+    return emitOpError() << "accumulator " << acc << " is not [" << m << ", " << n << "]";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Explicit async copies and barriers
 //===----------------------------------------------------------------------===//

@@ -419,6 +419,12 @@ void KernelSpec::stage_for_copies(int operand, const std::vector<int64_t>& box, 
   d.staged_block = box;
 }
 
+void KernelSpec::delay_release(int steps) {
+  if (steps < 0 || steps > 3)
+    fail("delay_release(" + std::to_string(steps) + "): a pipeline delays 0 to 3 steps");
+  delay_release_ = steps;
+}
+
 void KernelSpec::max_concurrent_steps(int steps) {
   if (steps < 1 || steps > 4)
     fail("max_concurrent_steps(" + std::to_string(steps) + "): a pipeline keeps 1 to 4 steps");

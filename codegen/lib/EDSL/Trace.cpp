@@ -277,6 +277,64 @@ void Ref::store(const Value& value, std::vector<int64_t> offsets,
 
 RefState& RefAccess::state(const Ref& r) { return ref_state(r.impl_, r.operand_); }
 
+//===----------------------------------------------------------------------===//
+// wgmma
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The declaration of the operand behind `ref` ("wgmma operand a"), after
+/// checking that it is what wgmma takes there.
+const OperandDecl& wgmma_operand(const Ref& ref, const char* which, bool accumulator) {
+  const int operand = RefAccess::state(ref).operand;
+  if (operand < 0)
+    fail(std::string("wgmma ") + which + " '" + ref.name() +
+         "' is a run_scoped buffer; wgmma multiplies blocks staged by the grid's pipeline");
+  const OperandDecl& d = trace().spec->operands()[static_cast<size_t>(operand)];
+  if (accumulator && !d.accumulator)
+    fail(std::string("wgmma ") + which + " '" + d.name +
+         "' is not an accumulator; declare it with spec.accumulator");
+  if (!accumulator && !d.staged)
+    fail(std::string("wgmma ") + which + " '" + d.name + "' is not staged in shared memory" +
+         (trace().spec->direct() ? " (this is the direct instance, which stages nothing: use dot)"
+                                 : "; declare its block with InShared"));
+  return d;
+}
+}  // namespace
+
+void wgmma(const Ref& acc, const Ref& lhs, const Ref& rhs, DotOptions options,
+           std::source_location where) {
+  Located here(where);
+  const OperandDecl& dacc = wgmma_operand(acc, "accumulator", true);
+  const OperandDecl& da = wgmma_operand(lhs, "operand a", false);
+  const OperandDecl& db = wgmma_operand(rhs, "operand b", false);
+  if (da.dtype != db.dtype || (da.dtype != f16 && da.dtype != bf16))
+    fail("wgmma of '" + da.name + "' (" + name(da.dtype) + ") and '" + db.name + "' (" +
+         name(db.dtype) + "); its operands are both f16 or both bf16, summed in f32");
+  std::vector<int64_t> sa = lhs.shape(), sb = rhs.shape(), sacc = acc.shape();
+  if (sa.size() != 2 || sb.size() != 2)
+    fail("wgmma of '" + da.name + "' " + shape_str(sa) + " and '" + db.name + "' " + shape_str(sb) +
+         "; it multiplies 2-D blocks");
+  const int64_t k = sa[1], bk = sb[options.transpose_b ? 1 : 0],
+                n = sb[options.transpose_b ? 0 : 1];
+  if (bk != k)
+    fail("wgmma of '" + da.name + "' " + shape_str(sa) + " and '" + db.name + "' " + shape_str(sb) +
+         (options.transpose_b ? " (b transposed)" : "") + ": a has " + std::to_string(k) +
+         " columns but b has " + std::to_string(bk) + (options.transpose_b ? " columns" : " rows"));
+  if (sacc != std::vector<int64_t>{sa[0], n})
+    fail("wgmma into accumulator '" + dacc.name + "' " + shape_str(sacc) + "; the product is " +
+         shape_str({sa[0], n}));
+  RefState& s = RefAccess::state(acc);
+  s.stored = true;
+  mlir::pallas::WgmmaOp::create(b(), loc(), s.ref, RefAccess::state(lhs).ref,
+                                RefAccess::state(rhs).ref, options.transpose_b);
+}
+
+void wgmma_wait(int pending, std::source_location where) {
+  Located here(where);
+  if (pending < 0) fail("wgmma_wait(" + std::to_string(pending) + "): a count of 0 or more");
+  mlir::pallas::WgmmaWaitOp::create(b(), loc(), pending);
+}
+
 namespace {
 /// The operand behind `ref`, after checking that its block is the whole
 /// array (every dim full), as a pipeline operand's must be.
@@ -526,8 +584,20 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     t.sequential_extents[axis] = extent;
     t.builder.setInsertionPoint(innermost.getBody()->getTerminator());
   }
-  if (innermost && spec.has_staged_blocks())
+  if (innermost && spec.has_staged_blocks()) {
     innermost->setAttr(mlir::pallas::kPipelineAttrName, builder.getUnitAttr());
+    if (const int delay = spec.delay_release(); delay > 0) {
+      for (const OperandDecl& d : ops)
+        if (d.staged && d.role == Role::kInput &&
+            (d.staged->buffers ? d.staged->buffers : spec.max_concurrent_steps()) <= delay)
+          spec.fail(
+              "delay_release(" + std::to_string(delay) + ") but staged input '" + d.name +
+              "' has " +
+              std::to_string(d.staged->buffers ? d.staged->buffers : spec.max_concurrent_steps()) +
+              " stage buffers; it needs more than the delay (max_concurrent_steps)");
+      innermost->setAttr(mlir::pallas::kDelayReleaseAttrName, builder.getI64IntegerAttr(delay));
+    }
+  }
   ProgramIds pids;
   for (int axis = 0; axis < t.grid_rank; ++axis) pids.push_back(program_id(axis));
   std::vector<Ref> refs;

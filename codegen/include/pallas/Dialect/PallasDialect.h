@@ -34,6 +34,9 @@ inline constexpr int64_t kTmaMaxBoxDim = 256;
 /// On an scf.for: a pipelined sequential loop; the staged blocks defined in
 /// its body are its stages (pallas.block's `buffers`; PipelineRules.cpp).
 inline constexpr llvm::StringLiteral kPipelineAttrName = "pallas.pipeline";
+/// On a pipelined scf.for (i64, optional): Pallas' delay_release. Input
+/// stage buffers of step k are refilled at the end of step k + delay.
+inline constexpr llvm::StringLiteral kDelayReleaseAttrName = "pallas.delay_release";
 /// Name of the array attribute holding the layout of each vector result of
 /// an op (see PallasLayouts.td); set by pallas-assign-layouts.
 inline constexpr llvm::StringLiteral kLayoutsAttrName = "pallas.layouts";

@@ -275,6 +275,47 @@ def Pallas_DotOp : Pallas_Op<"dot", [Pure]> {
   }];
 }
 
+def Pallas_WgmmaOp : Pallas_Op<"wgmma"> {
+  let summary = "asynchronous acc += a @ b on shared-memory blocks (Pallas' wgmma)";
+  let description = [{
+    Starts `acc += a @ b` (`a @ transpose(b)` with `transpose_b`): `acc` is an
+    accumulator ref (`spec.accumulator`, `[M, N]` f32), `a` (`[M, K]`) and `b`
+    (`[K, N]`, or `[N, K]` transposed) refs of blocks staged in shared memory
+    (InShared), both f16 or both bf16. The multiply runs asynchronously:
+    `pallas.wgmma_wait` bounds how many are in flight, and the operands must
+    not be overwritten before it (the emulator checks). Reading or writing
+    the accumulator waits for every multiply in flight (Pallas'
+    `wgmma_accumulator_deref`).
+
+    ```mlir
+    pallas.wgmma %acc, %a, %b {transpose_b}
+        : !pallas.ref<128x64xf32>, !pallas.ref<128x64xbf16>, !pallas.ref<64x64xbf16>
+    ```
+
+    sm_90a: `wgmma.mma_async` on descriptors of the stage buffers, then
+    `wgmma.commit_group`. Targets without asynchronous MMAs (the host, sm_80)
+    run it synchronously: `pallas-expand-wgmma` rewrites it to loads, a
+    `pallas.dot` and a store.
+  }];
+  let arguments = (ins Pallas_RefType:$acc, Pallas_RefType:$a, Pallas_RefType:$b,
+                       UnitAttr:$transpose_b);
+  let assemblyFormat = [{
+    $acc `,` $a `,` $b attr-dict `:` type($acc) `,` type($a) `,` type($b)
+  }];
+  let hasVerifier = 1;
+}
+
+def Pallas_WgmmaWaitOp : Pallas_Op<"wgmma_wait"> {
+  let summary = "wait until at most `pending` pallas.wgmma multiplies are in flight";
+  let description = [{
+    Pallas' `wgmma_wait(n)`: the multiplies started before it, except the
+    newest `pending`, are complete, and their operands may be overwritten.
+    `wgmma.wait_group` on sm_90a; nothing where multiplies are synchronous.
+  }];
+  let arguments = (ins I32Attr:$pending);
+  let assemblyFormat = "$pending attr-dict";
+}
+
 def Pallas_LoadScalarOp : Pallas_Op<"load_scalar",
     [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
   let summary = "load one element of a block, the same in every thread (0 past the array edge)";

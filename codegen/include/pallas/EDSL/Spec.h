@@ -530,6 +530,18 @@ class Ref {
   int operand_;
 };
 
+/// Pallas' wgmma: starts `acc += a @ b` (a @ b^T with transpose_b) on
+/// blocks staged in shared memory (InShared) into an accumulator
+/// (spec.accumulator), asynchronously on sm_90a: the multiply may still read
+/// a and b after the call. wgmma_wait(n) returns once at most the newest n
+/// multiplies are in flight; until then their operands must not be
+/// overwritten (with a pipeline, delay_release keeps stage buffers alive).
+/// Loading or storing the accumulator waits for all of them first. Targets
+/// without asynchronous MMAs (the host, sm_80) multiply on the spot.
+void wgmma(const Ref& acc, const Ref& a, const Ref& b, DotOptions options = {},
+           std::source_location where = std::source_location::current());
+void wgmma_wait(int pending, std::source_location where = std::source_location::current());
+
 using Indices = std::vector<Idx>;
 using ProgramIds = std::vector<Value>;
 template <class... A>
@@ -804,6 +816,13 @@ class KernelSpec {
   /// unless its InShared says otherwise (Pallas' max_concurrent_steps); 1 to 4.
   void max_concurrent_steps(int steps);
   int max_concurrent_steps() const { return max_concurrent_steps_; }
+  /// Steps a pipeline waits before refilling an input stage buffer (Pallas'
+  /// delay_release): step k's buffers are refilled at the end of step
+  /// k + delay, so a multiply still reading them after step k (a wgmma left
+  /// in flight by wgmma_wait(1)) is done first. 0 (the default) to 3; every
+  /// staged input needs more stage buffers than the delay.
+  void delay_release(int steps);
+  int delay_release() const { return delay_release_; }
   /// Used by the tracer (emit_pipeline): blocks of `operand`, of the extents
   /// `block` (per array dim), are staged in shared memory by a pipeline in
   /// the body. Checks TMA's rules as block(..., InShared) does.
@@ -902,6 +921,7 @@ class KernelSpec {
   int run_elements_ = 0;
   bool direct_ = false;
   int max_concurrent_steps_ = kDefaultPipelineDepth;
+  int delay_release_ = 0;
   std::vector<std::string> checks_;
   int errors_operand_ = -1;
   std::function<void(std::span<const Ref>)> body_;

@@ -29,6 +29,30 @@ def PallasSinkBroadcasts : Pass<"pallas-sink-broadcasts", "ModuleOp"> {
   let dependentDialects = ["::mlir::vector::VectorDialect"];
 }
 
+def PallasExpandWgmma : Pass<"pallas-expand-wgmma", "ModuleOp"> {
+  let summary = "Run pallas.wgmma synchronously, for targets without asynchronous MMAs";
+  let description = [{
+    On the host and on sm_80 a multiply completes when it is issued, so
+    Pallas' `wgmma(acc, a, b)` is `acc = dot(a, b, acc)` on the spot and
+    `wgmma_wait` has nothing to wait for:
+
+    Before:
+    ```mlir
+    pallas.wgmma %acc, %a, %b {transpose_b}
+        : !pallas.ref<128x64xf32>, !pallas.ref<128x64xbf16>, !pallas.ref<64x64xbf16>
+    pallas.wgmma_wait 1
+    ```
+    After:
+    ```mlir
+    %va = pallas.load %a[0, 0][128, 64] : !pallas.ref<128x64xbf16> -> vector<128x64xbf16>
+    %vb = pallas.load %b[0, 0][64, 64] : !pallas.ref<64x64xbf16> -> vector<64x64xbf16>
+    %vc = pallas.load %acc[0, 0][128, 64] : !pallas.ref<128x64xf32> -> vector<128x64xf32>
+    %d = pallas.dot %va, %vb, %vc {transpose_b} : ... -> vector<128x64xf32>
+    pallas.store %d, %acc[0, 0] : vector<128x64xf32>, !pallas.ref<128x64xf32>
+    ```
+  }];
+}
+
 def PallasAssignLayouts : Pass<"pallas-assign-layouts", "ModuleOp"> {
   let summary = "Give every block value a thread layout; make layout changes explicit";
   let description = [{

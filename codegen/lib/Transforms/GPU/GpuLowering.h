@@ -20,7 +20,7 @@
 //   AsyncCopyRules.cpp         pallas.run_scoped and the explicit copies and barriers
 //                              (copy_to_shared/global, barrier_wait/arrive, commits)
 //   MatmulRules.cpp            pallas.dot: wgmma on shared-memory descriptors (sm_90a),
-//                              FMAs from shared memory otherwise; accumulators
+//                              mma.sync (sm_80); pallas.wgmma/wgmma_wait; accumulators
 //
 // Shared memory is one dynamic buffer per kernel (SharedMemoryPlan.h): a rule
 // asks for a buffer with `sharedBuffer`, and the plan gives it an offset once

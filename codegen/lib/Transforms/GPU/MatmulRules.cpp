@@ -192,22 +192,13 @@ Value unpackStruct(OpBuilder& b, Location loc, Value s, Value frag, int64_t firs
   return frag;
 }
 
-/// acc + a @ b with wgmma (see the file comment).
-Value multiplyWithWgmma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
-  Location loc = dot.getLoc();
+/// The wgmma instructions of frag += a @ b (a [m, k], b [n, k] K-major in
+/// shared memory), one per 64 rows, 16 of K and at most 256 columns; no
+/// fence, commit or wait.
+Value issueWgmma(OpBuilder& b, Location loc, const SharedOperand& a, const SharedOperand& bOp,
+                 Value frag, int64_t m, int64_t n, int64_t k, bool bf16) {
   MLIRContext* ctx = b.getContext();
-  const int64_t m = dot.getM(), n = dot.getN(), k = dot.getK();
-  SharedOperand a = operandInShared(dot, 0, g, b);
-  SharedOperand bOp = operandInShared(dot, 1, g, b);
-  bool stored = !dotReadsStagedOperand(dot, 0, g) || !dotReadsStagedOperand(dot, 1, g);
-  if (stored) {  // the threads' writes, then the async proxy (wgmma) reads them
-    NVVM::FenceProxyOp::create(b, loc, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
-                               NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
-    gpu::BarrierOp::create(b, loc);
-  }
-  auto elementType = dot.getA().getType().getElementType().isBF16() ? NVVM::WGMMATypes::bf16
-                                                                    : NVVM::WGMMATypes::f16;
-  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+  auto elementType = bf16 ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
   for (int64_t k0 = 0; k0 < k; k0 += 16)
     for (int64_t m0 = 0; m0 < m; m0 += 64)
       for (int64_t n0 = 0; n0 < n; n0 += kWgmmaMaxN) {
@@ -228,6 +219,24 @@ Value multiplyWithWgmma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
             NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col), NVVM::MMAIntOverflowAttr());
         frag = unpackStruct(b, loc, out.getResult(), frag, first, count);
       }
+  return frag;
+}
+
+/// acc + a @ b with wgmma (see the file comment).
+Value multiplyWithWgmma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
+  Location loc = dot.getLoc();
+  MLIRContext* ctx = b.getContext();
+  SharedOperand a = operandInShared(dot, 0, g, b);
+  SharedOperand bOp = operandInShared(dot, 1, g, b);
+  bool stored = !dotReadsStagedOperand(dot, 0, g) || !dotReadsStagedOperand(dot, 1, g);
+  if (stored) {  // the threads' writes, then the async proxy (wgmma) reads them
+    NVVM::FenceProxyOp::create(b, loc, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
+                               NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+    gpu::BarrierOp::create(b, loc);
+  }
+  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+  frag = issueWgmma(b, loc, a, bOp, frag, dot.getM(), dot.getN(), dot.getK(),
+                    dot.getA().getType().getElementType().isBF16());
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
   NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
   // Rule buffers are dead after the rule: no thread may reuse the bytes
@@ -410,6 +419,75 @@ LogicalResult lowerDot(DotOp dot, GpuLowering& g, OpBuilder& b) {
   return success();
 }
 
+/// Operand `which` of `op` (a staged block's ref) as wgmma reads it in place,
+/// once its copy has landed.
+FailureOr<SharedOperand> stagedOperand(WgmmaOp op, Value ref, StringRef which, bool kMajor,
+                                       GpuLowering& g, OpBuilder& b) {
+  Location loc = op.getLoc();
+  auto it = g.staged.find(ref);
+  if (it == g.staged.end())
+    return op.emitOpError() << which << " is not a block staged in shared memory (InShared)";
+  const StagedBlock& st = it->second;
+  ArrayRef<int64_t> shape = cast<RefType>(ref.getType()).getShape();
+  if (!kMajor)
+    return op.emitOpError() << which
+                            << " is [K, N]: wgmma reads b in place as [N, K] only (transpose_b)";
+  if (st.output || st.elementBytes != 2 || st.swizzle == 0 || shape[1] * 2 != st.swizzle ||
+      st.copyBox.back() != st.box.back() || shape[0] % 8 != 0)
+    return op.emitOpError() << which << " [" << shape[0] << ", " << shape[1]
+                            << "] must be an input staged with a swizzle of exactly its rows' "
+                               "bytes (64 f16/bf16 with swizzle 128) to be read in place";
+  if (!st.explicitBuffer) waitForStage(b, loc, g, st);
+  Value slot = arith::MulIOp::create(b, loc, st.slot, idx(b, loc, st.slotElements * 2));
+  return SharedOperand{arith::AddIOp::create(b, loc, sharedAddress(b, loc, st.buffer), slot),
+                       shape[0], shape[1], st.swizzle};
+}
+
+/// pallas.wgmma: fence, the multiplies on the stage buffers, commit; the
+/// accumulator's registers are updated asynchronously (no wait).
+LogicalResult lowerWgmma(WgmmaOp op, GpuLowering& g, OpBuilder& b) {
+  Location loc = op.getLoc();
+  if (!g.wgmma)
+    return op.emitOpError("this target multiplies synchronously; run pallas-expand-wgmma first");
+  FailureOr<SharedOperand> a = stagedOperand(op, op.getA(), "operand a", true, g, b);
+  if (failed(a)) return failure();
+  FailureOr<SharedOperand> bOp =
+      stagedOperand(op, op.getB(), "operand b", op.getTransposeB(), g, b);
+  if (failed(bOp)) return failure();
+  auto accType = cast<RefType>(op.getAcc().getType());
+  const int64_t m = accType.getShape()[0], n = accType.getShape()[1], k = a->k;
+  if (m % 64 != 0 || n % 8 != 0 || k % 16 != 0)
+    return op.emitOpError("multiplies [")
+           << m << ", " << k << "] by [" << k << ", " << n
+           << "]; wgmma needs M a multiple of 64, N of 8 and K of 16";
+  auto layout = TiledLayoutAttr::getWgmmaAccumulator(b.getContext());
+  auto fragType = VectorType::get({layout.registersPerThread(accType.getShape())}, b.getF32Type());
+  Value storage = g.accumulators.at(op.getAcc());
+  Value frag = LLVM::LoadOp::create(b, loc, fragType, storage);
+  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+  frag = issueWgmma(b, loc, *a, *bOp, frag, m, n, k,
+                    cast<RefType>(op.getA().getType()).getElementType().isBF16());
+  NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+  LLVM::StoreOp::create(b, loc, frag, storage);
+  return success();
+}
+
+LogicalResult lowerWgmmaWait(WgmmaWaitOp op, GpuLowering& g, OpBuilder& b) {
+  if (!g.wgmma)
+    return op.emitOpError("this target multiplies synchronously; run pallas-expand-wgmma first");
+  NVVM::WgmmaWaitGroupSyncOp::create(b, op.getLoc(), op.getPending());
+  return success();
+}
+
+/// Pallas' accumulator dereference: in a kernel that leaves wgmmas in flight,
+/// reading or writing the accumulator first waits for all of them.
+void waitForWgmmas(Operation* access, OpBuilder& b) {
+  bool any = false;
+  if (auto kernel = access->getParentOfType<func::FuncOp>())
+    kernel.walk([&](WgmmaOp) { any = true; });
+  if (any) NVVM::WgmmaWaitGroupSyncOp::create(b, access->getLoc(), 0);
+}
+
 }  // namespace
 
 // --- Accumulators -------------------------------------------------------------
@@ -437,6 +515,7 @@ LogicalResult lowerAccumulatorBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
 }
 
 LogicalResult lowerAccumulatorLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
+  waitForWgmmas(load, b);
   Attribute layout = g.layoutOf(load.getResult());
   VectorType fragType = g.threadType(load.getResult().getType(), layout);
   g.map.map(load.getResult(),
@@ -446,6 +525,7 @@ LogicalResult lowerAccumulatorLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
 
 LogicalResult lowerAccumulatorStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
   auto layout = TiledLayoutAttr::getWgmmaAccumulator(b.getContext());
+  waitForWgmmas(store, b);
   FailureOr<Value> frag = g.operandIn(b, store.getLoc(), store.getValue(), layout);
   if (failed(frag))
     return store.emitOpError("stores a value in layout ")
@@ -456,6 +536,8 @@ LogicalResult lowerAccumulatorStore(StoreOp store, GpuLowering& g, OpBuilder& b)
 
 void populateMatmulRules(RuleRegistry& rules) {
   rules.add(DotOp::getOperationName(), ruleFor(lowerDot));
+  rules.add(WgmmaOp::getOperationName(), ruleFor(lowerWgmma));
+  rules.add(WgmmaWaitOp::getOperationName(), ruleFor(lowerWgmmaWait));
 }
 
 }  // namespace mlir::pallas::gpu_lowering

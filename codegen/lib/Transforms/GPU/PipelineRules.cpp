@@ -26,9 +26,13 @@
 //   thread 0: [outputs] wait_group.read 0; mbarrier.inval of every barrier
 //
 // so the copies of steps k + 1 .. k + n - 1 are in flight while step k
-// computes. The block indices of step k + n are the loop body's index ops
-// lowered once more with the induction variable at k + n (lowerAgainWith);
-// they must be free of side effects and independent of loop carries.
+// computes. With Pallas' delay_release d (`pallas.delay_release`, for
+// multiplies still reading a step's buffers after it: wgmma_wait(1)), step k
+// refills the buffer of step k - d with step k - d + n instead, once k >= d:
+// n = 3, d = 1: step 1 refills buffer 0 with step 3, step 2 buffer 1 with
+// step 4; steps k + 1 .. k + n - 1 - d are in flight during step k. The block indices of step k + n
+// are the loop body's index ops lowered once more with the induction variable at k + n
+// (lowerAgainWith); they must be free of side effects and independent of loop carries.
 //
 // Worked example, n = 2 over steps 0..4 of one input: the prologue fetches
 // steps 0 and 1 into buffers 0 and 1; step 0 waits bar[0] parity 0, then
@@ -129,6 +133,13 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
   if (auto step = getConstantIntValue(loop.getStep()); !step || *step != 1)
     return loop.emitOpError("a pipelined loop steps by 1");
   Value lo = g.map.lookup(loop.getLowerBound()), hi = g.map.lookup(loop.getUpperBound());
+  int64_t delay = 0;  // Pallas' delay_release
+  if (auto attr = loop->getAttrOfType<IntegerAttr>(kDelayReleaseAttrName)) delay = attr.getInt();
+  for (const Stage& s : stages)
+    if (!s.st.output && s.st.slots <= delay)
+      return BlockOp(s.op).emitOpError("a pipeline stage of ")
+             << s.st.slots << " buffers with delay_release " << delay
+             << "; it needs more buffers than the delay";
   const bool hasInputs = llvm::any_of(stages, [](const Stage& s) { return !s.st.output; });
   int64_t minOutputSlots = 0;  // 0: no staged outputs
   for (const Stage& s : stages)
@@ -186,10 +197,12 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
         });
     }
     gpu::BarrierOp::create(nb, loc);  // release: every thread is done with the step's buffers
+    // Step k releases the input buffers of step k - delay: they are refilled
+    // with step k - delay + n.
     SmallVector<std::pair<const Stage*, SmallVector<Value>>> refills;
     for (const Stage& s : stages) {
       if (s.st.output) continue;
-      Value next = arith::AddIOp::create(nb, loc, k, indexConst(nb, loc, s.st.slots));
+      Value next = arith::AddIOp::create(nb, loc, k, indexConst(nb, loc, s.st.slots - delay));
       FailureOr<SmallVector<Value>> coords = coordsAt(s, loop, next, g, nb);
       if (failed(coords)) return failure();
       refills.push_back({&s, *coords});
@@ -206,10 +219,21 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
           NVVM::CpAsyncBulkWaitGroupOp::create(tb, l, tb.getI32IntegerAttr(0), tb.getUnitAttr());
       });
     for (auto& [s, coords] : refills) {
-      Value next = arith::AddIOp::create(nb, loc, k, indexConst(nb, loc, s->st.slots));
+      Value next = arith::AddIOp::create(nb, loc, k, indexConst(nb, loc, s->st.slots - delay));
       Value inRange = arith::CmpIOp::create(nb, loc, arith::CmpIPredicate::slt, next, hi);
       const StagedBlock& current = g.staged.at(BlockOp(s->op).getResult());
-      emitStageLoad(nb, loc, g, current, current.slot, coords, inRange);
+      Value slot = current.slot;
+      if (delay > 0) {  // step k - delay's buffer, once there is such a step
+        Value i = arith::SubIOp::create(nb, loc, k, lo);
+        Value n = indexConst(nb, loc, s->st.slots);
+        slot = arith::RemUIOp::create(
+            nb, loc, arith::AddIOp::create(nb, loc, i, indexConst(nb, loc, s->st.slots - delay)),
+            n);
+        inRange = arith::AndIOp::create(nb, loc, inRange,
+                                        arith::CmpIOp::create(nb, loc, arith::CmpIPredicate::uge, i,
+                                                              indexConst(nb, loc, delay)));
+      }
+      emitStageLoad(nb, loc, g, current, slot, coords, inRange);
     }
     if (minOutputSlots == 1) gpu::BarrierOp::create(nb, loc);
     return success();
