@@ -126,7 +126,8 @@ void check_wgmma_done(const Cta& cta, int64_t offset, const std::string& writer)
        " while a wgmma still reads it (wgmma group " + std::to_string(sh.wgmma_group) + " of " +
        thread_name(cta, sh.wgmma_thread) +
        ", not yet waited for): wait for the multiply (wgmma.wait_group, Pallas' wgmma_wait) "
-       "before writing its operand again");
+       "before writing its operand again; a pipeline that leaves it in flight releases the "
+       "step's buffers later (delay_release)");
 }
 
 void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, const std::string& what) {

@@ -6,6 +6,7 @@
 // RUN: pallas-opt %s --pallas-sink-broadcasts --pallas-assign-layouts \
 // RUN:   '--convert-pallas-to-gpu=async-copies=tma mma=wgmma' | FileCheck %s --check-prefix=WGMMA
 // RUN: pallas-opt %s --pallas-expand-wgmma | FileCheck %s --check-prefix=EXPAND
+// RUN: pallas-opt %s --pallas-peel-last-step | FileCheck %s --check-prefix=PEEL
 
 // sm_90a. Each step: zeroing the accumulator (step 0) and reading it (the
 // last step) first wait for every multiply in flight; the step waits for its
@@ -18,8 +19,11 @@
 // WGMMA-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
 // WGMMA: nvvm.mbarrier.try_wait.parity
 // WGMMA: nvvm.mbarrier.try_wait.parity
+// The accumulator's registers pass through an empty asm (fenceOperands)
+// before wgmma.fence and after a wait, so LLVM moves no access across them.
 // WGMMA: llvm.load
-// WGMMA-NEXT: nvvm.wgmma.fence.aligned
+// WGMMA: llvm.inline_asm has_side_effects {{.*}}"// pallas: fence wgmma operands"
+// WGMMA: nvvm.wgmma.fence.aligned
 // WGMMA-COUNT-4: nvvm.wgmma.mma_async
 // WGMMA: nvvm.wgmma.commit.group.sync.aligned
 // WGMMA-NEXT: llvm.store
@@ -27,6 +31,7 @@
 // WGMMA: scf.if
 // WGMMA-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
 // WGMMA-NEXT: llvm.load
+// WGMMA: llvm.inline_asm has_side_effects {{.*}}"// pallas: fence wgmma operands"
 // delay_release(1): after the release barrier, step k refills the buffer of
 // step k - 1, slot (k - lo + 2) % 3, with step k + 2, once k - lo >= 1.
 // WGMMA: gpu.barrier
@@ -47,6 +52,21 @@
 // EXPAND-NEXT: %[[D:.*]] = pallas.dot %[[A]], %[[B]], %[[C]] {transpose_b}
 // EXPAND-NEXT: pallas.store %[[D]], %[[ACC]]
 // EXPAND-NOT: pallas.wgmma
+
+// The codegen's GPU pipeline first moves the last step's epilogue after the
+// loop (pallas-peel-last-step): in the loop, ptxas would complete every
+// wgmma before the next step (info C7517) to let the epilogue's branch read
+// the registers. The epilogue's blocks (loop-invariant) are rebuilt there.
+// PEEL-LABEL: func.func @pipelined_wgmma
+// PEEL: scf.for %[[K:.*]] = %[[LO:.*]] to %[[HI:[^ ]*]] step
+// PEEL: pallas.wgmma_wait 1
+// PEEL-NOT: pallas.store
+// PEEL: } {pallas.delay_release = 1 : i64, pallas.pipeline}
+// PEEL-NEXT: %[[RAN:.*]] = arith.cmpi slt, %[[LO]], %[[HI]]
+// PEEL-NEXT: scf.if %[[RAN]] {
+// PEEL: pallas.block %arg2
+// PEEL: %[[ACC:.*]] = pallas.load
+// PEEL-NEXT: pallas.store %[[ACC]]
 
 module {
   func.func @pipelined_wgmma(%arg0: memref<?x?xbf16, strided<[?, 1]>>, %arg1: memref<?x?xbf16, strided<[?, 1]>>, %arg2: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.approx_math, pallas.grid = ["cdiv(m, 64)", "cdiv(n, 64)", "cdiv(k, 64)"], pallas.grid_rank = 2 : i32, pallas.kernel, pallas.operand_names = ["a", "b", "d", "acc"], pallas.threads = 128 : i64} {

@@ -95,7 +95,8 @@ std::string gpuModuleToNVVMPipeline(bool gridConstant) {
 std::string gpuToNVVMPipeline(bool gridConstant, bool cpAsync) {
   // The sm_80 form (cpAsync) multiplies with mma.sync, on the spot.
   return std::string(cpAsync ? "pallas-expand-wgmma," : "") +
-         "pallas-sink-broadcasts,pallas-assign-layouts,convert-pallas-to-gpu{async-copies=" +
+         "pallas-peel-last-step,pallas-sink-broadcasts,pallas-assign-layouts,"
+         "convert-pallas-to-gpu{async-copies=" +
          (cpAsync ? "cp-async mma=mma_sync" : "tma mma=wgmma") + "}," +
          gpuModuleToNVVMPipeline(gridConstant);
 }

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "pallas/Dialect/PallasDialect.h"
 #include "pallas/Transforms/Passes.h"
 
 #include "pallas/emulator/abi.h"
@@ -215,6 +216,14 @@ class Rewriter {
     }
     if (auto shfl = dyn_cast<NVVM::ShflOp>(op)) return rewriteShuffle(shfl);
     if (auto ld = dyn_cast<NVVM::LdMatrixOp>(op)) return rewriteLdmatrix(ld);
+    if (auto fence = dyn_cast<LLVM::InlineAsmOp>(op);
+        fence && fence.getAsmString() == kFenceOperandsAsm) {  // registers pass through
+      Value s = LLVM::UndefOp::create(b_, loc, fence.getResult(0).getType());
+      for (auto [i, v] : llvm::enumerate(fence.getOperands()))
+        s = LLVM::InsertValueOp::create(b_, loc, s, v, ArrayRef<int64_t>{static_cast<int64_t>(i)});
+      replace(op, s);
+      return success();
+    }
     if (auto mma = dyn_cast<NVVM::MmaOp>(op)) return rewriteMmaSync(mma);
     if (auto vote = dyn_cast<NVVM::VoteSyncOp>(op)) {
       Value pred = LLVM::ZExtOp::create(b_, loc, i32(), vote.getPred());

@@ -37,6 +37,13 @@ inline constexpr llvm::StringLiteral kPipelineAttrName = "pallas.pipeline";
 /// On a pipelined scf.for (i64, optional): Pallas' delay_release. Input
 /// stage buffers of step k are refilled at the end of step k + delay.
 inline constexpr llvm::StringLiteral kDelayReleaseAttrName = "pallas.delay_release";
+/// The text of the empty inline asm that fences a wgmma accumulator's
+/// registers (MatmulRules.cpp, fenceOperands): its results are its operands,
+/// redefined where it stands, so nothing reads them before a wgmma.wait_group
+/// above it or writes them after a wgmma.fence below it (CUTLASS's
+/// warpgroup_fence_operand). A PTX comment; the emulator passes the values
+/// through.
+inline constexpr llvm::StringLiteral kFenceOperandsAsm = "// pallas: fence wgmma operands";
 /// Name of the array attribute holding the layout of each vector result of
 /// an op (see PallasLayouts.td); set by pallas-assign-layouts.
 inline constexpr llvm::StringLiteral kLayoutsAttrName = "pallas.layouts";

@@ -53,6 +53,39 @@ def PallasExpandWgmma : Pass<"pallas-expand-wgmma", "ModuleOp"> {
   }];
 }
 
+def PallasPeelLastStep : Pass<"pallas-peel-last-step", "ModuleOp"> {
+  let summary = "Move a pipelined loop's last-step epilogue after the loop";
+  let description = [{
+    A grid's arbitrary axis is a pipelined loop (`pallas.pipeline`) whose
+    body often ends with what only the last step does: a matmul's epilogue,
+    `when(k == last) d.store(f(acc.load()))`. Left in the loop, that branch
+    is on every step's path, and ptxas then completes every wgmma before the
+    next step starts (it injects `warpgroup.wait`, info C7517), undoing
+    `wgmma_wait(1)`. This pass moves a trailing `scf.if (%iv == %ub - 1)`
+    after the loop, guarded by `%lb < %ub`, when everything it uses from the
+    loop body is loop-invariant (program ids, constants, unstaged blocks and
+    index arithmetic on them); uses of `%iv` become `%ub - 1`.
+
+    Before:
+    ```mlir
+    scf.for %k = %c0 to %n step %c1 {
+      %d = pallas.block %out[%i, %j] ...
+      ...
+      %last = arith.subi %n, %c1 : index
+      %is_last = arith.cmpi eq, %k, %last : index
+      scf.if %is_last { E(%d) }
+    } {pallas.pipeline}
+    ```
+    After:
+    ```mlir
+    scf.for %k = %c0 to %n step %c1 { ... } {pallas.pipeline}
+    %ran = arith.cmpi slt, %c0, %n : index
+    scf.if %ran { %d' = pallas.block %out[%i, %j] ... ; E(%d') }
+    ```
+  }];
+  let dependentDialects = ["::mlir::scf::SCFDialect", "::mlir::arith::ArithDialect"];
+}
+
 def PallasAssignLayouts : Pass<"pallas-assign-layouts", "ModuleOp"> {
   let summary = "Give every block value a thread layout; make layout changes explicit";
   let description = [{

@@ -192,6 +192,28 @@ Value unpackStruct(OpBuilder& b, Location loc, Value s, Value frag, int64_t firs
   return frag;
 }
 
+/// `frag` redefined here by an empty volatile inline asm (kFenceOperandsAsm):
+/// LLVM keeps every read of the result after, and every write of the
+/// operand before, this point. Without it LLVM hoists an epilogue's reads of
+/// the accumulator above the wgmma.wait_group guarding them, and ptxas then
+/// completes every wgmma early (info C7517: "warpgroup.wait is injected").
+Value fenceOperands(OpBuilder& b, Location loc, Value frag) {
+  auto type = cast<VectorType>(frag.getType());
+  const int64_t n = type.getNumElements();
+  std::string constraints;
+  for (int64_t i = 0; i < n; ++i) constraints += (i ? ",=f" : "=f");
+  for (int64_t i = 0; i < n; ++i) constraints += "," + std::to_string(i);
+  SmallVector<Value> regs;
+  for (int64_t i = 0; i < n; ++i) regs.push_back(vector::ExtractOp::create(b, loc, frag, i));
+  auto structType =
+      LLVM::LLVMStructType::getLiteral(b.getContext(), SmallVector<Type>(n, b.getF32Type()));
+  auto fence = LLVM::InlineAsmOp::create(
+      b, loc, structType, regs, kFenceOperandsAsm, constraints, /*has_side_effects=*/true,
+      /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT), ArrayAttr());
+  return unpackStruct(b, loc, fence.getResult(0), frag, 0, n);
+}
+
 /// The wgmma instructions of frag += a @ b (a [m, k], b [n, k] K-major in
 /// shared memory), one per 64 rows, 16 of K and at most 256 columns; no
 /// fence, commit or wait.
@@ -234,11 +256,13 @@ Value multiplyWithWgmma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
                                NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
     gpu::BarrierOp::create(b, loc);
   }
+  frag = fenceOperands(b, loc, frag);
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
   frag = issueWgmma(b, loc, a, bOp, frag, dot.getM(), dot.getN(), dot.getK(),
                     dot.getA().getType().getElementType().isBF16());
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
   NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+  frag = fenceOperands(b, loc, frag);
   // Rule buffers are dead after the rule: no thread may reuse the bytes
   // before every warp's wgmma has read them.
   if (stored) gpu::BarrierOp::create(b, loc);
@@ -463,7 +487,7 @@ LogicalResult lowerWgmma(WgmmaOp op, GpuLowering& g, OpBuilder& b) {
   auto layout = TiledLayoutAttr::getWgmmaAccumulator(b.getContext());
   auto fragType = VectorType::get({layout.registersPerThread(accType.getShape())}, b.getF32Type());
   Value storage = g.accumulators.at(op.getAcc());
-  Value frag = LLVM::LoadOp::create(b, loc, fragType, storage);
+  Value frag = fenceOperands(b, loc, LLVM::LoadOp::create(b, loc, fragType, storage));
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
   frag = issueWgmma(b, loc, *a, *bOp, frag, m, n, k,
                     cast<RefType>(op.getA().getType()).getElementType().isBF16());
@@ -481,11 +505,13 @@ LogicalResult lowerWgmmaWait(WgmmaWaitOp op, GpuLowering& g, OpBuilder& b) {
 
 /// Pallas' accumulator dereference: in a kernel that leaves wgmmas in flight,
 /// reading or writing the accumulator first waits for all of them.
-void waitForWgmmas(Operation* access, OpBuilder& b) {
+/// Returns whether it waited.
+bool waitForWgmmas(Operation* access, OpBuilder& b) {
   bool any = false;
   if (auto kernel = access->getParentOfType<func::FuncOp>())
     kernel.walk([&](WgmmaOp) { any = true; });
   if (any) NVVM::WgmmaWaitGroupSyncOp::create(b, access->getLoc(), 0);
+  return any;
 }
 
 }  // namespace
@@ -515,22 +541,23 @@ LogicalResult lowerAccumulatorBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
 }
 
 LogicalResult lowerAccumulatorLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
-  waitForWgmmas(load, b);
+  const bool waited = waitForWgmmas(load, b);
   Attribute layout = g.layoutOf(load.getResult());
   VectorType fragType = g.threadType(load.getResult().getType(), layout);
-  g.map.map(load.getResult(),
-            LLVM::LoadOp::create(b, load.getLoc(), fragType, g.accumulators.at(load.getRef())));
+  Value frag = LLVM::LoadOp::create(b, load.getLoc(), fragType, g.accumulators.at(load.getRef()));
+  g.map.map(load.getResult(), waited ? fenceOperands(b, load.getLoc(), frag) : frag);
   return success();
 }
 
 LogicalResult lowerAccumulatorStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
   auto layout = TiledLayoutAttr::getWgmmaAccumulator(b.getContext());
-  waitForWgmmas(store, b);
+  const bool waited = waitForWgmmas(store, b);
   FailureOr<Value> frag = g.operandIn(b, store.getLoc(), store.getValue(), layout);
   if (failed(frag))
     return store.emitOpError("stores a value in layout ")
            << g.layoutOf(store.getValue()) << " to an accumulator; it must be in " << layout;
-  LLVM::StoreOp::create(b, store.getLoc(), *frag, g.accumulators.at(store.getRef()));
+  LLVM::StoreOp::create(b, store.getLoc(), waited ? fenceOperands(b, store.getLoc(), *frag) : *frag,
+                        g.accumulators.at(store.getRef()));
   return success();
 }
 
