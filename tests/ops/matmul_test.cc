@@ -289,6 +289,19 @@ TEST_P(MatmulTest, LinearResidualF16) {
   check_epilogue<half, half>(GetParam(), {true, Epilogue::kResidual});
 }
 
+// Every edge size of the list in each dim in turn, the others 64:
+// M, N and K of 1, 7, 63, 64, 65, 127, 128, 129, 255, 257 around the 128 x 64
+// and 64 x 64 tiles and the 64-element K step, for both products (the
+// emulator, which runs every thread, takes the pipelined wgmma one only).
+TEST_P(MatmulTest, EveryEdgeDim) {
+  const Backend backend = GetParam();
+  for (int64_t v : {1, 7, 63, 64, 65, 127, 128, 129, 255, 257})
+    for (MatmulShape s : {MatmulShape{v, 64, 64}, MatmulShape{64, v, 64}, MatmulShape{64, 64, v}}) {
+      check_product<bfloat16, bfloat16>(backend, {true}, s);
+      if (backend != Backend::kEmulator) check_product<half, float>(backend, {false}, s);
+    }
+}
+
 // batched_matmul(_bt): the batch is the grid's first (launched) axis and every
 // block squeezes it. Batch strides with a gap after each matrix (TMA copies
 // when the strides are multiples of 16 bytes: gap 8; the direct twin: gap 3),

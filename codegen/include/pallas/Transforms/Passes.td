@@ -189,7 +189,8 @@ def ConvertPallasToGPU : Pass<"convert-pallas-to-gpu", "ModuleOp"> {
     `pallas.dot` (MatmulRules.cpp) multiplies with `mma=wgmma` (sm_90a):
     `nvvm.wgmma.mma_async` on shared-memory descriptors, into the WGMMA
     accumulator layout; with `mma=mma_sync` (sm_80) each warp loads
-    fragments of padded shared copies with `nvvm.ldmatrix` and multiplies
+    fragments with `nvvm.ldmatrix` (from the stage buffers of staged
+    blocks, else from padded shared copies) and multiplies
     with `nvvm.mma.sync` m16n8k16, whose 16 x 8 D fragments are the same
     layout's registers (a warp's 16 rows of a 64-row block).
   }];

@@ -128,6 +128,10 @@ LogicalResult lowerAccumulatorStore(StoreOp store, GpuLowering& g, OpBuilder& b)
 
 // StagingRules.cpp: the staged forms of the pallas.block, load and store rules.
 LogicalResult lowerStagedBlock(BlockOp blk, GpuLowering& g, OpBuilder& b);
+/// The element index in `st`'s stage buffers (the current slot, swizzle
+/// applied) of the block element at (`row`, `col`) of its 2-D ref; the 16-byte
+/// piece starting there is contiguous (StagingRules.cpp).
+Value stagedElement(OpBuilder& b, Location loc, const StagedBlock& st, Value row, Value col);
 LogicalResult lowerStagedLoad(LoadOp load, GpuLowering& g, OpBuilder& b);
 LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b);
 /// A pallas.block over a run_scoped buffer (AsyncCopyRules.cpp).

@@ -12,9 +12,11 @@
 //    place when its rows are exactly one swizzle span (128 bytes: 64 bf16 of
 //    K); any other operand value is first stored by the threads into a
 //    buffer of that layout (the rule's, fenced for the async proxy).
-//  - mma=mma_sync (sm_80): a and b go through padded row-major shared
-//    buffers, ldmatrix loads their fragments and each warp multiplies its
-//    16 rows of every 64 with `mma.sync.m16n8k16` (multiplyWithMmaSync).
+//  - mma=mma_sync (sm_80): ldmatrix loads a's and b's fragments from the
+//    stage buffers a pipeline copied them into (in place, through the
+//    stage's swizzle) or from padded row-major buffers the threads fill, and
+//    each warp multiplies its 16 rows of every 64 with `mma.sync.m16n8k16`
+//    (multiplyWithMmaSync).
 //
 // The operand layout wgmma reads (PTX ISA, "Shared memory matrix layout",
 // K-major with swizzle S = 32, 64 or 128 bytes): an operand tile of R rows
@@ -86,10 +88,27 @@ const StagedBlock* stagedForWgmma(Value operand, bool kMajor, const GpuLowering&
   return &st;
 }
 
+/// The staged block `operand` is a whole-block load of, if mma.sync's
+/// ldmatrix can read it in place: an f16/bf16 input stage (any swizzle keeps
+/// ldmatrix's 16-byte rows contiguous).
+const StagedBlock* stagedForMmaSync(Value operand, const GpuLowering& g) {
+  auto load = operand.getDefiningOp<LoadOp>();
+  if (!load || !load.getDynamicOffsets().empty()) return nullptr;
+  auto it = g.staged.find(load.getRef());
+  if (it == g.staged.end()) return nullptr;
+  const StagedBlock& st = it->second;
+  auto refType = cast<RefType>(load.getRef().getType());
+  if (st.output || st.elementBytes != 2 || st.refDims.size() != 2 ||
+      refType.getShape() != load.getResult().getType().getShape() ||
+      llvm::any_of(load.getOffsets(), [](int64_t o) { return o != 0; }))
+    return nullptr;
+  return &st;
+}
+
 }  // namespace
 
 bool dotReadsStagedOperand(DotOp dot, unsigned operandNumber, const GpuLowering& g) {
-  if (!g.wgmma) return false;
+  if (!g.wgmma) return stagedForMmaSync(dot->getOperand(operandNumber), g) != nullptr;
   bool kMajor = operandNumber == 0 || dot.getTransposeB();
   return stagedForWgmma(dot->getOperand(operandNumber), kMajor, g) != nullptr;
 }
@@ -269,13 +288,15 @@ Value multiplyWithWgmma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   return frag;
 }
 
-/// An f16/bf16 operand of mma.sync in shared memory: row-major, each row
+/// An f16/bf16 operand of mma.sync in shared memory: the stage a pipeline
+/// put it in (read in place), or a rule buffer, row-major with each row
 /// padded to `pitch` elements so that ldmatrix's 8 row addresses fall in
 /// different 16-byte bank groups (pitch (cols + 8) * 2 bytes is an odd
 /// number of 16-byte units when cols is a multiple of 16: conflict-free).
 struct PaddedOperand {
   Value base;  // index: the buffer's shared address
   int64_t pitch = 0;
+  const StagedBlock* stage = nullptr;  // in place: element (r, c) via stagedElement
 };
 
 /// Stores block value `v` ([rows, cols], strided layout) into a padded rule
@@ -316,9 +337,17 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   const int64_t m = dot.getM(), n = dot.getN(), k = dot.getK();
   const bool bt = dot.getTransposeB();
   const bool bf16 = dot.getA().getType().getElementType().isBF16();
-  PaddedOperand a = storePadded(dot.getA(), g, b, "mma.sync operand a");
-  PaddedOperand bm = storePadded(dot.getB(), g, b, "mma.sync operand b");
-  gpu::BarrierOp::create(b, loc);
+  // Operands a pipeline staged are read where they are (their loads only
+  // waited for the copies); others are stored by the threads first.
+  auto operand = [&](Value v, StringRef purpose) {
+    if (const StagedBlock* st = stagedForMmaSync(v, g))
+      return PaddedOperand{sharedAddress(b, loc, st->buffer), 0, st};
+    return storePadded(v, g, b, purpose);
+  };
+  PaddedOperand a = operand(dot.getA(), "mma.sync operand a");
+  PaddedOperand bm = operand(dot.getB(), "mma.sync operand b");
+  const bool stored = !a.stage || !bm.stage;
+  if (stored) gpu::BarrierOp::create(b, loc);
   Value lane = arith::RemUIOp::create(b, loc, g.tid, idx(b, loc, 32));
   Value warp = arith::RemUIOp::create(
       b, loc, arith::DivUIOp::create(b, loc, g.tid, idx(b, loc, 32)), idx(b, loc, 4));
@@ -332,7 +361,9 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   };
   // This lane's row address for ldmatrix: element (row, col) of `op`.
   auto rowAddress = [&](const PaddedOperand& op, Value row, Value col) -> Value {
-    Value bytes = scaled(add(scaled(row, op.pitch), col), 2);
+    Value element =
+        op.stage ? stagedElement(b, loc, *op.stage, row, col) : add(scaled(row, op.pitch), col);
+    Value bytes = scaled(element, 2);
     Value i64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), add(op.base, bytes));
     return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(ctx, kSharedSpace), i64);
   };
@@ -390,8 +421,8 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
     }
   }
   // Rule buffers are dead after the rule: no thread may reuse the bytes
-  // before every warp has read them.
-  gpu::BarrierOp::create(b, loc);
+  // before every warp has read them. (A stage is released by its pipeline.)
+  if (stored) gpu::BarrierOp::create(b, loc);
   return frag;
 }
 

@@ -254,6 +254,15 @@ FailureOr<StagedBlock> allocateStage(BlockOp blk, int64_t slots, GpuLowering& g,
   return st;
 }
 
+Value stagedElement(OpBuilder& b, Location loc, const StagedBlock& st, Value row, Value col) {
+  SmallVector<Value> coords(st.box.size(), arith::ConstantIndexOp::create(b, loc, 0));
+  coords[st.refDims[0]] = row;
+  coords[st.refDims[1]] = col;
+  return arith::AddIOp::create(
+      b, loc, slotOffset(b, loc, st),
+      swizzled(b, loc, boxFlat(b, loc, st, coords), st.elementBytes, st.swizzle));
+}
+
 bool GpuLowering::stagesBlock(BlockOp blk) const {
   if (!blk.getStaged()) return false;
   const bool output =
