@@ -129,6 +129,11 @@ STAGED_OUTPUTS = {"transpose"}
 # (mma.sync) in its sm_80 SASS.
 MATMULS = ["matmul", "matmul_bt", "gemm", "gemm_bt", "linear_bias", "linear_bias_gelu",
            "linear_bias_silu", "linear_residual", "batched_matmul", "batched_matmul_bt"]
+# Of those, the ones whose sm_90a staged instance is a warp-specialized
+# pipeline: its producer warpgroup gives up registers (USETMAXREG.DEALLOC, PTX
+# setmaxnreg.dec) and the consumer takes them (USETMAXREG.TRY_ALLOC).
+WARP_SPECIALIZED = {"matmul_bt", "gemm_bt", "linear_bias", "linear_bias_gelu", "linear_bias_silu",
+                    "linear_residual", "batched_matmul_bt"}
 # Ops whose outputs are per-row or per-array scalars: no 16-byte store rule.
 REDUCTIONS = {"row_sum", "row_max", "cross_entropy", "sum_all", "max_all"}
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}
@@ -774,6 +779,10 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
             if need not in k.sass.opcodes:
                 out.append(("mma", f"{k.instance} ({k.arch}): a matrix product without {need} "
                                    f"({'wgmma' if need == 'HGMMA' else 'mma.sync'})"))
+            if (k.op in WARP_SPECIALIZED and k.arch.startswith("sm_9")
+                    and not k.instance.endswith("_direct") and "USETMAXREG" not in k.sass.opcodes):
+                out.append(("mma", f"{k.instance} ({k.arch}): a warp-specialized product without "
+                                   "USETMAXREG (the warpgroups' setmaxnreg)"))
         if (not check_width or k.kind not in ("elementwise", "row", "whole") or not k.sass
                 or k.staged):
             continue

@@ -146,6 +146,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // k + 3 - 1: three buffers keep two steps' copies ahead.
     spec.max_concurrent_steps(3);
     spec.delay_release(1);
+    spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
   }
   // Grid axes, after the batch: 0 = i (rows of D), 1 = j (columns), 2 = k.
   spec.block(a, blk({Blocked{kTileM}, Blocked{kTileK}}), tile(0, 2), InShared{.swizzle = 128});

@@ -357,7 +357,11 @@ extern "C" void pallas_emu_barrier(int32_t id, int32_t count) {
   if (++b.arrived == b.expected) {
     b.arrived = 0;
     ++b.generation;
-    if (expected == threads) ++cta.epoch;  // all threads synchronized: a new race epoch
+    // A new race epoch: the participants' earlier accesses are ordered before
+    // their later ones. For a named barrier of some threads (a warp-specialized
+    // consumer's) this is coarse: it also orders threads that did not take
+    // part (the emulator keeps one epoch per CTA, not a clock per thread).
+    ++cta.epoch;
     return;
   }
   s.thread->barrier_id = id;

@@ -67,7 +67,12 @@ void maybe_complete(Cta& cta, int64_t offset, MBarrier& bar) {
   ++bar.phase;
   bar.pending = bar.expected;
   ++current().state_changes;
-  (void)cta;
+  // A phase that several threads' arrivals complete orders their earlier
+  // accesses before the accesses of whoever waits for it, as bar.sync does
+  // (a consumer warpgroup releasing a stage buffer to the producer thread
+  // that refills it): a new epoch. Coarse: it also orders threads that did
+  // not arrive.
+  if (bar.expected > 1) ++cta.epoch;
 }
 
 /// The descriptor of a TMA `what` ("load", "store") given `rank` coordinates.

@@ -544,9 +544,11 @@ PALLAS_KERNEL(pipelined_row_scale) {
 // three buffers. Step k's multiply stays in flight while step k + 1 waits
 // for its tiles (wgmma_wait(1)), so step k's buffers are released one step
 // late (delay_release(1)). Planted twin: `_nodelay` refills step k's buffers
-// at the end of step k, while its multiply may still read them. The direct
-// instance (strides TMA cannot copy) multiplies loaded blocks with dot.
-template <bool kDelay>
+// at the end of step k, while its multiply may still read them. `_ws` is
+// warp-specialized: a producer warpgroup issues the copies, waiting for the
+// consumer's releases on mbarriers. The direct instance (strides TMA cannot
+// copy) multiplies loaded blocks with dot.
+template <bool kDelay, bool kWarpSpecialized = false>
 void pipelined_wgmma(KernelSpec& spec) {
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
   Operand a = spec.input("a", bf16, {m, k});
@@ -557,6 +559,7 @@ void pipelined_wgmma(KernelSpec& spec) {
   spec.dimension_semantics({parallel, parallel, arbitrary});
   spec.max_concurrent_steps(3);
   if (kDelay) spec.delay_release(1);
+  if (kWarpSpecialized) spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
   const InShared swizzled{.swizzle = 128};
   spec.block(
       a, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[2]); }, swizzled);
@@ -577,3 +580,4 @@ void pipelined_wgmma(KernelSpec& spec) {
 }
 PALLAS_KERNEL(pipelined_wgmma) { pipelined_wgmma<true>(spec); }
 PALLAS_KERNEL(pipelined_wgmma_nodelay) { pipelined_wgmma<false>(spec); }  // planted
+PALLAS_KERNEL(pipelined_wgmma_ws) { pipelined_wgmma<true, true>(spec); }

@@ -31,6 +31,7 @@
 #include <pallas/kernels/pipelined_row_scale.h>
 #include <pallas/kernels/pipelined_wgmma.h>
 #include <pallas/kernels/pipelined_wgmma_nodelay.h>
+#include <pallas/kernels/pipelined_wgmma_ws.h>
 #include <pallas/kernels/power.h>
 #include <pallas/kernels/row_sums_sequential.h>
 #include <pallas/kernels/scratch_and_while.h>
@@ -842,7 +843,8 @@ TEST_P(FeaturesTest, CpAsyncFormsOfThePipelines) {
       e, 3, [](auto... a) { return kernels::pipelined_chunk_sum_d3(a...); }, 80);
 }
 
-// Pallas' pipelined wgmma (pipelined_wgmma): d = a @ b^T against a float64
+// Pallas' pipelined wgmma (pipelined_wgmma, and its warp-specialized form
+// pipelined_wgmma_ws): d = a @ b^T against a float64
 // reference, K from one step to five (the refills of delay_release), edges
 // in every dim, a row stride TMA cannot copy (the direct twin), and the
 // sm_80 form (multiplies on the spot) on the emulator.
@@ -862,45 +864,47 @@ TEST_P(FeaturesTest, PipelinedWgmmaMatchesTheReference) {
   struct Shape {
     int64_t m, n, k, stride;
   };
-  for (int cc : {90, 80}) {
-    if (cc == 80 && GetParam() != Backend::kEmulator) continue;
-    for (Shape sh : {Shape{64, 64, 64, 64}, Shape{65, 130, 320, 320}, Shape{7, 9, 200, 200},
-                     Shape{128, 64, 136, 139}}) {
-      const uint32_t seed = fresh_seed();
-      SCOPED_TRACE("sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) + " n " +
-                   std::to_string(sh.n) + " k " + std::to_string(sh.k) + " stride " +
-                   std::to_string(sh.stride) + " seed " + std::to_string(seed));
-      std::mt19937 rng(seed);
-      Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
-      Array<float> d(GetParam(), sh.m * sh.n);
-      a.fill_random(rng, -2, 2);
-      b.fill_random(rng, -2, 2);
-      d.poison();
-      a.upload();
-      b.upload();
-      d.upload();
-      Status st = run_pipelined_wgmma(GetParam(), cc, kernels::pipelined_wgmma, sh.m, sh.n, sh.k,
-                                      sh.stride, a, b, d);
-      ASSERT_TRUE(st.ok()) << st.message();
-      d.download();
-      int misses = 0;
-      for (int64_t i = 0; i < sh.m && misses < 5; ++i)
-        for (int64_t j = 0; j < sh.n && misses < 5; ++j) {
-          double want = 0, magnitude = 0;
-          for (int64_t kk = 0; kk < sh.k; ++kk) {
-            const double p = static_cast<double>(to_float(a.host()[i * sh.stride + kk])) *
-                             to_float(b.host()[j * sh.stride + kk]);
-            want += p;
-            magnitude += std::abs(p);
+  for (WgmmaMatmul kernel : {kernels::pipelined_wgmma, kernels::pipelined_wgmma_ws})
+    for (int cc : {90, 80}) {
+      if (cc == 80 && GetParam() != Backend::kEmulator) continue;
+      for (Shape sh : {Shape{64, 64, 64, 64}, Shape{65, 130, 320, 320}, Shape{7, 9, 200, 200},
+                       Shape{128, 64, 136, 139}}) {
+        const uint32_t seed = fresh_seed();
+        SCOPED_TRACE(std::string(kernel == kernels::pipelined_wgmma ? "" : "warp-specialized ") +
+                     "sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) + " n " +
+                     std::to_string(sh.n) + " k " + std::to_string(sh.k) + " stride " +
+                     std::to_string(sh.stride) + " seed " + std::to_string(seed));
+        std::mt19937 rng(seed);
+        Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
+        Array<float> d(GetParam(), sh.m * sh.n);
+        a.fill_random(rng, -2, 2);
+        b.fill_random(rng, -2, 2);
+        d.poison();
+        a.upload();
+        b.upload();
+        d.upload();
+        Status st =
+            run_pipelined_wgmma(GetParam(), cc, kernel, sh.m, sh.n, sh.k, sh.stride, a, b, d);
+        ASSERT_TRUE(st.ok()) << st.message();
+        d.download();
+        int misses = 0;
+        for (int64_t i = 0; i < sh.m && misses < 5; ++i)
+          for (int64_t j = 0; j < sh.n && misses < 5; ++j) {
+            double want = 0, magnitude = 0;
+            for (int64_t kk = 0; kk < sh.k; ++kk) {
+              const double p = static_cast<double>(to_float(a.host()[i * sh.stride + kk])) *
+                               to_float(b.host()[j * sh.stride + kk]);
+              want += p;
+              magnitude += std::abs(p);
+            }
+            const double got = d.host()[i * sh.n + j];
+            if (!(std::abs(got - want) <= 1e-6 * static_cast<double>(sh.k) * magnitude + 1e-6)) {
+              ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want;
+              ++misses;
+            }
           }
-          const double got = d.host()[i * sh.n + j];
-          if (!(std::abs(got - want) <= 1e-6 * static_cast<double>(sh.k) * magnitude + 1e-6)) {
-            ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want;
-            ++misses;
-          }
-        }
+      }
     }
-  }
 }
 
 // The planted twin without delay_release refills a stage while the wgmma of

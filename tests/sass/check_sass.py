@@ -22,7 +22,8 @@ assembled as the codegen does (ptxas -arch=<arch> -O3 -v). The rules and the
           global loads are TMA copies: the wide rule checks their twins.
   mma     every matrix-product instance (bench/sass_report.py's MATMULS, the
           `_direct` twins too) has HGMMA (wgmma) in its sm_90a SASS and HMMA
-          (mma.sync) in its sm_80 SASS.
+          (mma.sync) in its sm_80 SASS, and the warp-specialized ones
+          (WARP_SPECIALIZED, staged instance) USETMAXREG on sm_90a.
 --planted runs the rules on the PTX in DIR and passes only if each planted
 file is rejected by the rule its name says (`_planted_spill`, `_planted_narrow`,
 `_planted_notma`, `_planted_nomma`): the checks can fail.

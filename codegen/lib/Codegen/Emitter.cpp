@@ -202,7 +202,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   for (const std::string& message : spec.check_messages()) os << cppString(message) << ", ";
   os << "nullptr};\n\n";
   os << "constexpr pallas::KernelMetadata " << name << "_metadata_value = {\"" << name << "\", \""
-     << spec.op() << "\", \"" << gridText(spec) << "\", " << spec.threads() << ", " << name
+     << spec.op() << "\", \"" << gridText(spec) << "\", " << spec.launch_threads() << ", " << name
      << "_operands, " << targets << ", std::span<const char* const>(" << name << "_checks, "
      << spec.check_messages().size() << "), \"" << spec.entry_name() << "\"};\n\n";
   if (!inst.gpu.empty()) os << "constexpr pallas::detail::Cubin " << name << "_cubins[] = {\n";
@@ -217,8 +217,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     dynamicShared = std::max(dynamicShared, bin.dynamic_shared_bytes);
   os << "const pallas::detail::KernelImage " << name << "_image = {&" << name
      << "_metadata_value, \"" << name << "\", " << cubins << ", &pallas_host_" << name << ", "
-     << spec.threads() << ", " << dynamicShared << ", &pallas_emu_" << name << ", &pallas_emu_"
-     << name << "_shared_bytes";
+     << spec.launch_threads() << ", " << dynamicShared << ", &pallas_emu_" << name
+     << ", &pallas_emu_" << name << "_shared_bytes";
   if (staged)
     os << ", &pallas_emu_" << name << "_cp_async, &pallas_emu_" << name << "_cp_async_shared_bytes";
   os << "};\n\n}  // namespace\n\n";
@@ -484,7 +484,7 @@ std::string emitHeader(const std::string& op, const std::string& spec_file,
   for (const CompiledInstance& inst : instances) {
     const edsl::KernelSpec& spec = *inst.kernel->spec;
     const std::string& name = inst.kernel->instance;
-    os << "/// " << name << ": grid " << gridText(spec) << ", " << spec.threads()
+    os << "/// " << name << ": grid " << gridText(spec) << ", " << spec.launch_threads()
        << " threads per program";
     if (spec.variant_chooser())
       os << "; launched when " << spec.variant_chooser()->to_string() << " is "

@@ -419,6 +419,18 @@ void KernelSpec::stage_for_copies(int operand, const std::vector<int64_t>& box, 
   d.staged_block = box;
 }
 
+void KernelSpec::warp_specialize(WarpSpecialization ws) {
+  for (int regs : {ws.producer_registers, ws.consumer_registers})
+    if (regs < 24 || regs > 256 || regs % 8 != 0)
+      fail("warp_specialize: " + std::to_string(regs) +
+           " registers; setmaxnreg takes a multiple of 8 from 24 to 256");
+  if (ws.producer_registers >= ws.consumer_registers)
+    fail("warp_specialize: the producer (" + std::to_string(ws.producer_registers) +
+         " registers) gives registers to the consumer (" + std::to_string(ws.consumer_registers) +
+         "); it needs fewer");
+  ws_ = ws;
+}
+
 void KernelSpec::delay_release(int steps) {
   if (steps < 0 || steps > 3)
     fail("delay_release(" + std::to_string(steps) + "): a pipeline delays 0 to 3 steps");

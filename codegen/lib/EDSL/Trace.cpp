@@ -598,6 +598,27 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
       innermost->setAttr(mlir::pallas::kDelayReleaseAttrName, builder.getI64IntegerAttr(delay));
     }
   }
+  if (const auto& ws = spec.warp_specialization(); ws && !spec.direct()) {
+    int arbitrary = 0;
+    for (size_t axis = 0; axis < spec.grid_axes().size(); ++axis)
+      arbitrary += spec.semantics(axis) == Semantics::kArbitrary;
+    if (!innermost || !spec.has_staged_blocks() || arbitrary != 1)
+      spec.fail(
+          "warp_specialize needs one pipelined grid axis (one arbitrary axis and InShared "
+          "blocks): the producer warpgroup copies its stages");
+    if (spec.threads() != 128)
+      spec.fail("warp_specialize with threads(" + std::to_string(spec.threads()) +
+                "); the consumer is one warpgroup of 128 threads");
+    for (const OperandDecl& d : ops)
+      if (d.staged && d.role == Role::kOutput)
+        spec.fail("warp_specialize with staged output '" + d.name +
+                  "'; the producer copies inputs only (store outputs from registers)");
+    const int launch = (ws->producer_registers + ws->consumer_registers) / 16 * 8;
+    func->setAttr("pallas.max_registers", builder.getI64IntegerAttr(launch));
+    innermost->setAttr(
+        mlir::pallas::kWarpSpecializedAttrName,
+        builder.getDenseI64ArrayAttr({ws->producer_registers, launch, ws->consumer_registers}));
+  }
   ProgramIds pids;
   for (int axis = 0; axis < t.grid_rank; ++axis) pids.push_back(program_id(axis));
   std::vector<Ref> refs;

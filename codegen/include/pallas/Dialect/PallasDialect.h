@@ -37,6 +37,12 @@ inline constexpr llvm::StringLiteral kPipelineAttrName = "pallas.pipeline";
 /// On a pipelined scf.for (i64, optional): Pallas' delay_release. Input
 /// stage buffers of step k are refilled at the end of step k + delay.
 inline constexpr llvm::StringLiteral kDelayReleaseAttrName = "pallas.delay_release";
+/// On a pipelined scf.for (array<i64: producer, launch, consumer>,
+/// optional): a warp-specialized pipeline (PipelineRules.cpp). The kernel
+/// launches a producer warpgroup after its own with `launch` registers a
+/// thread; setmaxnreg leaves the producer `producer` and the consumer
+/// `consumer`.
+inline constexpr llvm::StringLiteral kWarpSpecializedAttrName = "pallas.warp_specialized";
 /// The text of the empty inline asm that fences a wgmma accumulator's
 /// registers (MatmulRules.cpp, fenceOperands): its results are its operands,
 /// redefined where it stands, so nothing reads them before a wgmma.wait_group

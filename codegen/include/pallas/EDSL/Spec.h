@@ -334,6 +334,14 @@ Value transpose(const Value& x, std::source_location where = std::source_locatio
 
 /// How dot multiplies: `b` given as [N, K] (its rows are the columns of the
 /// product, Pallas' `dot(a, b.T)`).
+/// Registers per thread of a warp-specialized pipeline's warpgroups after
+/// setmaxnreg (multiples of 8 in [24, 256]); the kernel launches with their
+/// mean, so what the producer gives up the consumer takes.
+struct WarpSpecialization {
+  int producer_registers = 40;
+  int consumer_registers = 232;
+};
+
 struct DotOptions {
   bool transpose_b = false;
 };
@@ -823,6 +831,18 @@ class KernelSpec {
   /// staged input needs more stage buffers than the delay.
   void delay_release(int steps);
   int delay_release() const { return delay_release_; }
+  /// Pallas' warp-specialized pipeline: a second warpgroup (the producer)
+  /// only issues the TMA copies of the grid's pipelined axis, waiting for
+  /// the consumer to release each stage buffer, while the spec's warpgroup
+  /// (the consumer) runs the body; setmaxnreg moves registers from the
+  /// producer to the consumer. Applies to the staged instance (its `_direct`
+  /// twin runs one warpgroup; on sm_80 the producer idles and the consumer
+  /// copies with cp.async). One arbitrary axis; staged blocks are inputs.
+  void warp_specialize(WarpSpecialization ws);
+  const std::optional<WarpSpecialization>& warp_specialization() const { return ws_; }
+  /// Threads a program launches with: threads(), plus the producer warpgroup
+  /// of a warp-specialized staged instance.
+  int launch_threads() const { return threads_ + (ws_ && !direct_ ? 128 : 0); }
   /// Used by the tracer (emit_pipeline): blocks of `operand`, of the extents
   /// `block` (per array dim), are staged in shared memory by a pipeline in
   /// the body. Checks TMA's rules as block(..., InShared) does.
@@ -922,6 +942,7 @@ class KernelSpec {
   bool direct_ = false;
   int max_concurrent_steps_ = kDefaultPipelineDepth;
   int delay_release_ = 0;
+  std::optional<WarpSpecialization> ws_;
   std::vector<std::string> checks_;
   int errors_operand_ = -1;
   std::function<void(std::span<const Ref>)> body_;

@@ -304,7 +304,12 @@ LogicalResult GpuLowering::run() {
   if (!tmaArrays.empty())
     f->setAttr(kTmaParamsAttrName, mb.getI64IntegerAttr(static_cast<int64_t>(tmaArrays.size())));
   f->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), mb.getUnitAttr());
-  f.setKnownBlockSizeAttr(mb.getDenseI32ArrayAttr({static_cast<int32_t>(threads), 1, 1}));
+  // A warp-specialized pipeline launches its producer warpgroup after the
+  // kernel's (PipelineRules.cpp); layouts span the kernel's own threads.
+  bool warpSpecialized = false;
+  kernel.walk([&](scf::ForOp loop) { warpSpecialized |= loop->hasAttr(kWarpSpecializedAttrName); });
+  const int64_t launched = threads + (warpSpecialized ? 128 : 0);
+  f.setKnownBlockSizeAttr(mb.getDenseI32ArrayAttr({static_cast<int32_t>(launched), 1, 1}));
   // At least kMinThreadsPerSM resident threads (.minnctapersm): with four 16-byte loads
   // per thread per chunk, 384 threads keep 24 KiB in flight per SM, about what covers
   // the memory latency at full bandwidth. It also gives ptxas a register budget (170 for
@@ -314,13 +319,16 @@ LogicalResult GpuLowering::run() {
   // A spec's own bound (KernelSpec::max_registers, `pallas.max_registers`)
   // replaces it.
   constexpr int64_t kMinThreadsPerSM = 384;
-  if (auto cap = kernel->getAttrOfType<IntegerAttr>("pallas.max_registers"))
+  if (warpSpecialized && cpAsync)  // sm_80 has no setmaxnreg: the consumer keeps what it needs
+    f->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
+               mb.getI32IntegerAttr(static_cast<int32_t>(std::min<int64_t>(255, 65536 / launched))));
+  else if (auto cap = kernel->getAttrOfType<IntegerAttr>("pallas.max_registers"))
     f->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
                mb.getI32IntegerAttr(static_cast<int32_t>(cap.getInt())));
   else
     f->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
                mb.getI32IntegerAttr(
-                   static_cast<int32_t>(std::max<int64_t>(1, kMinThreadsPerSM / threads))));
+                   static_cast<int32_t>(std::max<int64_t>(1, kMinThreadsPerSM / launched))));
   func = f;
   Block& entry = f.getBody().front();
   for (auto [from, to] : llvm::zip(kernel.getArguments(), entry.getArguments())) map.map(from, to);
@@ -334,7 +342,26 @@ LogicalResult GpuLowering::run() {
   auto base = gpu::DynamicSharedMemoryOp::create(b, loc, bytes);
   sharedBase_ = base;
   if (failed(lowerBlock(kernel.getBody().front(), b))) return failure();
-  copyOutStagedBlocks(*this, b);
+  // A warp-specialized pipeline left `b` in its consumer branch (the rest of
+  // the kernel is the consumer's); its barriers are the consumer's own.
+  if (warpSpecialized) {
+    copyOutStagedBlocks(*this, b);
+    f.walk([&](scf::IfOp consumer) {
+      if (!consumer->hasAttr("pallas.consumer")) return;
+      consumer.walk([&](gpu::BarrierOp bar) {
+        OpBuilder rb(bar);
+        auto c32 = [&](int64_t v) {
+          return arith::ConstantIntOp::create(rb, bar.getLoc(), rb.getI32Type(), v).getResult();
+        };
+        NVVM::BarrierOp::create(rb, bar.getLoc(), TypeRange{}, c32(kConsumerBarrier), c32(threads),
+                                NVVM::BarrierReductionAttr(), Value());
+        bar.erase();
+      });
+    });
+    b.setInsertionPointToEnd(&entry);
+  } else {
+    copyOutStagedBlocks(*this, b);
+  }
   gpu::ReturnOp::create(b, loc);
 
   int64_t sharedBytes = plan_.assign();

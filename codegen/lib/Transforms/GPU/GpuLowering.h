@@ -151,9 +151,10 @@ void invalidateStageBarriers(OpBuilder& b, Location loc, const StagedBlock& st);
 /// Copies the block at `coords` (i32, innermost first) into stage buffer
 /// `slot`, completing on the slot's barrier, when `when` (i1) holds: TMA
 /// (thread 0: expect-tx and the box copies) or cp.async (every thread: its
-/// 16-byte pieces, then cp.async.mbarrier.arrive.noinc). Every thread calls it.
+/// 16-byte pieces, then cp.async.mbarrier.arrive.noinc). Every thread calls
+/// it, except with `issuer`: then only the TMA producer thread does.
 void emitStageLoad(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st, Value slot,
-                   ValueRange coords, Value when);
+                   ValueRange coords, Value when, bool issuer = false);
 /// Every thread: waits until the current step's copy of `st` has completed.
 void waitForStage(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st);
 /// Every thread: waits until the phase of parity `parity` (i32) of mbarrier
@@ -186,7 +187,11 @@ using StepHook = std::function<LogicalResult(OpBuilder& b, Value step)>;
 LogicalResult lowerForWith(scf::ForOp loop, GpuLowering& g, OpBuilder& b, StepHook atStepStart,
                            StepHook atStepEnd);
 // PipelineRules.cpp: an scf.for marked pallas.pipeline (called by the scf.for rule).
+// A warp-specialized one leaves `b` in its consumer branch: the rest of the
+// kernel runs there (an scf.if marked `pallas.consumer`, whose barriers
+// become the named barrier kConsumerBarrier of the consumer's threads).
 LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b);
+inline constexpr int64_t kConsumerBarrier = 1;
 
 /// The lowering of one kernel: a func.func with layouts assigned becomes a
 /// gpu.func in `gpuModule`.

@@ -93,6 +93,10 @@ Value indexConst(OpBuilder& b, Location loc, int64_t v) {
   return arith::ConstantIndexOp::create(b, loc, v);
 }
 
+Value i32c(OpBuilder& b, Location loc, int64_t v) {
+  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
+}
+
 /// The TMA coordinates of `stage`'s block at step `step` (lowered index value).
 FailureOr<SmallVector<Value>> coordsAt(const Stage& stage, scf::ForOp loop, Value step,
                                        GpuLowering& g, OpBuilder& b) {
@@ -152,8 +156,81 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
     });
   };
 
+  // Warp specialization (see the file comment): the barriers first, for
+  // both warpgroups; then the producer's branch, and `b` moves into the
+  // consumer's, where the rest of this function and of the kernel go.
+  auto wsAttr = loop->getAttrOfType<DenseI64ArrayAttr>(kWarpSpecializedAttrName);
+  const bool producer = wsAttr && !g.cpAsync;  // sm_80: the producer warpgroup idles
+  SmallVector<Value> empties;                  // per stage (producer only): released buffers
+  if (wsAttr) {
+    ArrayRef<int64_t> regs = wsAttr.asArrayRef();  // producer, launch, consumer
+    if (!isa<func::FuncOp>(loop->getParentOp()) || minOutputSlots)
+      return loop.emitOpError(
+          "a warp-specialized pipeline is the kernel's outermost loop and stages inputs only");
+    const int64_t consumers = g.strided().getThreads();
+    if (producer) {
+      for (const Stage& s : stages)
+        empties.push_back(g.sharedBuffer(b, loc, s.st.slots, b.getI64Type(),
+                                         SharedLifetime::kKernel, 8,
+                                         "stage buffers' release barriers"));
+      onThread0(b, [&](OpBuilder& tb, Location l) {
+        for (auto [s, empty] : llvm::zip(stages, empties)) {
+          initStageBarriers(tb, l, g, s.st);
+          for (int64_t k = 0; k < s.st.slots; ++k)
+            NVVM::MBarrierInitOp::create(tb, l, barrierPointer(tb, l, empty, indexConst(tb, l, k)),
+                                         i32c(tb, l, consumers), Value());
+        }
+        NVVM::FenceMbarrierInitOp::create(tb, l);
+      });
+      gpu::BarrierOp::create(b, loc);  // every thread of both warpgroups
+    }
+    Value isConsumer = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.tid,
+                                             indexConst(b, loc, consumers));
+    auto branch = scf::IfOp::create(b, loc, isConsumer, /*withElseRegion=*/true);
+    branch->setAttr("pallas.consumer", b.getUnitAttr());
+    OpBuilder pb = OpBuilder::atBlockTerminator(branch.elseBlock());
+    if (producer)  // setmaxnreg is sm_90a's
+      NVVM::SetMaxRegisterOp::create(pb, loc, static_cast<int32_t>(regs[0]),
+                                     NVVM::SetMaxRegisterAction::decrease);
+    if (producer) {
+      // The producer's first thread: step k waits until the consumer released
+      // its buffer's previous use (step k - n: phase (i / n - 1) of the
+      // release barrier), then copies step k into it.
+      Value first = arith::CmpIOp::create(pb, loc, arith::CmpIPredicate::eq, g.tid,
+                                          indexConst(pb, loc, consumers));
+      auto issuer = scf::IfOp::create(pb, loc, first, /*withElseRegion=*/false);
+      OpBuilder ib = OpBuilder::atBlockTerminator(issuer.thenBlock());
+      auto steps = scf::ForOp::create(ib, loc, lo, hi, indexConst(ib, loc, 1));
+      OpBuilder sb = OpBuilder::atBlockTerminator(steps.getBody());
+      Value k = steps.getInductionVar();
+      Value i = arith::SubIOp::create(sb, loc, k, lo);
+      for (auto [s, empty] : llvm::zip(stages, empties)) {
+        Value n = indexConst(sb, loc, s.st.slots);
+        Value slot = arith::RemUIOp::create(sb, loc, i, n);
+        Value round = arith::DivUIOp::create(sb, loc, i, n);
+        Value reused = arith::CmpIOp::create(sb, loc, arith::CmpIPredicate::uge, i, n);
+        scf::IfOp::create(sb, loc, reused, [&](OpBuilder& wb, Location l) {
+          Value parity = arith::IndexCastOp::create(
+              wb, l, wb.getI32Type(),
+              arith::AndIOp::create(wb, l,
+                                    arith::SubIOp::create(wb, l, round, indexConst(wb, l, 1)),
+                                    indexConst(wb, l, 1)));
+          waitForPhase(wb, l, g, barrierPointer(wb, l, empty, slot), parity);
+          scf::YieldOp::create(wb, l);
+        });
+        FailureOr<SmallVector<Value>> coords = coordsAt(s, loop, k, g, sb);
+        if (failed(coords)) return failure();
+        emitStageLoad(sb, loc, g, s.st, slot, *coords, Value(), /*issuer=*/true);
+      }
+    }
+    b.setInsertionPoint(branch.thenBlock()->getTerminator());
+    if (producer)
+      NVVM::SetMaxRegisterOp::create(b, loc, static_cast<int32_t>(regs[2]),
+                                     NVVM::SetMaxRegisterAction::increase);
+  }
+
   // Prologue: the barriers, then steps lo .. lo + n - 1 of each input in flight.
-  if (hasInputs) {
+  if (hasInputs && !producer) {
     onThread0(b, [&](OpBuilder& tb, Location l) {
       for (const Stage& s : stages)
         if (!s.st.output) initStageBarriers(tb, l, g, s.st);
@@ -161,7 +238,7 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
     gpu::BarrierOp::create(b, loc);
   }
   for (const Stage& s : stages) {
-    if (s.st.output) continue;
+    if (s.st.output || producer) continue;
     for (int64_t slot = 0; slot < s.st.slots; ++slot) {
       Value step = arith::AddIOp::create(b, loc, lo, indexConst(b, loc, slot));
       FailureOr<SmallVector<Value>> coords = coordsAt(s, loop, step, g, b);
@@ -186,6 +263,22 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
     return success();
   };
   auto atStepEnd = [&](OpBuilder& nb, Value k) -> LogicalResult {
+    if (producer) {  // every consumer thread releases step k - delay's buffers
+      Value i = arith::SubIOp::create(nb, loc, k, lo);
+      Value done =
+          arith::CmpIOp::create(nb, loc, arith::CmpIPredicate::uge, i, indexConst(nb, loc, delay));
+      scf::IfOp::create(nb, loc, done, [&](OpBuilder& rb, Location l) {
+        for (auto [s, empty] : llvm::zip(stages, empties)) {
+          Value slot = arith::RemUIOp::create(
+              rb, l, arith::AddIOp::create(rb, l, i, indexConst(rb, l, s.st.slots - delay)),
+              indexConst(rb, l, s.st.slots));
+          NVVM::MBarrierArriveOp::create(rb, l, rb.getI64Type(), barrierPointer(rb, l, empty, slot),
+                                         Value(), NVVM::MemScopeKindAttr(), BoolAttr());
+        }
+        scf::YieldOp::create(rb, l);
+      });
+      return success();
+    }
     if (minOutputSlots) {
       NVVM::FenceProxyOp::create(
           nb, loc, NVVM::ProxyKindAttr::get(nb.getContext(), NVVM::ProxyKind::async_shared),
@@ -241,8 +334,9 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
   if (failed(lowerForWith(loop, g, b, atStepStart, atStepEnd))) return failure();
   for (const Stage& s : stages) g.pipelineStages.erase(s.op);
 
-  // Epilogue: the last stores have read their buffers; the barriers can be reused.
-  if (minOutputSlots || hasInputs)
+  // Epilogue: the last stores have read their buffers; the barriers can be
+  // reused. (A warp-specialized kernel ends here: its barriers die with it.)
+  if ((minOutputSlots || hasInputs) && !producer)
     onThread0(b, [&](OpBuilder& tb, Location l) {
       if (minOutputSlots)
         NVVM::CpAsyncBulkWaitGroupOp::create(tb, l, tb.getI32IntegerAttr(0), tb.getUnitAttr());

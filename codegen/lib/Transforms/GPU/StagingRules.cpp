@@ -391,10 +391,10 @@ void issueCpAsyncLoad(OpBuilder& b, Location loc, GpuLowering& g, const StagedBl
 }  // namespace
 
 void emitStageLoad(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock& st, Value slot,
-                   ValueRange coords, Value when) {
+                   ValueRange coords, Value when, bool issuer) {
   SmallVector<Value> at(coords.begin(), coords.end());
   Value go = when;
-  if (!g.cpAsync) {  // thread 0 issues the TMA copies
+  if (!g.cpAsync && !issuer) {  // thread 0 issues the TMA copies
     Value first = g.isThread(b, loc, 0);
     go = when ? arith::AndIOp::create(b, loc, when, first).getResult() : first;
   }
