@@ -276,7 +276,14 @@ extern "C" void pallas_emu_cp_async_mbarrier_arrive(void* barrier) {
 extern "C" int64_t pallas_emu_mbarrier_arrive(void* barrier) {
   Cta& cta = *current().cta;
   MBarrier& bar = barrier_at(cta, barrier, "mbarrier.arrive");
+  const uint32_t phase = bar.phase;
   arrive(cta, shared_offset(cta, barrier, "mbarrier", 8), bar, "mbarrier.arrive");
+  // The arrival that completes a phase lets the waiters run before the
+  // arriving thread goes on: the adversarial order for a released stage. A
+  // producer refills the buffer at once, while whatever the consumer still
+  // has in flight on it (a wgmma not yet waited for) is caught by the
+  // operand checks, instead of being hidden by the consumer running ahead.
+  if (bar.phase != phase) suspend(Wait::kRunnable);
   return 0;
 }
 

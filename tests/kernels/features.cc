@@ -581,3 +581,4 @@ void pipelined_wgmma(KernelSpec& spec) {
 PALLAS_KERNEL(pipelined_wgmma) { pipelined_wgmma<true>(spec); }
 PALLAS_KERNEL(pipelined_wgmma_nodelay) { pipelined_wgmma<false>(spec); }  // planted
 PALLAS_KERNEL(pipelined_wgmma_ws) { pipelined_wgmma<true, true>(spec); }
+PALLAS_KERNEL(pipelined_wgmma_ws_nodelay) { pipelined_wgmma<false, true>(spec); }  // planted
