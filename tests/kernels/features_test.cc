@@ -928,8 +928,7 @@ TEST_P(FeaturesTest, PipelinedWgmmaWithoutDelayedReleaseFailsItsCheck) {
     Status st = run_pipelined_wgmma(GetParam(), 90, kernel, m, n, k, k, a, b, d);
     EXPECT_EQ(st.code(), StatusCode::kEmulatorCheckFailed) << st.message();
     EXPECT_NE(st.message().find("overwrites shared offset"), std::string::npos) << st.message();
-    EXPECT_NE(st.message().find("while a wgmma still reads it"), std::string::npos)
-        << st.message();
+    EXPECT_NE(st.message().find("while a wgmma still reads it"), std::string::npos) << st.message();
   }
 }
 

@@ -332,8 +332,6 @@ Value reshape(const Value& x, std::vector<int64_t> shape,
 /// read back in columns).
 Value transpose(const Value& x, std::source_location where = std::source_location::current());
 
-/// How dot multiplies: `b` given as [N, K] (its rows are the columns of the
-/// product, Pallas' `dot(a, b.T)`).
 /// Registers per thread of a warp-specialized pipeline's warpgroups after
 /// setmaxnreg (multiples of 8 in [24, 256]); the kernel launches with their
 /// mean, so what the producer gives up the consumer takes.
@@ -342,6 +340,8 @@ struct WarpSpecialization {
   int consumer_registers = 232;
 };
 
+/// How dot multiplies: `b` given as [N, K] (its rows are the columns of the
+/// product, Pallas' `dot(a, b.T)`).
 struct DotOptions {
   bool transpose_b = false;
 };

@@ -320,8 +320,9 @@ LogicalResult GpuLowering::run() {
   // replaces it.
   constexpr int64_t kMinThreadsPerSM = 384;
   if (warpSpecialized && cpAsync)  // sm_80 has no setmaxnreg: the consumer keeps what it needs
-    f->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
-               mb.getI32IntegerAttr(static_cast<int32_t>(std::min<int64_t>(255, 65536 / launched))));
+    f->setAttr(
+        NVVM::NVVMDialect::getMaxnregAttrName(),
+        mb.getI32IntegerAttr(static_cast<int32_t>(std::min<int64_t>(255, 65536 / launched))));
   else if (auto cap = kernel->getAttrOfType<IntegerAttr>("pallas.max_registers"))
     f->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
                mb.getI32IntegerAttr(static_cast<int32_t>(cap.getInt())));

@@ -1,0 +1,126 @@
+// Warp specialization (tests/kernels/features.cc, pipelined_wgmma_ws):
+// pipelined_wgmma with spec.warp_specialize({40, 232}). The kernel launches a
+// producer warpgroup after its 128 threads; thread 128 issues every TMA copy
+// and the consumer warpgroup only waits, multiplies and releases stages.
+//
+// RUN: pallas-opt %s --pallas-peel-last-step --pallas-sink-broadcasts --pallas-assign-layouts \
+// RUN:   '--convert-pallas-to-gpu=async-copies=tma mma=wgmma' | FileCheck %s --check-prefix=TMA
+// RUN: pallas-opt %s --pallas-expand-wgmma --pallas-sink-broadcasts --pallas-assign-layouts \
+// RUN:   '--convert-pallas-to-gpu=async-copies=cp-async mma=mma_sync' \
+// RUN:   | FileCheck %s --check-prefix=CPASYNC
+
+// sm_90a. 256 threads that start with (40 + 232) / 2 = 136 registers each.
+// Per stage and operand: a full barrier (1 arrival: the producer's
+// expect-tx, completed by the TMA bytes) and a release barrier (128
+// arrivals: every consumer thread).
+// TMA-LABEL: gpu.func @pipelined_wgmma_ws
+// TMA-SAME: known_block_size = array<i32: 256, 1, 1>, nvvm.maxnreg = 136
+// TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c1_i32
+// TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c128_i32
+// TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c1_i32
+// TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c128_i32
+// TMA: gpu.barrier
+// The consumer warpgroup (threads 0-127) takes 232 registers. Each step
+// waits for its two tiles, multiplies, leaves the multiply in flight, and
+// (delay_release(1)) releases the stages of step k - 1, slot (k + 2) % 3.
+// TMA: %[[CONSUMER:.*]] = arith.cmpi ult, %thread_id_x, %c128
+// TMA-NEXT: scf.if %[[CONSUMER]] {
+// TMA-NEXT: nvvm.setmaxregister increase 232
+// TMA-NEXT: scf.for %[[K:.*]] = %c0 to
+// TMA-NOT: nvvm.cp.async.bulk.tensor
+// TMA: nvvm.mbarrier.try_wait.parity
+// TMA: nvvm.mbarrier.try_wait.parity
+// TMA-COUNT-4: nvvm.wgmma.mma_async
+// TMA: nvvm.wgmma.wait.group.sync.aligned 1
+// TMA-NEXT: %[[STEP:.*]] = arith.subi %[[K]], %c0
+// TMA: %[[LATE:.*]] = arith.cmpi uge, %[[STEP]], %c1
+// TMA-NEXT: scf.if %[[LATE]] {
+// TMA: %[[SLOT:.*]] = arith.addi %[[STEP]], %c2
+// TMA-NEXT: arith.remui %[[SLOT]], %c3
+// TMA: nvvm.mbarrier.arrive
+// TMA: nvvm.mbarrier.arrive
+// TMA-NEXT: }
+// TMA-NEXT: }
+// The peeled last step stores the accumulator through shared memory; its
+// barriers are named barrier 1 over the 128 consumer threads, since the
+// producer never reaches them (bar.sync 0 would wait for all 256).
+// TMA-NOT: gpu.barrier
+// TMA: nvvm.barrier id = %c1_i32 number_of_threads = %c128_i32
+// TMA-NOT: gpu.barrier
+// The producer warpgroup gives registers back; its thread 128 refills slot
+// i % 3 once the consumers released step i - 3 (parity (i / 3 - 1) & 1),
+// announcing the box's 64 x 64 x 2 bytes.
+// TMA: nvvm.setmaxregister decrease 40
+// TMA: %[[PRODUCER:.*]] = arith.cmpi eq, %thread_id_x, %c128
+// TMA-NEXT: scf.if %[[PRODUCER]] {
+// TMA-NEXT: %c1{{.*}} = arith.constant 1 : index
+// TMA-NEXT: scf.for
+// TMA: arith.cmpi uge, %{{.*}}, %c3
+// TMA-NEXT: scf.if
+// TMA: nvvm.mbarrier.try_wait.parity
+// TMA: nvvm.mbarrier.arrive.expect_tx %{{.*}}, %c8192_i32
+// TMA: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// TMA: arith.cmpi uge, %{{.*}}, %c3
+// TMA-NEXT: scf.if
+// TMA: nvvm.mbarrier.try_wait.parity
+// TMA: nvvm.mbarrier.arrive.expect_tx %{{.*}}, %c8192_i32
+// TMA: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// TMA: } {pallas.consumer}
+// TMA-NEXT: gpu.return
+
+// sm_80 has no setmaxnreg: the producer warpgroup idles and the consumer
+// runs the cp.async pipeline itself. Its barriers are named barrier 1.
+// CPASYNC-LABEL: gpu.func @pipelined_wgmma_ws
+// CPASYNC-SAME: known_block_size = array<i32: 256, 1, 1>, nvvm.maxnreg = 255
+// CPASYNC-NOT: setmaxregister
+// CPASYNC: %[[CONSUMER:.*]] = arith.cmpi ult, %thread_id_x, %c128
+// CPASYNC-NEXT: scf.if %[[CONSUMER]] {
+// CPASYNC-NOT: gpu.barrier
+// CPASYNC: nvvm.barrier id = %c1_i32 number_of_threads = %c128_i32
+// CPASYNC-NOT: gpu.barrier
+// CPASYNC: nvvm.cp.async.shared.global
+// CPASYNC-NOT: setmaxregister
+// CPASYNC-COUNT-6: nvvm.mbarrier.inval
+// CPASYNC-NEXT: }
+// CPASYNC-NEXT: } else {
+// CPASYNC-NEXT: } {pallas.consumer}
+
+module {
+  func.func @pipelined_wgmma_ws(%arg0: memref<?x?xbf16, strided<[?, 1]>>, %arg1: memref<?x?xbf16, strided<[?, 1]>>, %arg2: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.approx_math, pallas.grid = ["cdiv(m, 64)", "cdiv(n, 64)", "cdiv(k, 64)"], pallas.grid_rank = 2 : i32, pallas.kernel, pallas.max_registers = 136 : i64, pallas.operand_names = ["a", "b", "d", "acc"], pallas.threads = 128 : i64} {
+    %0 = pallas.scratch accumulator {name = "acc"} : memref<64x64xf32>
+    %c1 = arith.constant 1 : index
+    %dim = memref.dim %arg0, %c1 : memref<?x?xbf16, strided<[?, 1]>>
+    %c64 = arith.constant 64 : index
+    %1 = arith.ceildivsi %dim, %c64 : index
+    %c0 = arith.constant 0 : index
+    %c1_0 = arith.constant 1 : index
+    scf.for %arg3 = %c0 to %1 step %c1_0 {
+      %2 = pallas.program_id 0
+      %3 = pallas.program_id 1
+      %4 = pallas.block %arg0[%2, %arg3] {block_shape = array<i64: 64, 64>, buffers = 3 : i64, name = "a", squeezed = array<i1: false, false>, staged, swizzle = 128 : i64} : memref<?x?xbf16, strided<[?, 1]>> -> <64x64xbf16>
+      %5 = pallas.block %arg1[%3, %arg3] {block_shape = array<i64: 64, 64>, buffers = 3 : i64, name = "b", squeezed = array<i1: false, false>, staged, swizzle = 128 : i64} : memref<?x?xbf16, strided<[?, 1]>> -> <64x64xbf16>
+      %6 = pallas.block %arg2[%2, %3] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> <64x64xf32>
+      %c0_1 = arith.constant 0 : index
+      %c0_2 = arith.constant 0 : index
+      %7 = pallas.block %0[%c0_1, %c0_2] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<64x64xf32> -> <64x64xf32>
+      %c0_3 = arith.constant 0 : index
+      %8 = arith.cmpi eq, %arg3, %c0_3 : index
+      scf.if %8 {
+        %cst = arith.constant 0.000000e+00 : f32
+        %11 = vector.broadcast %cst : f32 to vector<64x64xf32>
+        pallas.store %11, %7[[0, 0]] : vector<64x64xf32>, <64x64xf32>
+      }
+      pallas.wgmma %7, %4, %5 {transpose_b} : <64x64xf32>, <64x64xbf16>, <64x64xbf16>
+      pallas.wgmma_wait 1
+      %c1_4 = arith.constant 1 : index
+      %9 = arith.subi %1, %c1_4 : index
+      %10 = arith.cmpi eq, %arg3, %9 : index
+      scf.if %10 {
+        %11 = pallas.load %7[[0, 0]] [[64, 64]] : <64x64xf32> -> vector<64x64xf32>
+        pallas.store %11, %6[[0, 0]] : vector<64x64xf32>, <64x64xf32>
+      }
+    } {pallas.delay_release = 1 : i64, pallas.pipeline, pallas.warp_specialized = array<i64: 40, 136, 232>}
+    return
+  }
+}
+
