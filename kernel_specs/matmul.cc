@@ -92,13 +92,19 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   std::vector<DType> t = spec.dtype_params({"T", "Out"}, std::move(dtypes));
   const DType in = t[0], out = t[1];
   const bool b_transposed = form.b_transposed;
-  // The accumulator's registers decide the tile (no spills on any target):
-  // 128 x 64 (64 registers a thread) where wgmma reads both tiles in place;
-  // 64 x 64 where the threads first store the operands into wgmma's layout
-  // (B as [K, N], the direct twin). The instance also serves sm_80 (its
-  // mma.sync form holds the same accumulator plus a and b fragments).
+  // The accumulator's registers decide the tile (no spills on any target;
+  // the instance also serves sm_80, whose mma.sync form holds the same
+  // accumulator plus a and b fragments):
+  //  - 128 x 128 (128 registers a thread) where wgmma reads both tiles in
+  //    place and the warp-specialized consumer has 232 registers;
+  //  - 128 x 64 there when the epilogue also holds an [M, N] tile of C or R
+  //    in registers, or the product is batched (its sm_80 form spills at
+  //    128 x 128);
+  //  - 64 x 64 where the threads first store the operands into wgmma's
+  //    layout (B as [K, N], the direct twin).
   const bool in_place = b_transposed && !spec.direct();
-  const int64_t kTileM = in_place ? 128 : 64, kTileN = 64;
+  const bool wide = in_place && extra_operand(epilogue) != Extra::kMatrix && !form.batched;
+  const int64_t kTileM = in_place ? 128 : 64, kTileN = wide ? 128 : 64;
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
   // Batched: a leading dim on every matrix and on the grid, (batch, i, j, k);
   // blocks squeeze it. `mat` prefixes it to a shape, `blk` a squeezed dim to
@@ -138,7 +144,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   semantics.back() = arbitrary;
   spec.grid(std::move(grid));
   spec.dimension_semantics(std::move(semantics));
-  spec.max_registers(255);  // one program of 128 threads per SM: the 128-register accumulator fits
+  spec.max_registers(255);  // instances without warp specialization may take every register
   if (in_place) {
     // Pallas' pipelined wgmma: step k's multiply stays in flight while step
     // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
