@@ -1,14 +1,70 @@
-# pallas_add_kernel_library(<target> CODEGEN <pallas-codegen target> OPS <op>...)
+# pallas_add_kernel_library(<target> SPECS <file>... [OPS <op>...] [TARGETS <arch>...])
 #
-# Runs the codegen tool once per op (Halide's one-command-per-generator
-# pattern) into ${CMAKE_CURRENT_BINARY_DIR} and builds a static library of the
-# generated entry points and host objects. Headers land in
-# ${CMAKE_CURRENT_BINARY_DIR}/include/pallas/kernels/<op>.h; the codegen's
-# inspection outputs (<op>.kernel.mlir, ptx/*.ptx) sit beside them.
+# A user's kernels (Halide's generator pattern): compiles the spec files into
+# a codegen of their own (<target>_codegen: pallas-codegen's driver, the spec
+# EDSL, and the specs' PALLAS_KERNEL registrations), runs it once per op, and
+# builds a static library of the generated entry points, linked to the runtime
+# of the prebuilt ops (PallasKernels::pallaskernels: one runtime per process).
+# OPS defaults to every PALLAS_KERNEL(name) the spec files declare; TARGETS to
+# PALLAS_CUDA_ARCHS (sm_90a and sm_80).
+#
+# pallas_add_kernel_library(<target> CODEGEN <codegen target> OPS <op>...)
+#
+# This project's own form: a codegen target built in the tree (the prebuilt
+# ops, the test kernels).
+#
+# Either way the codegen runs into ${CMAKE_CURRENT_BINARY_DIR}: headers land in
+# include/pallas/kernels/<op>.h; the inspection outputs (<op>.kernel.mlir,
+# ptx/*.ptx) sit beside them.
 function(pallas_add_kernel_library target)
-  cmake_parse_arguments(ARG "" "CODEGEN" "OPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "CODEGEN" "SPECS;OPS;TARGETS" ${ARGN})
+  if(ARG_SPECS AND ARG_CODEGEN)
+    message(FATAL_ERROR "pallas_add_kernel_library(${target}): give SPECS or CODEGEN, not both")
+  endif()
+  if(NOT ARG_SPECS AND NOT ARG_CODEGEN)
+    message(FATAL_ERROR "pallas_add_kernel_library(${target}): no SPECS (the kernel spec files)")
+  endif()
+  if(ARG_SPECS)
+    if(NOT TARGET PallasKernels::PallasCodegen)
+      message(FATAL_ERROR "pallas_add_kernel_library(${target}): SPECS need the Codegen "
+                          "component: find_package(PallasKernels REQUIRED COMPONENTS Codegen)")
+    endif()
+    set(specs)
+    foreach(spec IN LISTS ARG_SPECS)
+      get_filename_component(spec "${spec}" ABSOLUTE)
+      list(APPEND specs "${spec}")
+    endforeach()
+    if(NOT ARG_OPS)  # every PALLAS_KERNEL(name) of the spec files
+      foreach(spec IN LISTS specs)
+        file(STRINGS "${spec}" lines REGEX "^[ \t]*PALLAS_KERNEL\\([A-Za-z_][A-Za-z0-9_]*\\)")
+        foreach(line IN LISTS lines)
+          string(REGEX REPLACE "^[ \t]*PALLAS_KERNEL\\(([A-Za-z0-9_]+)\\).*" "\\1" op "${line}")
+          list(APPEND ARG_OPS ${op})
+        endforeach()
+      endforeach()
+      if(NOT ARG_OPS)
+        message(FATAL_ERROR "pallas_add_kernel_library(${target}): no PALLAS_KERNEL(name) in "
+                            "${ARG_SPECS}; name the ops with OPS")
+      endif()
+    endif()
+    # Re-run CMake when a spec file changes (its op list may have).
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${specs})
+    set(ARG_CODEGEN ${target}_codegen)
+    add_executable(${ARG_CODEGEN} ${PALLAS_CODEGEN_MAIN} ${specs})
+    target_link_libraries(${ARG_CODEGEN} PRIVATE PallasKernels::PallasCodegen)
+    target_compile_features(${ARG_CODEGEN} PRIVATE cxx_std_20)
+  endif()
+  if(NOT ARG_TARGETS)
+    set(ARG_TARGETS ${PALLAS_CUDA_ARCHS})
+  endif()
+  foreach(arch IN LISTS ARG_TARGETS)
+    if(NOT arch MATCHES "^sm_(90a|80)$")
+      message(FATAL_ERROR "pallas_add_kernel_library(${target}): target '${arch}'; "
+                          "pallas-codegen builds sm_90a and sm_80")
+    endif()
+  endforeach()
   set(gen_dir ${CMAKE_CURRENT_BINARY_DIR})
-  string(REPLACE ";" "," archs "${PALLAS_CUDA_ARCHS}")
+  string(REPLACE ";" "," archs "${ARG_TARGETS}")
   # The toolkit root holds nvvm/libdevice, linked into kernels using math functions.
   get_filename_component(cuda_root "${CUDAToolkit_BIN_DIR}" DIRECTORY)
   set(sources)
@@ -35,4 +91,9 @@ function(pallas_add_kernel_library target)
   set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   # The host forms call libm (tanhf, erff, ...); the CUDA path needs cudart.
   target_link_libraries(${target} PUBLIC CUDA::cudart_static m)
+  # A user's kernels call the prebuilt ops' runtime (entry point checks, launches, the
+  # emulator): one copy of it, in libpallaskernels.a.
+  if(ARG_SPECS)
+    target_link_libraries(${target} PUBLIC PallasKernels::pallaskernels)
+  endif()
 endfunction()
