@@ -130,6 +130,23 @@ Status check_index_range(const char* kernel, const char* operand, int rank, cons
                            std::to_string(kMax));
 }
 
+Status check_storage(const char* kernel, const char* operand, int rank, const int64_t* shape,
+                     const int64_t* strides, int64_t storage_elements) {
+  if (storage_elements < 0) return Status::Ok();  // a pointer: nothing to compare with
+  // The last element's offset (check_operand accepted the view: no overflow, no negative
+  // extents or strides).
+  int64_t last = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 0) return Status::Ok();  // empty: nothing is read or written
+    last += (shape[d] - 1) * strides[d];
+  }
+  if (last < storage_elements) return Status::Ok();
+  return Status::Error(StatusCode::kInvalidArgument,
+                       prefix(kernel, operand) + " reaches element " + std::to_string(last) +
+                           " of its storage, which holds " + std::to_string(storage_elements) +
+                           " elements");
+}
+
 std::string number_text(double value) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", value);

@@ -338,6 +338,40 @@ TEST(Argv, CallsTheTypedEntryPoint) {
 
 // An output may share memory with no other operand the spec does not declare
 // in-place: the entry point rejects the call and leaves the output untouched.
+// Views made from containers (std::vector here, Thrust's vectors with <pallas/thrust.h>)
+// know their container's size: a view reaching past it is rejected before anything runs,
+// naming the operand; views inside it work as views from pointers do.
+TEST(Status, ViewPastItsContainerIsRejected) {
+  for (Backend backend : {Backend::kHost, Backend::kEmulator}) {
+    SCOPED_TRACE(to_string(backend));
+    std::vector<float> x(1000, 1.0f), y(1000, 2.0f), out(999, -7.0f);
+    Status s =
+        kernels::add(TensorView<const float, 1>(x, {1000}), TensorView<const float, 1>(y, {1000}),
+                     TensorView<float, 1>(out, {1000}), Launch{backend});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        s.message(),
+        "add_f32: operand 'out' reaches element 999 of its storage, which holds 999 elements");
+    EXPECT_EQ(out, std::vector<float>(999, -7.0f));  // untouched
+    // Strided: rows of 3 with a row stride of 4 over 11 elements reach element 10; over
+    // 10 elements they do not fit.
+    std::vector<float> m(10, 1.0f), bias(3, 0.0f), o(12, -7.0f);
+    s = kernels::bias_gelu(TensorView<const float, 2>(m, {3, 3}, {4, 1}),
+                           TensorView<const float, 1>(bias, {3}), TensorView<float, 2>(o, {3, 3}),
+                           Launch{backend});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(),
+              "bias_gelu_f32: operand 'x' reaches element 10 of its storage, which holds 10 "
+              "elements");
+    // Inside their containers: the result, as from pointers.
+    std::vector<float> sum(1000, -7.0f);
+    s = kernels::add(TensorView<const float, 1>(x, {1000}), TensorView<const float, 1>(y, {1000}),
+                     TensorView<float, 1>(sum, {1000}), Launch{backend});
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(sum, std::vector<float>(1000, 3.0f));
+  }
+}
+
 TEST(Status, OutputOverlappingAnInputIsRejected) {
   for (Backend backend : {Backend::kHost, Backend::kEmulator}) {
     SCOPED_TRACE(to_string(backend));

@@ -14,6 +14,7 @@
 
 #include "pallas/detail/kernel_image.h"
 #include "pallas/pallas.h"
+#include "pallas/thrust.h"
 
 namespace pallas {
 namespace {
@@ -342,6 +343,46 @@ bool overlaps(const View& out, const View& x) {
               "declares in-place may share memory with an output)");
   }
   return !s.ok();
+}
+
+TEST(CheckStorage, ViewsOfContainersStayInside) {
+  const int64_t shape[2] = {3, 3}, rows[2] = {4, 1}, dense[2] = {3, 1};
+  // Pointers (-1) and empty views pass.
+  EXPECT_TRUE(detail::check_storage("k", "x", 2, shape, rows, -1).ok());
+  const int64_t empty[2] = {0, 3};
+  EXPECT_TRUE(detail::check_storage("k", "x", 2, empty, rows, 0).ok());
+  // The last element is 2 * 4 + 2 = 10.
+  EXPECT_TRUE(detail::check_storage("k", "x", 2, shape, rows, 11).ok());
+  Status s = detail::check_storage("k", "x", 2, shape, rows, 10);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "k: operand 'x' reaches element 10 of its storage, which holds 10 elements");
+  EXPECT_TRUE(detail::check_storage("k", "x", 2, shape, dense, 9).ok());
+  EXPECT_FALSE(detail::check_storage("k", "x", 2, shape, dense, 8).ok());
+}
+
+TEST(TensorView, FromContainersKeepsTheirSize) {
+  std::vector<float> v(12);
+  TensorView<float, 2> a(v, {3, 4});
+  EXPECT_EQ(a.data(), v.data());
+  EXPECT_EQ(a.storage_elements(), 12);
+  EXPECT_EQ(a.stride(0), 4);
+  const std::vector<float>& cv = v;
+  TensorView<const float, 2> b(cv, {2, 2}, {6, 1});
+  EXPECT_EQ(b.storage_elements(), 12);
+  TensorView<const float, 2> c = a;  // const conversion keeps it
+  EXPECT_EQ(c.storage_elements(), 12);
+  EXPECT_EQ((TensorView<float, 1>(v.data(), {12}).storage_elements()), -1);  // a pointer
+  // A view of mutable elements needs a mutable container; no views of temporaries.
+  static_assert(!std::is_constructible_v<TensorView<float, 1>, const std::vector<float>&,
+                                         std::array<int64_t, 1>>);
+  static_assert(!std::is_constructible_v<TensorView<const float, 1>, std::vector<float>&&,
+                                         std::array<int64_t, 1>>);
+  // Thrust's host_vector through <pallas/thrust.h>.
+  thrust::host_vector<int32_t> h(5);
+  TensorView<int32_t, 1> t(h, {5});
+  EXPECT_EQ(t.data(), thrust::raw_pointer_cast(h.data()));
+  EXPECT_EQ(t.storage_elements(), 5);
 }
 
 TEST(CheckNoOverlap, WholeRangesOfContiguousViews) {

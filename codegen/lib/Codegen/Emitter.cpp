@@ -241,6 +241,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
        << d.name << ".data(), sizeof(" << cppType(d.dtype) << "), " << d.shape.size() << ", "
        << d.name << ".shape().data(), " << d.name << ".strides().data()); !s.ok())\n"
        << "    return s;\n"
+       << "  if (pallas::Status s = pallas::detail::check_storage(kKernel, \"" << d.name << "\", "
+       << d.shape.size() << ", " << d.name << ".shape().data(), " << d.name << ".strides().data(), "
+       << d.name << ".storage_elements()); !s.ok())\n"
+       << "    return s;\n"
        << "  if (pallas::Status s = pallas::detail::check_index_range(kKernel, \"" << d.name
        << "\", " << d.shape.size() << ", " << d.name << ".shape().data(), " << d.name
        << ".strides().data()); !s.ok())\n"

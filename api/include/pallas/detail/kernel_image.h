@@ -134,6 +134,14 @@ Status device_error_record(const KernelImage& image, int device, void*& record);
 Status check_operand(const char* kernel, const char* operand, const void* data, size_t element_size,
                      int rank, const int64_t* shape, const int64_t* strides);
 
+// Checks that a view made from a container (TensorView::storage_elements() >= 0) reaches no
+// element past the container's end -> kInvalidArgument:
+//   "add_f32: operand 'x' reaches element 1000 of its storage, which holds 1000 elements"
+// A view made from a pointer (storage_elements -1) and an empty view pass. The view passed
+// check_operand.
+Status check_storage(const char* kernel, const char* operand, int rank, const int64_t* shape,
+                     const int64_t* strides, int64_t storage_elements);
+
 // Checks that output `a` shares no byte with operand `b` (another input or output of the
 // call that the spec does not declare as an alias of it) -> kInvalidArgument naming both:
 //   "add_f32: output 'out' overlaps operand 'x' in memory (only an operand the kernel
