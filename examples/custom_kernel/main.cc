@@ -1,9 +1,11 @@
 // custom_kernel: run the SwiGLU kernel declared in swiglu.cc on the host and
-// emulator backends (and CUDA when a device is present), compare it with a
-// float64 reference, and show the status a bad call gets.
+// emulator backends, and on the GPU when there is one (buffers in
+// thrust::device_vector), compare it with a float64 reference, and show the
+// status a bad call gets.
 
 #include <pallas/kernels.h>         // the prebuilt ops
 #include <pallas/kernels/swiglu.h>  // generated from swiglu.cc at build time
+#include <pallas/thrust.h>          // views of thrust::device_vector
 
 #include <cmath>
 #include <cstdio>
@@ -22,10 +24,23 @@ int main() {
   TensorView<const float, 2> up(proj.data() + d, {rows, d}, {2 * d, 1});
 
   int failures = 0;
-  for (pallas::Backend backend : {pallas::Backend::kHost, pallas::Backend::kEmulator}) {
+  std::vector<pallas::Backend> backends{pallas::Backend::kHost, pallas::Backend::kEmulator};
+  if (pallas::cuda_device_available()) backends.push_back(pallas::Backend::kCuda);
+  for (pallas::Backend backend : backends) {
     std::fill(y.begin(), y.end(), std::nanf(""));  // poisoned: every element must be written
-    pallas::Status s =
-        pallas::kernels::swiglu(gate, up, TensorView<float, 2>(y.data(), {rows, d}), {backend});
+    pallas::Status s;
+    if (backend == pallas::Backend::kCuda) {
+      // Device buffers as a C++ CUDA program usually holds them; the views keep their sizes.
+      thrust::device_vector<float> proj_d(proj.begin(), proj.end()), y_d(y.begin(), y.end());
+      // up starts d elements in: a view from a pointer (not checked against the vector's size).
+      const float* up_d = thrust::raw_pointer_cast(proj_d.data()) + d;
+      s = pallas::kernels::swiglu(TensorView<const float, 2>(proj_d, {rows, d}, {2 * d, 1}),
+                                  TensorView<const float, 2>(up_d, {rows, d}, {2 * d, 1}),
+                                  TensorView<float, 2>(y_d, {rows, d}), {backend});
+      thrust::copy(y_d.begin(), y_d.end(), y.begin());  // waits for the kernel
+    } else {
+      s = pallas::kernels::swiglu(gate, up, TensorView<float, 2>(y.data(), {rows, d}), {backend});
+    }
     if (!s.ok()) {
       std::printf("%s: error: %s\n", pallas::to_string(backend), s.message().c_str());
       ++failures;
