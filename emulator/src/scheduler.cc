@@ -12,6 +12,17 @@
 #include <random>
 #include <sstream>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define PALLAS_ASAN_FIBERS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PALLAS_ASAN_FIBERS 1
+#endif
+#endif
+#ifdef PALLAS_ASAN_FIBERS
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 namespace pallas::emulator::detail {
 
 using boost::context::detail::jump_fcontext;
@@ -21,6 +32,31 @@ using boost::context::detail::transfer_t;
 namespace {
 thread_local LaunchState* running = nullptr;
 
+// AddressSanitizer follows the stack switches between the scheduler and the
+// thread fibers (its fake stacks and stack bounds, see
+// sanitizer/common_interface_defs.h): every jump_fcontext is bracketed by
+// start_switch (the stack being entered) and finish_switch (on arrival). No-ops
+// in other builds.
+// The scheduler's stack, recorded on every arrival in a fiber.
+thread_local const void* scheduler_stack_bottom = nullptr;
+thread_local size_t scheduler_stack_size = 0;
+#ifdef PALLAS_ASAN_FIBERS
+void start_switch(void** fake_stack, const void* bottom, size_t size) {
+  __sanitizer_start_switch_fiber(fake_stack, bottom, size);
+}
+void finish_switch(void* fake_stack, const void** bottom_old, size_t* size_old) {
+  __sanitizer_finish_switch_fiber(fake_stack, bottom_old, size_old);
+}
+#else
+void start_switch(void**, const void*, size_t) {}
+void finish_switch(void*, const void**, size_t*) {}
+#endif
+
+/// Into the scheduler from a thread fiber; `fake_stack` null when the fiber ends.
+void switch_to_scheduler(void** fake_stack) {
+  start_switch(fake_stack, scheduler_stack_bottom, scheduler_stack_size);
+}
+
 std::string triple(int64_t x, int64_t y, int64_t z) {
   std::ostringstream os;
   os << "(" << x << ", " << y << ", " << z << ")";
@@ -29,11 +65,13 @@ std::string triple(int64_t x, int64_t y, int64_t z) {
 
 /// Entry of every thread fiber: run the kernel for this thread, then exit.
 void fiber_main(transfer_t from) {
+  finish_switch(nullptr, &scheduler_stack_bottom, &scheduler_stack_size);
   LaunchState& s = current();
   s.scheduler = from.fctx;
   s.config->entry(s.config->args);
   s.thread->wait = Wait::kDone;
   ++s.state_changes;
+  switch_to_scheduler(nullptr);
   jump_fcontext(s.scheduler, nullptr);  // never resumed
 }
 
@@ -126,7 +164,11 @@ bool run_batch(LaunchState& s, std::mt19937_64* rng) {
       t->wait = Wait::kRunnable;
       s.cta = cta;
       s.thread = t;
+      void* fake_stack = nullptr;
+      start_switch(&fake_stack, t->stack_low,
+                   static_cast<size_t>(t->stack_high - t->stack_low));
       transfer_t back = jump_fcontext(t->context, nullptr);
+      finish_switch(fake_stack, nullptr, nullptr);
       t->context = back.fctx;
       if (!s.error.empty()) return false;
     }
@@ -163,6 +205,7 @@ void fail(const std::string& message) {
     s.error = "emulator: kernel '" + std::string(s.config->kernel) + "', " +
               where(*s.cta, *s.thread) + ": " + message;
   s.thread->wait = Wait::kDone;
+  switch_to_scheduler(nullptr);
   jump_fcontext(s.scheduler, nullptr);  // never resumed
   __builtin_unreachable();
 }
@@ -170,7 +213,10 @@ void fail(const std::string& message) {
 void suspend(Wait why) {
   LaunchState& s = current();
   s.thread->wait = why;
+  void* fake_stack = nullptr;
+  switch_to_scheduler(&fake_stack);
   transfer_t back = jump_fcontext(s.scheduler, nullptr);
+  finish_switch(fake_stack, &scheduler_stack_bottom, &scheduler_stack_size);
   s.scheduler = back.fctx;
 }
 

@@ -336,8 +336,6 @@ TEST(Argv, CallsTheTypedEntryPoint) {
   EXPECT_EQ(out, (std::vector<float>{11, 22, 33}));
 }
 
-// An output may share memory with no other operand the spec does not declare
-// in-place: the entry point rejects the call and leaves the output untouched.
 // Views made from containers (std::vector here, Thrust's vectors with <pallas/thrust.h>)
 // know their container's size: a view reaching past it is rejected before anything runs,
 // naming the operand; views inside it work as views from pointers do.
@@ -372,6 +370,8 @@ TEST(Status, ViewPastItsContainerIsRejected) {
   }
 }
 
+// An output may share memory with no other operand the spec does not declare
+// in-place: the entry point rejects the call and leaves the output untouched.
 TEST(Status, OutputOverlappingAnInputIsRejected) {
   for (Backend backend : {Backend::kHost, Backend::kEmulator}) {
     SCOPED_TRACE(to_string(backend));

@@ -27,6 +27,12 @@ struct OperandMetadata {
   DType dtype;
   int rank;
   std::array<int64_t, 4> block_shape;  // -1 = squeezed, -2 = full dim; past `rank`: 0
+  // Its parameter of the typed entry point (the argv slot), or -1: the runtime supplies it
+  // (semaphores, workspace, errors), or it is an output updated in its kInOut input's place.
+  int argument = -1;
+  // Each dim's extent where the spec fixes it ([1] for a scalar result), -1 for a run-time dim
+  // (set by the caller's views); past `rank`: 0.
+  std::array<int64_t, 4> fixed_shape = {};
 };
 
 struct TargetMetadata {
@@ -53,6 +59,17 @@ struct KernelMetadata {
   // What the user called, named in messages: "softmax_f32" for the instances
   // "softmax_f32_tile16" (a variant) and "transpose_f32_direct" (a TMA kernel's twin).
   const char* entry = nullptr;
+};
+
+class Status;
+struct Launch;
+
+// One kernel instance's metadata and argv entry point. Each op's generated header lists its
+// instances (<op>_entry_points) and <pallas/kernels.h> every prebuilt op's
+// (kernels::all_entry_points), for harnesses that walk the library.
+struct EntryPoint {
+  const KernelMetadata& (*metadata)();
+  Status (*argv)(void* const* args, const Launch& launch);
 };
 
 }  // namespace pallas

@@ -166,7 +166,9 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     os << "};\n\n";
   }
   os << "constexpr pallas::OperandMetadata " << name << "_operands[] = {\n";
-  for (const OperandDecl& d : ops) {
+  const std::vector<int> params = entryParams(spec);
+  for (size_t o = 0; o < ops.size(); ++o) {
+    const OperandDecl& d = ops[o];
     if (d.role == Role::kScratch) continue;  // in shared memory, not a kernel parameter
     const char* role = d.role == Role::kScalar       ? "kScalar"
                        : d.role == Role::kSemaphores ? "kSemaphores"
@@ -183,6 +185,13 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
                                    : d.block[i].is_full()   ? -2
                                                             : d.block[i].size())
                                 : 0);
+    const auto param = std::find(params.begin(), params.end(), static_cast<int>(o));
+    os << "}, " << (param == params.end() ? -1 : param - params.begin()) << ", {";
+    for (size_t i = 0; i < 4; ++i)
+      os << (i ? ", " : "")
+         << (i >= d.shape.size()                                ? std::string("0")
+             : d.shape[i].kind() == edsl::DimExpr::Kind::kConst ? d.shape[i].to_string()
+                                                                : std::string("-1"));
     os << "}},\n";
   }
   os << "};\n\n";
@@ -308,6 +317,20 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   }
   for (size_t dim = 0; dim < bound.size(); ++dim)
     if (bound[dim].first < 0) os << "  // dim '" << spec.dim_names()[dim] << "' is unused\n";
+  // A variant's instance serves the shapes its chooser gives it (the op's entry
+  // point picks it by them); its argv form may be called with any others, for
+  // which its grid and index arithmetic are not made (a split row of 8 columns
+  // divides by zero).
+  if (spec.variant_chooser())
+    os << "  if (const int64_t variant = " << spec.variant_chooser()->to_cpp()
+       << "; variant != " << spec.variant_index() << ")\n"
+       << "    return pallas::Status::Error(pallas::StatusCode::kInvalidArgument,\n"
+       << "        std::string(kKernel) + "
+       << cppString(": instance '" + name + "' runs the shapes for which " +
+                    spec.variant_chooser()->to_string() + " is " +
+                    std::to_string(spec.variant_index()) + "; these give ")
+       << " + std::to_string(variant) + \" (the entry point picks the instance by the "
+          "shapes)\");\n";
   // Semaphores, workspaces and the error record: memory from the runtime for this launch.
   std::vector<int> pooled;
   int errors_slot = -1;
@@ -515,7 +538,13 @@ std::string emitHeader(const std::string& op, const std::string& spec_file,
        << "_argv(void* const* args, const pallas::Launch& launch = {});\n";
     os << "const pallas::KernelMetadata& " << name << "_metadata();\n\n";
   }
-  os << "}  // namespace pallas::kernels\n";
+  os << "/// Every instance of " << op << ", for harnesses that walk the library.\n"
+     << "inline constexpr pallas::EntryPoint " << op << "_entry_points[] = {\n";
+  for (const CompiledInstance& inst : instances) {
+    const std::string& name = inst.kernel->instance;
+    os << "    {&" << name << "_metadata, &" << name << "_argv},\n";
+  }
+  os << "};\n\n}  // namespace pallas::kernels\n";
   return os.str();
 }
 
