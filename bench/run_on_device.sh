@@ -3,7 +3,8 @@
 # with the binaries built here carried along (the device machine has no LLVM):
 #
 #   run(command="bench/run_on_device.sh",
-#       carry=["build/bench/pallas_bench", "build/tests/ops/ops_test",
+#       carry=["build/bench/pallas_bench", "build/bench/pallas_matmul_bench",
+#              "build/tests/ops/ops_test",
 #              "build/tests/kernels/features_test", "build/tests/runtime/runtime_cuda_test"])
 #
 # Correctness first (the `gpu` tests), then the benchmark and the PyTorch
@@ -27,5 +28,9 @@ for t in "build/tests/ops/ops_test --gtest_filter=*Cuda*" \
 done
 build/bench/pallas_bench --csv "$OUT/pallas.csv" > "$OUT/pallas.txt" 2>&1 || status=1
 head -n 2 "$OUT/pallas.txt"
+if [ -x build/bench/pallas_matmul_bench ]; then
+  build/bench/pallas_matmul_bench --csv "$OUT/matmul.csv" > "$OUT/matmul.txt" 2>&1 || status=1
+  cat "$OUT/matmul.txt"
+fi
 python3 bench/torch_peers.py "$OUT/pallas.csv" "$OUT/compare.csv" | tee "$OUT/compare.txt" || status=1
 exit $status

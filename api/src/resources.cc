@@ -53,9 +53,10 @@ Status take_region(int device, uint64_t bytes, bool semaphores, Stream stream, c
   r->semaphores = semaphores;
   r->bytes = (bytes + 255) / 256 * 256;
   if (cudaError_t e = cudaMalloc(&r->ptr, r->bytes); e != cudaSuccess)
-    return Status::Error(StatusCode::kCudaError,
-                         std::string(kernel) + ": cudaMalloc of " + std::to_string(r->bytes) +
-                             " bytes for semaphores/workspace failed: " + cuda_text(e));
+    return Status::Error(
+        e == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory : StatusCode::kCudaError,
+        std::string(kernel) + ": cudaMalloc of " + std::to_string(r->bytes) +
+            " bytes for semaphores/workspace failed: " + cuda_text(e));
   if (semaphores)
     if (cudaError_t e = cudaMemsetAsync(r->ptr, 0, r->bytes, stream); e != cudaSuccess)
       return Status::Error(StatusCode::kCudaError,

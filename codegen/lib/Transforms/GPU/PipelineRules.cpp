@@ -43,6 +43,30 @@
 // The barriers are invalidated when the loop ends so that a pipeline run
 // again (under an outer loop) initialises them afresh.
 //
+// Warp specialization (`pallas.warp_specialized` = [producer, launch,
+// consumer] registers per thread; the loop is the kernel's outermost op and
+// stages inputs only): a producer warpgroup (threads 128..255) runs beside
+// the body's 128 consumer threads, and each slot also gets a release mbarrier
+// of 128 arrivals (one set for all inputs when they have as many slots, else
+// one per input). With d = delay_release:
+//
+//   thread 0: mbarrier.init of the full (1 arrival) and release (128) barriers
+//   bar.sync 0 (all 256 threads)
+//   if tid < 128 (`pallas.consumer`): setmaxnreg.inc consumer
+//     for k = lo .. hi: body (a load waits full[slot] parity (i / n) % 2)
+//                       if i >= d: every thread arrives on release[(i + n - d) % n]
+//   else: setmaxnreg.dec producer
+//     thread 128: for k = lo .. hi: if i >= n: wait release[i % n] parity (i / n - 1) % 2
+//                                   expect-tx + TMA copies of step k into slot i % n
+//
+// The consumer's own bar.syncs become named barrier 1 over its 128 threads
+// (ConvertPallasToGPU), since the producer never reaches them. Worked example,
+// n = 3, d = 1: the producer copies steps 0, 1, 2 at once; step 3 (slot 0)
+// waits for phase 0 of release[0], which the consumers complete at the end of
+// step 1 (releasing step 0, whose wgmma step 1's wgmma_wait(1) retired). On
+// sm_80 (no setmaxnreg, cp.async copies by every thread) the producer idles
+// and the consumer runs the pipeline above.
+//
 //===----------------------------------------------------------------------===//
 
 #include "GpuLowering.h"
@@ -156,12 +180,17 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
     });
   };
 
-  // Warp specialization (see the file comment): the barriers first, for
+  // Warp specialization (the file comment): the barriers first, for
   // both warpgroups; then the producer's branch, and `b` moves into the
   // consumer's, where the rest of this function and of the kernel go.
   auto wsAttr = loop->getAttrOfType<DenseI64ArrayAttr>(kWarpSpecializedAttrName);
   const bool producer = wsAttr && !g.cpAsync;  // sm_80: the producer warpgroup idles
-  SmallVector<Value> empties;                  // per stage (producer only): released buffers
+  // Release barriers (producer only): one per slot, shared by every staged
+  // input when they all have the same number of slots (the consumer arrives
+  // once a step, the producer waits once); else one set per input.
+  SmallVector<Value> empties;
+  const bool sharedRelease =
+      llvm::all_of(stages, [&](const Stage& s) { return s.st.slots == stages.front().st.slots; });
   if (wsAttr) {
     ArrayRef<int64_t> regs = wsAttr.asArrayRef();  // producer, launch, consumer
     if (!isa<func::FuncOp>(loop->getParentOp()) || minOutputSlots)
@@ -170,16 +199,16 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
     const int64_t consumers = g.strided().getThreads();
     if (producer) {
       for (const Stage& s : stages)
-        empties.push_back(g.sharedBuffer(b, loc, s.st.slots, b.getI64Type(),
-                                         SharedLifetime::kKernel, 8,
-                                         "stage buffers' release barriers"));
+        if (!sharedRelease || empties.empty())
+          empties.push_back(g.sharedBuffer(b, loc, s.st.slots, b.getI64Type(),
+                                           SharedLifetime::kKernel, 8,
+                                           "stage buffers' release barriers"));
       onThread0(b, [&](OpBuilder& tb, Location l) {
-        for (auto [s, empty] : llvm::zip(stages, empties)) {
-          initStageBarriers(tb, l, g, s.st);
+        for (const Stage& s : stages) initStageBarriers(tb, l, g, s.st);
+        for (auto [empty, s] : llvm::zip_first(empties, stages))
           for (int64_t k = 0; k < s.st.slots; ++k)
             NVVM::MBarrierInitOp::create(tb, l, barrierPointer(tb, l, empty, indexConst(tb, l, k)),
                                          i32c(tb, l, consumers), Value());
-        }
         NVVM::FenceMbarrierInitOp::create(tb, l);
       });
       gpu::BarrierOp::create(b, loc);  // every thread of both warpgroups
@@ -204,20 +233,22 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
       OpBuilder sb = OpBuilder::atBlockTerminator(steps.getBody());
       Value k = steps.getInductionVar();
       Value i = arith::SubIOp::create(sb, loc, k, lo);
-      for (auto [s, empty] : llvm::zip(stages, empties)) {
+      for (auto [index, s] : llvm::enumerate(stages)) {
         Value n = indexConst(sb, loc, s.st.slots);
         Value slot = arith::RemUIOp::create(sb, loc, i, n);
         Value round = arith::DivUIOp::create(sb, loc, i, n);
         Value reused = arith::CmpIOp::create(sb, loc, arith::CmpIPredicate::uge, i, n);
-        scf::IfOp::create(sb, loc, reused, [&](OpBuilder& wb, Location l) {
-          Value parity = arith::IndexCastOp::create(
-              wb, l, wb.getI32Type(),
-              arith::AndIOp::create(wb, l,
-                                    arith::SubIOp::create(wb, l, round, indexConst(wb, l, 1)),
-                                    indexConst(wb, l, 1)));
-          waitForPhase(wb, l, g, barrierPointer(wb, l, empty, slot), parity);
-          scf::YieldOp::create(wb, l);
-        });
+        Value empty = empties[sharedRelease ? 0 : index];
+        if (!sharedRelease || index == 0)
+          scf::IfOp::create(sb, loc, reused, [&](OpBuilder& wb, Location l) {
+            Value parity = arith::IndexCastOp::create(
+                wb, l, wb.getI32Type(),
+                arith::AndIOp::create(wb, l,
+                                      arith::SubIOp::create(wb, l, round, indexConst(wb, l, 1)),
+                                      indexConst(wb, l, 1)));
+            waitForPhase(wb, l, g, barrierPointer(wb, l, empty, slot), parity);
+            scf::YieldOp::create(wb, l);
+          });
         FailureOr<SmallVector<Value>> coords = coordsAt(s, loop, k, g, sb);
         if (failed(coords)) return failure();
         emitStageLoad(sb, loc, g, s.st, slot, *coords, Value(), /*issuer=*/true);
@@ -268,7 +299,7 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
       Value done =
           arith::CmpIOp::create(nb, loc, arith::CmpIPredicate::uge, i, indexConst(nb, loc, delay));
       scf::IfOp::create(nb, loc, done, [&](OpBuilder& rb, Location l) {
-        for (auto [s, empty] : llvm::zip(stages, empties)) {
+        for (auto [empty, s] : llvm::zip_first(empties, stages)) {
           Value slot = arith::RemUIOp::create(
               rb, l, arith::AddIOp::create(rb, l, i, indexConst(rb, l, s.st.slots - delay)),
               indexConst(rb, l, s.st.slots));

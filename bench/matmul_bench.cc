@@ -1,0 +1,380 @@
+// pallas_matmul_bench: the matrix products against cuBLASLt (the toolkit's library) in the
+// same run: TFLOP/s of each, and our time over cuBLASLt's (issue 11's benchmark).
+//
+//   pallas_matmul_bench [--csv FILE] [--reps N] [--quick]
+//
+// Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 1024, 4096 with (N, K) in
+// (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)); products: `matmul_bt` (D = A B^T,
+// B [N, K], bf16 -> bf16), `matmul` (B [K, N]) on the squares, and `linear_bias_gelu` against
+// cuBLASLt's GELU_BIAS epilogue. Each pair is first compared element by element (the same
+// inputs: a wrong kernel is reported, not timed). Weights rotate over enough copies that they
+// are read from HBM, not L2, as in a model. cuBLASLt is loaded at run time (dlopen), so the
+// program runs where the library is missing and says so. Without a device it exits 0.
+
+#include <pallas/kernels.h>
+#include "cuda_check.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using pallas::bfloat16;
+using pallas::TensorView;
+
+/// The cuBLASLt entry points this program uses, resolved from the shared library.
+struct CublasLt {
+#define PALLAS_LT_FN(name) decltype(&::name) name = nullptr;
+  PALLAS_LT_FN(cublasLtCreate)
+  PALLAS_LT_FN(cublasLtDestroy)
+  PALLAS_LT_FN(cublasLtMatmulDescCreate)
+  PALLAS_LT_FN(cublasLtMatmulDescDestroy)
+  PALLAS_LT_FN(cublasLtMatmulDescSetAttribute)
+  PALLAS_LT_FN(cublasLtMatrixLayoutCreate)
+  PALLAS_LT_FN(cublasLtMatrixLayoutDestroy)
+  PALLAS_LT_FN(cublasLtMatmulPreferenceCreate)
+  PALLAS_LT_FN(cublasLtMatmulPreferenceDestroy)
+  PALLAS_LT_FN(cublasLtMatmulPreferenceSetAttribute)
+  PALLAS_LT_FN(cublasLtMatmulAlgoGetHeuristic)
+  PALLAS_LT_FN(cublasLtMatmul)
+#undef PALLAS_LT_FN
+  cublasLtHandle_t handle = nullptr;
+
+  /// Loads the library; false (with the reason printed) where it is missing.
+  bool load() {
+    void* lib = nullptr;
+    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
+                             "/usr/local/cuda/lib64/libcublasLt.so"})
+      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    if (!lib) {
+      std::printf("cuBLASLt not found (%s): no peer\n", dlerror());
+      return false;
+    }
+    bool ok = true;
+    auto get = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      ok = ok && fn != nullptr;
+    };
+#define PALLAS_LT_GET(name) get(name, #name);
+    PALLAS_LT_GET(cublasLtCreate)
+    PALLAS_LT_GET(cublasLtDestroy)
+    PALLAS_LT_GET(cublasLtMatmulDescCreate)
+    PALLAS_LT_GET(cublasLtMatmulDescDestroy)
+    PALLAS_LT_GET(cublasLtMatmulDescSetAttribute)
+    PALLAS_LT_GET(cublasLtMatrixLayoutCreate)
+    PALLAS_LT_GET(cublasLtMatrixLayoutDestroy)
+    PALLAS_LT_GET(cublasLtMatmulPreferenceCreate)
+    PALLAS_LT_GET(cublasLtMatmulPreferenceDestroy)
+    PALLAS_LT_GET(cublasLtMatmulPreferenceSetAttribute)
+    PALLAS_LT_GET(cublasLtMatmulAlgoGetHeuristic)
+    PALLAS_LT_GET(cublasLtMatmul)
+#undef PALLAS_LT_GET
+    if (!ok || cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+      std::printf("cuBLASLt could not be initialized: no peer\n");
+      return false;
+    }
+    return true;
+  }
+};
+
+#define CHECK_LT(call)                                                                 \
+  do {                                                                                 \
+    cublasStatus_t st = (call);                                                        \
+    if (st != CUBLAS_STATUS_SUCCESS) {                                                 \
+      std::fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #call, \
+                   static_cast<int>(st));                                              \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+/// One row-major product D[M, N] = A[M, K] @ op(B) (+ bias, gelu) by cuBLASLt, which is
+/// column-major: it computes D^T[N, M] = op(B)^T A^T, i.e. with B's and A's buffers read as
+/// column-major [K, N] (b_transposed: B [N, K] is col-major [K, N], op T) and [K, M].
+class LtProduct {
+ public:
+  LtProduct(CublasLt& lt, int64_t m, int64_t n, int64_t k, bool b_transposed, bool bias_gelu,
+            void* workspace, size_t workspace_bytes)
+      : lt_(lt), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+    CHECK_LT(lt.cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_b = b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = CUBLAS_OP_N;
+    CHECK_LT(
+        lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)));
+    CHECK_LT(
+        lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)));
+    if (bias_gelu) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+      CHECK_LT(lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                 sizeof(epilogue)));
+      const cudaDataType_t bias_type = CUDA_R_16BF;
+      CHECK_LT(lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                 &bias_type, sizeof(bias_type)));
+    }
+    // "A" of cuBLAS is our B: [K, N] column-major (ld K when B is [N, K], else ld N).
+    CHECK_LT(b_transposed ? lt.cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, k, n, k)
+                          : lt.cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, n, k, n));
+    CHECK_LT(lt.cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, k, m, k));
+    CHECK_LT(lt.cublasLtMatrixLayoutCreate(&d_, CUDA_R_16BF, n, m, n));
+    cublasLtMatmulPreference_t pref = nullptr;
+    CHECK_LT(lt.cublasLtMatmulPreferenceCreate(&pref));
+    CHECK_LT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &workspace_bytes, sizeof(workspace_bytes)));
+    int found = 0;
+    CHECK_LT(lt.cublasLtMatmulAlgoGetHeuristic(lt.handle, desc_, b_, a_, d_, d_, pref, 1, &algo_,
+                                               &found));
+    lt.cublasLtMatmulPreferenceDestroy(pref);
+    if (found == 0) {
+      std::fprintf(stderr, "cuBLASLt has no algorithm for %lldx%lldx%lld\n",
+                   static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k));
+      std::exit(1);
+    }
+  }
+  ~LtProduct() {
+    lt_.cublasLtMatrixLayoutDestroy(a_);
+    lt_.cublasLtMatrixLayoutDestroy(b_);
+    lt_.cublasLtMatrixLayoutDestroy(d_);
+    lt_.cublasLtMatmulDescDestroy(desc_);
+  }
+  void run(const void* a, const void* b, const void* bias, void* d) {
+    if (bias)
+      CHECK_LT(lt_.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                  sizeof(bias)));
+    const float one = 1, zero = 0;
+    CHECK_LT(lt_.cublasLtMatmul(lt_.handle, desc_, &one, b, b_, a, a_, &zero, d, d_, d, d_,
+                                &algo_.algo, workspace_, workspace_bytes_, nullptr));
+  }
+
+ private:
+  CublasLt& lt_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  cublasLtMatmulHeuristicResult_t algo_{};
+  void* workspace_;
+  size_t workspace_bytes_;
+};
+
+/// Median milliseconds of `launch(i)` over `reps` runs after 5 warm-up runs.
+double median_ms(const std::function<void(int)>& launch, int reps) {
+  for (int i = 0; i < 5; ++i) launch(i);
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) {
+    CHECK_CUDA(cudaEventRecord(start));
+    launch(i);
+    CHECK_CUDA(cudaEventRecord(stop));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+/// bf16 device memory, uniform in [-1, 1) scaled by `scale`.
+struct Buffer {
+  bfloat16* data = nullptr;
+  int64_t count = 0;
+  Buffer(int64_t n, std::mt19937& rng, float scale) : count(n) {
+    CHECK_CUDA(cudaMalloc(&data, std::max<int64_t>(n, 1) * sizeof(bfloat16)));
+    std::uniform_real_distribution<float> dist(-scale, scale);
+    std::vector<bfloat16> host(static_cast<size_t>(n));
+    for (bfloat16& v : host) v = bfloat16(dist(rng));
+    CHECK_CUDA(cudaMemcpy(data, host.data(), n * sizeof(bfloat16), cudaMemcpyHostToDevice));
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept : data(o.data), count(o.count) { o.data = nullptr; }
+  ~Buffer() {
+    if (data) cudaFree(data);
+  }
+  std::vector<float> download() const {
+    std::vector<bfloat16> host(static_cast<size_t>(count));
+    CHECK_CUDA(cudaMemcpy(host.data(), data, count * sizeof(bfloat16), cudaMemcpyDeviceToHost));
+    std::vector<float> out(host.size());
+    for (size_t i = 0; i < host.size(); ++i) out[i] = static_cast<float>(host[i]);
+    return out;
+  }
+};
+
+enum class Product { kMatmulBt, kMatmul, kLinearBiasGelu };
+
+const char* product_name(Product p) {
+  switch (p) {
+    case Product::kMatmulBt:
+      return "matmul_bt";
+    case Product::kMatmul:
+      return "matmul";
+    case Product::kLinearBiasGelu:
+      return "linear_bias_gelu";
+  }
+  return "?";
+}
+
+struct Row {
+  std::string op;
+  int64_t m, n, k;
+  double ours_ms, peer_ms, max_error;
+};
+
+/// Times one product of one shape, ours and cuBLASLt's, after comparing their results.
+bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l2, CublasLt* lt,
+           void* workspace, size_t workspace_bytes, std::mt19937& rng, std::vector<Row>& rows) {
+  const bool b_transposed = product != Product::kMatmul;
+  // Weights (B, bias) rotate over copies that together exceed the L2 cache three times.
+  const double weight_bytes = 2.0 * n * k;
+  const int sets = static_cast<int>(std::clamp<double>(3.0 * l2 / weight_bytes + 1, 1, 8));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(k));  // keeps D near unit scale
+  Buffer a(m * k, rng, 1.0f), d(m * n, rng, 1.0f), d_peer(m * n, rng, 1.0f);
+  std::vector<Buffer> b, bias;
+  for (int s = 0; s < sets; ++s) {
+    b.emplace_back(n * k, rng, scale);
+    bias.emplace_back(n, rng, 1.0f);
+  }
+  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  auto ours = [&](int i) {
+    const bfloat16* bw = b[i % sets].data;
+    TensorView<const bfloat16, 2> av(a.data, {m, k});
+    TensorView<bfloat16, 2> dv(d.data, {m, n});
+    pallas::Status s;
+    switch (product) {
+      case Product::kMatmulBt:
+        s = pallas::kernels::matmul_bt(av, TensorView<const bfloat16, 2>(bw, {n, k}), dv, launch);
+        break;
+      case Product::kMatmul:
+        s = pallas::kernels::matmul(av, TensorView<const bfloat16, 2>(bw, {k, n}), dv, launch);
+        break;
+      case Product::kLinearBiasGelu:
+        s = pallas::kernels::linear_bias_gelu(
+            av, TensorView<const bfloat16, 2>(bw, {n, k}),
+            TensorView<const bfloat16, 1>(bias[i % sets].data, {n}), dv, launch);
+        break;
+    }
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s: %s\n", product_name(product), s.message().c_str());
+      std::exit(1);
+    }
+  };
+  std::unique_ptr<LtProduct> peer;
+  if (lt)
+    peer =
+        std::make_unique<LtProduct>(*lt, m, n, k, b_transposed, product == Product::kLinearBiasGelu,
+                                    workspace, workspace_bytes);
+  auto theirs = [&](int i) {
+    peer->run(a.data, b[i % sets].data,
+              product == Product::kLinearBiasGelu ? bias[i % sets].data : nullptr, d_peer.data);
+  };
+  // Same inputs, then compare: |ours - theirs| <= 2^-6 (|theirs| + 1), bf16 outputs summed in
+  // f32 in different orders.
+  double max_error = 0;
+  if (peer) {
+    ours(0);
+    theirs(0);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const std::vector<float> x = d.download(), y = d_peer.download();
+    for (size_t i = 0; i < x.size(); ++i)
+      max_error = std::max<double>(max_error, std::abs(x[i] - y[i]) / (std::abs(y[i]) + 1));
+    if (!(max_error <= 1.0 / 64)) {
+      std::printf("%s %lldx%lldx%lld: MISMATCH against cuBLASLt, max error %.3g\n",
+                  product_name(product), static_cast<long long>(m), static_cast<long long>(n),
+                  static_cast<long long>(k), max_error);
+      return false;
+    }
+  }
+  const double ours_ms = median_ms(ours, reps);
+  const double peer_ms = peer ? median_ms(theirs, reps) : NAN;
+  rows.push_back({product_name(product), m, n, k, ours_ms, peer_ms, max_error});
+  const double flop = 2.0 * m * n * k;
+  std::printf(
+      "%-17s %6lld %6lld %6lld  ours %8.1f TFLOP/s  cuBLASLt %8.1f TFLOP/s  ours/theirs "
+      "time %.2fx\n",
+      product_name(product), static_cast<long long>(m), static_cast<long long>(n),
+      static_cast<long long>(k), flop / (ours_ms * 1e9), flop / (peer_ms * 1e9), ours_ms / peer_ms);
+  std::fflush(stdout);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string csv;
+  int reps = 30;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--csv" && i + 1 < argc)
+      csv = argv[++i];
+    else if (arg == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (arg == "--quick")
+      quick = true;
+    else {
+      std::fprintf(stderr, "usage: pallas_matmul_bench [--csv FILE] [--reps N] [--quick]\n");
+      return 2;
+    }
+  }
+  if (!pallas::cuda_device_available()) {
+    std::printf("pallas_matmul_bench: no CUDA device; nothing measured\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount);
+  CublasLt lt;
+  const bool have_peer = lt.load();
+  const size_t workspace_bytes = size_t{32} << 20;
+  void* workspace = nullptr;
+  CHECK_CUDA(cudaMalloc(&workspace, workspace_bytes));
+
+  std::mt19937 rng(12345);
+  std::vector<Row> rows;
+  bool ok = true;
+  auto run = [&](Product p, int64_t m, int64_t n, int64_t k) {
+    ok &= bench(p, m, n, k, reps, prop.l2CacheSize, have_peer ? &lt : nullptr, workspace,
+                workspace_bytes, rng, rows);
+  };
+  std::vector<int64_t> squares = {512, 1024, 2048, 4096, 8192};
+  if (quick) squares = {1024, 4096};
+  for (int64_t s : squares) run(Product::kMatmulBt, s, s, s);
+  for (int64_t s : squares) run(Product::kMatmul, s, s, s);
+  std::vector<int64_t> ms = {1, 16, 64, 128, 1024, 4096};
+  if (quick) ms = {16, 4096};
+  const std::pair<int64_t, int64_t> llm[] = {
+      {4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
+  for (auto [n, k] : llm)
+    for (int64_t m : ms) run(Product::kMatmulBt, m, n, k);
+  for (int64_t m : ms) run(Product::kLinearBiasGelu, m, 11008, 4096);
+
+  if (!csv.empty()) {
+    if (FILE* f = std::fopen(csv.c_str(), "w")) {
+      std::fprintf(f, "op,m,n,k,ours_ms,cublaslt_ms,ours_tflops,cublaslt_tflops,max_error\n");
+      for (const Row& r : rows) {
+        const double flop = 2.0 * r.m * r.n * r.k;
+        std::fprintf(f, "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g\n", r.op.c_str(),
+                     static_cast<long long>(r.m), static_cast<long long>(r.n),
+                     static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
+                     flop / (r.peer_ms * 1e9), r.max_error);
+      }
+      std::fclose(f);
+    }
+  }
+  CHECK_CUDA(cudaFree(workspace));
+  if (have_peer) lt.cublasLtDestroy(lt.handle);
+  return ok ? 0 : 1;
+}
