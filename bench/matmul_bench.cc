@@ -13,6 +13,7 @@
 
 #include <pallas/kernels.h>
 #include "cuda_check.h"
+#include "timing.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -163,29 +164,6 @@ class LtProduct {
   void* workspace_;
   size_t workspace_bytes_;
 };
-
-/// Median milliseconds of `launch(i)` over `reps` runs after 5 warm-up runs.
-double median_ms(const std::function<void(int)>& launch, int reps) {
-  for (int i = 0; i < 5; ++i) launch(i);
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaEventRecord(start));
-    launch(i);
-    CHECK_CUDA(cudaEventRecord(stop));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  CHECK_CUDA(cudaGetLastError());
-  CHECK_CUDA(cudaEventDestroy(start));
-  CHECK_CUDA(cudaEventDestroy(stop));
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
-}
 
 /// bf16 device memory, uniform in [-1, 1) scaled by `scale`.
 struct Buffer {

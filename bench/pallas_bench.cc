@@ -13,6 +13,7 @@
 
 #include <pallas/kernels.h>
 #include "cuda_check.h"
+#include "timing.h"
 
 #include <cuda_runtime.h>
 
@@ -55,30 +56,6 @@ struct DeviceArray {
     if (data) cudaFree(data);
   }
 };
-
-/// Median milliseconds of `launch(i)` over `reps` runs after `warmup` runs,
-/// each timed with its own pair of events.
-double median_ms(const std::function<void(int)>& launch, int reps, int warmup = 5) {
-  for (int i = 0; i < warmup; ++i) launch(i);
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaEventRecord(start));
-    launch(i);
-    CHECK_CUDA(cudaEventRecord(stop));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  CHECK_CUDA(cudaGetLastError());
-  CHECK_CUDA(cudaEventDestroy(start));
-  CHECK_CUDA(cudaEventDestroy(stop));
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
-}
 
 struct Row {
   std::string op, dtype, shape;

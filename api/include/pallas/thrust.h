@@ -20,26 +20,22 @@
 
 namespace pallas {
 
-template <class T, class Alloc>
-struct StorageTraits<thrust::device_vector<T, Alloc>> {
-  static T* data(thrust::device_vector<T, Alloc>& v) { return thrust::raw_pointer_cast(v.data()); }
-  static const T* data(const thrust::device_vector<T, Alloc>& v) {
-    return thrust::raw_pointer_cast(v.data());
-  }
-  static int64_t size(const thrust::device_vector<T, Alloc>& v) {
-    return static_cast<int64_t>(v.size());
-  }
+namespace detail {
+// StorageTraits of a Thrust vector `Vector` of T: its elements are contiguous.
+template <class Vector, class T>
+struct ThrustVectorTraits {
+  static T* data(Vector& v) { return thrust::raw_pointer_cast(v.data()); }
+  static const T* data(const Vector& v) { return thrust::raw_pointer_cast(v.data()); }
+  static int64_t size(const Vector& v) { return static_cast<int64_t>(v.size()); }
 };
+}  // namespace detail
 
 template <class T, class Alloc>
-struct StorageTraits<thrust::host_vector<T, Alloc>> {
-  static T* data(thrust::host_vector<T, Alloc>& v) { return thrust::raw_pointer_cast(v.data()); }
-  static const T* data(const thrust::host_vector<T, Alloc>& v) {
-    return thrust::raw_pointer_cast(v.data());
-  }
-  static int64_t size(const thrust::host_vector<T, Alloc>& v) {
-    return static_cast<int64_t>(v.size());
-  }
-};
+struct StorageTraits<thrust::device_vector<T, Alloc>>
+    : detail::ThrustVectorTraits<thrust::device_vector<T, Alloc>, T> {};
+
+template <class T, class Alloc>
+struct StorageTraits<thrust::host_vector<T, Alloc>>
+    : detail::ThrustVectorTraits<thrust::host_vector<T, Alloc>, T> {};
 
 }  // namespace pallas
