@@ -130,10 +130,9 @@ STAGED_OUTPUTS = {"transpose"}
 MATMULS = ["matmul", "matmul_bt", "gemm", "gemm_bt", "linear_bias", "linear_bias_gelu",
            "linear_bias_silu", "linear_residual", "batched_matmul", "batched_matmul_bt"]
 # Of those, the ones whose sm_90a staged instance is a warp-specialized
-# pipeline: its producer warpgroup gives up registers (USETMAXREG.DEALLOC, PTX
+# pipeline (all of them, B [K, N] too since it is read in place): its producer warpgroup gives up registers (USETMAXREG.DEALLOC, PTX
 # setmaxnreg.dec) and the consumer takes them (USETMAXREG.TRY_ALLOC).
-WARP_SPECIALIZED = {"matmul_bt", "gemm_bt", "linear_bias", "linear_bias_gelu", "linear_bias_silu",
-                    "linear_residual", "batched_matmul_bt"}
+WARP_SPECIALIZED = set(MATMULS)
 # Ops whose outputs are per-row or per-array scalars: no 16-byte store rule.
 REDUCTIONS = {"row_sum", "row_max", "cross_entropy", "sum_all", "max_all"}
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}

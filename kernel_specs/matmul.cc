@@ -29,14 +29,15 @@
 // the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
 // does not read C when beta is 0 (C may hold NaNs then).
 //
-// On sm_90a the A tile, and B's when B is [N, K], are staged by TMA in
-// 128-byte-swizzled shared memory, which wgmma reads in place (rows of 64
-// elements of K: one swizzle span); a [K, N] B tile is staged unswizzled and
-// stored into wgmma's layout by the threads (a transposing copy: correct,
-// slower). Edge tiles need no masks on that path: TMA reads zero outside the
+// On sm_90a both tiles are staged by TMA in 128-byte-swizzled shared
+// memory, which wgmma reads in place: A and a [N, K] B K-major (rows of 64
+// elements of K: one swizzle span), a [K, N] B N-major from a stage tiled
+// [64, 64] (Pallas' TilingTransform: one swizzle span of N per tile).
+// Edge tiles need no masks on that path: TMA reads zero outside the
 // arrays, so a partial K block adds nothing. Arrays TMA cannot copy run the
-// `_direct` instance (blocks loaded into registers, masked). sm_80 stages
-// with cp.async and multiplies with ldmatrix + mma.sync m16n8k16.
+// `_direct` instance (blocks loaded into registers, masked, 64 x 64 tiles
+// stored into wgmma's layout by the threads). sm_80 stages with cp.async
+// and multiplies with ldmatrix (.trans for a [K, N] B) + mma.sync m16n8k16.
 
 #include <pallas/EDSL/Spec.h>
 
@@ -101,8 +102,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //    in registers, or the product is batched (its sm_80 form spills at
   //    128 x 128);
   //  - 64 x 64 where the threads first store the operands into wgmma's
-  //    layout (B as [K, N], the direct twin).
-  const bool in_place = b_transposed && !spec.direct();
+  //    layout (the direct twin).
+  const bool in_place = !spec.direct();
   const bool wide = in_place && extra_operand(epilogue) != Extra::kMatrix && !form.batched;
   const int64_t kTileM = in_place ? 128 : 64, kTileN = wide ? 128 : 64;
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
@@ -158,8 +159,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   spec.block(a, blk({Blocked{kTileM}, Blocked{kTileK}}), tile(0, 2), InShared{.swizzle = 128});
   if (b_transposed)
     spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), tile(1, 2), InShared{.swizzle = 128});
-  else
-    spec.block(b, blk({Blocked{kTileK}, Blocked{kTileN}}), tile(2, 1), InShared{.swizzle = 0});
+  else  // N-major: tiles of one swizzle span (64 elements) of N
+    spec.block(b, blk({Blocked{kTileK}, Blocked{kTileN}}), tile(2, 1),
+               InShared{.swizzle = 128, .tiling = {kTileK, 64}});
   if (extra == Extra::kMatrix) spec.block(e, blk({Blocked{kTileM}, Blocked{kTileN}}), tile(0, 1));
   if (extra == Extra::kBiasRow)
     spec.block(e, {Blocked{kTileN}}, [o](const ProgramIds& p) { return at(p[o + 1]); });
@@ -173,7 +175,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
       acc.store(broadcast_to(constant(0, f32), {kTileM, kTileN}));
     });
     if (in_place) {  // both tiles are read where TMA put them
-      wgmma(acc, a, b, {.transpose_b = true});
+      wgmma(acc, a, b, {.transpose_b = b_transposed});
       wgmma_wait(1);  // the previous step's multiply is done: its buffers may be refilled
     } else {
       acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));

@@ -11,7 +11,12 @@
 // A, N for B), element k (0..15) of the instruction's K is at
 //   o = start + (r / 8) * SBO + (r % 8) * S + 2 k,
 // then the swizzle XORs the 16-byte piece within each 128-byte line with
-// the line's index modulo S / 16: o ^ (((o >> 7) % (S / 16)) << 4). The
+// the line's index modulo S / 16: o ^ (((o >> 7) % (S / 16)) << 4).
+// MN-major operand (imm-trans-a / imm-trans-b = 1; PTX ISA "canonical
+// layouts", MN-major with swizzle): element c of M (or N), row k of K is at
+//   o = start + (c / (S / 2)) * LBO + (k / 8) * SBO + (k % 8) * S + 2 (c % (S / 2)),
+// S / 2 elements of M or N forming one swizzled line, LBO apart for the
+// next S / 2, SBO apart for the next 8 rows of K; then the same swizzle. The
 // address is a shared-window address; the 18 bits the descriptor keeps
 // identify the byte (shared memory is below 256 KiB), and the swizzle uses
 // the absolute address bits, so tiles must be aligned to the pattern.
@@ -62,25 +67,31 @@ float pallas::emulator::detail::half_to_float(uint16_t h, bool bf16) {
 namespace {
 
 struct Operand {
-  int64_t start, stride_bytes, swizzle;
+  int64_t start, leading_bytes, stride_bytes, swizzle;
+  bool mn_major;
 };
 
-Operand decode(int64_t desc, const char* which) {
+Operand decode(int64_t desc, bool mn_major, const char* which) {
   const auto d = static_cast<uint64_t>(desc);
   const int64_t mode = static_cast<int64_t>(d >> 62);
   if (mode == 0)
     fail(std::string("wgmma operand ") + which +
          ": descriptor without swizzle (interleaved core matrices) is not emulated");
   return Operand{static_cast<int64_t>(d & 0x3fff) << 4,
+                 static_cast<int64_t>((d >> 16) & 0x3fff) << 4,
                  static_cast<int64_t>((d >> 32) & 0x3fff) << 4,
                  mode == 1   ? 128
                  : mode == 2 ? 64
-                             : 32};
+                             : 32,
+                 mn_major};
 }
 
-/// The element at row `r`, K index `k` of a K-major operand.
+/// The element at row `r` (of M for a, N for b), K index `k` of an operand.
 float element(Cta& cta, const Operand& op, int64_t r, int64_t k, bool bf16, const char* which) {
-  int64_t o = op.start + (r / 8) * op.stride_bytes + (r % 8) * op.swizzle + 2 * k;
+  const int64_t span = op.swizzle / 2;  // elements of one swizzled line
+  int64_t o = op.mn_major ? op.start + (r / span) * op.leading_bytes + (k / 8) * op.stride_bytes +
+                                (k % 8) * op.swizzle + 2 * (r % span)
+                          : op.start + (r / 8) * op.stride_bytes + (r % 8) * op.swizzle + 2 * k;
   o ^= ((o >> 7) % (op.swizzle / 16)) << 4;
   // The descriptor holds the low 18 bits of the shared-window address.
   const auto base = static_cast<int64_t>(reinterpret_cast<uintptr_t>(cta.shared) & 0x3ffff);
@@ -117,9 +128,8 @@ extern "C" void pallas_emu_wgmma(float* acc, int32_t n, int64_t desc_a, int64_t 
                                  int32_t type, int32_t trans_a, int32_t trans_b, int32_t scale_d) {
   LaunchState& s = current();
   Cta& cta = *s.cta;
-  if (trans_a || trans_b) fail("wgmma with a transposed (MN-major) operand is not emulated");
   if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma n = " + std::to_string(n) + " is not 8..256");
-  const Operand a = decode(desc_a, "a"), b = decode(desc_b, "b");
+  const Operand a = decode(desc_a, trans_a != 0, "a"), b = decode(desc_b, trans_b != 0, "b");
   const bool bf16 = type == 1;
   const int t = s.thread->linear % 128, warp = t / 32, lane = t % 32;
   for (int i = 0; i < n / 2; ++i) {

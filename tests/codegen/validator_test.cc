@@ -518,6 +518,40 @@ TEST(Validator, StagedBlockLongerThanABoxIsAMultipleOfIt) {
             "a multiple of it");
 }
 
+// Pallas' TilingTransform: tiles divide the block, each is one TMA box
+// (rows within the swizzle, copies keeping the buffer aligned).
+InShared tiled_b_staging;  // how declare_tiled_b stages its block
+
+void declare_tiled_b(KernelSpec& spec) {
+  DimExpr k = spec.dim("k"), n = spec.dim("n");
+  Operand b = spec.input("b", bf16, {k, n});
+  spec.grid({cdiv(k, 64), cdiv(n, 128)});
+  spec.block(
+      b, {Blocked{64}, Blocked{128}}, [](const ProgramIds& p) { return at(p[0], p[1]); },
+      tiled_b_staging);
+}
+
+TEST(Validator, StagedBlockTilingDividesTheBlockAndFitsTheSwizzle) {
+  auto staged = [](InShared staging) {
+    tiled_b_staging = std::move(staging);
+    return declare_tiled_b;
+  };
+  EXPECT_EQ(trace_error("wide_rows", staged(InShared{.swizzle = 128})),
+            "spec 'wide_rows': operand 'b': the block's last dim is 256 bytes, more than its "
+            "128-byte swizzle (TMA's rule); use a narrower block, a tiling or a wider swizzle");
+  EXPECT_EQ(trace_error("wide_tile", staged(InShared{.swizzle = 128, .tiling = {64, 128}})),
+            "spec 'wide_tile': operand 'b': the tile's last dim is 256 bytes, more than its "
+            "128-byte swizzle (TMA's rule); use a narrower block, a tiling or a wider swizzle");
+  EXPECT_EQ(trace_error("uneven_tile", staged(InShared{.swizzle = 128, .tiling = {48, 64}})),
+            "spec 'uneven_tile': operand 'b' block dim 0 is 64; its tile of 48 must divide it "
+            "and be 1 to 256 elements (one TMA box)");
+  EXPECT_EQ(trace_error("deep_tiling", staged(InShared{.swizzle = 128, .tiling = {1, 64, 64}})),
+            "spec 'deep_tiling': operand 'b': a tiling of 3 dims for a block of 2");
+  EXPECT_EQ(trace_error("small_tile", staged(InShared{.swizzle = 128, .tiling = {4, 64}})),
+            "spec 'small_tile': operand 'b': its TMA copies are 512 bytes each; the copies of a "
+            "block must each be a multiple of 1024 bytes (the staged buffer's alignment)");
+}
+
 TEST(Validator, StageBuffersAndPipelineDepthAreOneToFour) {
   auto buffers = [](KernelSpec& spec) {
     DimExpr n = spec.dim("n");

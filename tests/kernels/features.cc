@@ -582,3 +582,36 @@ PALLAS_KERNEL(pipelined_wgmma) { pipelined_wgmma<true>(spec); }
 PALLAS_KERNEL(pipelined_wgmma_nodelay) { pipelined_wgmma<false>(spec); }  // planted
 PALLAS_KERNEL(pipelined_wgmma_ws) { pipelined_wgmma<true, true>(spec); }
 PALLAS_KERNEL(pipelined_wgmma_ws_nodelay) { pipelined_wgmma<false, true>(spec); }  // planted
+
+// b as [K, N], read in place by wgmma N-major (the form matmul uses for a
+// [K, N] B) from stages with three tilings (Pallas' TilingTransform):
+// d = a @ b, bf16 in, f32 out, 64 x 128 tiles, K in steps of 64 through a
+// pipelined arbitrary axis, multiplied with `dot`. b's [64, 128] block is
+// tiled {64, 64} with swizzle 128 (one tile per 64 columns: the
+// descriptor's LBO steps tiles), {8, 64} with swizzle 128 (tiles of 8 rows
+// of K: its SBO steps a whole row of tiles) or {64, 32} with swizzle 64.
+template <int kSwizzle, int64_t kTileK>
+void dot_n_major(KernelSpec& spec) {
+  DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
+  Operand a = spec.input("a", bf16, {m, k});
+  Operand b = spec.input("b", bf16, {k, n});
+  Operand d = spec.output("d", f32, {m, n});
+  spec.accumulator("acc", {64, 128});
+  spec.grid({cdiv(m, 64), cdiv(n, 128), cdiv(k, 64)});
+  spec.dimension_semantics({parallel, parallel, arbitrary});
+  spec.block(
+      a, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[2]); },
+      InShared{.swizzle = 128});
+  spec.block(
+      b, {Blocked{64}, Blocked{128}}, [](const ProgramIds& p) { return at(p[2], p[1]); },
+      InShared{.swizzle = kSwizzle, .tiling = {kTileK, kSwizzle / 2}});
+  spec.block(d, {Blocked{64}, Blocked{128}}, [](const ProgramIds& p) { return at(p[0], p[1]); });
+  spec.body([](Ref a, Ref b, Ref d, Ref acc) {
+    when(program_id(2) == index(0), [&] { acc.store(broadcast_to(constant(0, f32), {64, 128})); });
+    acc.store(dot(a.load(), b.load(), acc.load()));
+    when(program_id(2) == num_programs(2) - index(1), [&] { d.store(acc.load()); });
+  });
+}
+PALLAS_KERNEL(dot_n_major_t64) { dot_n_major<128, 64>(spec); }
+PALLAS_KERNEL(dot_n_major_t8) { dot_n_major<128, 8>(spec); }
+PALLAS_KERNEL(dot_n_major_s64) { dot_n_major<64, 64>(spec); }

@@ -13,6 +13,9 @@
 #include <pallas/kernels/chunk_sum_inside.h>
 #include <pallas/kernels/chunk_sum_overpromise.h>
 #include <pallas/kernels/coordinates.h>
+#include <pallas/kernels/dot_n_major_s64.h>
+#include <pallas/kernels/dot_n_major_t64.h>
+#include <pallas/kernels/dot_n_major_t8.h>
 #include <pallas/kernels/explicit_row_blocks.h>
 #include <pallas/kernels/explicit_row_blocks_noarrive.h>
 #include <pallas/kernels/explicit_row_blocks_nostorewait.h>
@@ -842,6 +845,67 @@ TEST_P(FeaturesTest, CpAsyncFormsOfThePipelines) {
       e, 2, [](auto... a) { return kernels::pipelined_chunk_sum_d2(a...); }, 80);
   check_pipelined_chunk_sum<bfloat16>(
       e, 3, [](auto... a) { return kernels::pipelined_chunk_sum_d3(a...); }, 80);
+}
+
+// b as [K, N] read in place N-major from tiled stages (dot_n_major_*):
+// d = a @ b against a float64 reference, K from one step to five, edges in
+// every dim, row strides wider than the arrays, a B row stride TMA cannot
+// copy (the direct twin), and the sm_80 form (ldmatrix.trans through the
+// tiles) on the emulator.
+using NMajorMatmul = Status (*)(TensorView<const bfloat16, 2>, TensorView<const bfloat16, 2>,
+                                TensorView<float, 2>, const Launch&);
+
+TEST_P(FeaturesTest, DotReadsTiledNMajorStagesInPlace) {
+  struct Shape {
+    int64_t m, n, k, a_stride, b_stride;
+  };
+  const std::pair<NMajorMatmul, const char*> kernels_under_test[] = {
+      {kernels::dot_n_major_t64, "tiling {64, 64}, swizzle 128"},
+      {kernels::dot_n_major_t8, "tiling {8, 64}, swizzle 128"},
+      {kernels::dot_n_major_s64, "tiling {64, 32}, swizzle 64"}};
+  for (auto [kernel, form] : kernels_under_test)
+    for (int cc : {90, 80}) {
+      if (cc == 80 && GetParam() != Backend::kEmulator) continue;
+      for (Shape sh : {Shape{64, 128, 64, 64, 128}, Shape{65, 130, 320, 320, 136},
+                       Shape{7, 9, 200, 200, 16}, Shape{128, 257, 72, 80, 257}}) {
+        const uint32_t seed = fresh_seed();
+        SCOPED_TRACE(std::string(form) + " sm_" + std::to_string(cc) + " m " +
+                     std::to_string(sh.m) + " n " + std::to_string(sh.n) + " k " +
+                     std::to_string(sh.k) + " b stride " + std::to_string(sh.b_stride) + " seed " +
+                     std::to_string(seed));
+        std::mt19937 rng(seed);
+        Array<bfloat16> a(GetParam(), sh.m * sh.a_stride), b(GetParam(), sh.k * sh.b_stride);
+        Array<float> d(GetParam(), sh.m * sh.n);
+        a.fill_random(rng, -2, 2);
+        b.fill_random(rng, -2, 2);
+        d.poison();
+        a.upload();
+        b.upload();
+        d.upload();
+        TensorView<const bfloat16, 2> av(a.data(), {sh.m, sh.k}, {sh.a_stride, 1});
+        TensorView<const bfloat16, 2> bv(b.data(), {sh.k, sh.n}, {sh.b_stride, 1});
+        TensorView<float, 2> dv(d.data(), {sh.m, sh.n}, {sh.n, 1});
+        Status st = kernel(av, bv, dv, Launch{GetParam(), nullptr, {.compute_capability = cc}});
+        ASSERT_TRUE(st.ok()) << st.message();
+        d.download();
+        int misses = 0;
+        for (int64_t i = 0; i < sh.m && misses < 5; ++i)
+          for (int64_t j = 0; j < sh.n && misses < 5; ++j) {
+            double want = 0, magnitude = 0;
+            for (int64_t kk = 0; kk < sh.k; ++kk) {
+              const double p = static_cast<double>(to_float(a.host()[i * sh.a_stride + kk])) *
+                               to_float(b.host()[kk * sh.b_stride + j]);
+              want += p;
+              magnitude += std::abs(p);
+            }
+            const double got = d.host()[i * sh.n + j];
+            if (!(std::abs(got - want) <= 1e-6 * static_cast<double>(sh.k) * magnitude + 1e-6)) {
+              ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want;
+              ++misses;
+            }
+          }
+      }
+    }
 }
 
 // Pallas' pipelined wgmma (pipelined_wgmma, and its warp-specialized form

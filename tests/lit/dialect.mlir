@@ -20,6 +20,40 @@ func.func @roundtrip(%x: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.ke
 
 // -----
 
+// Pallas' TilingTransform on a staged block: one TMA copy per tile.
+// CHECK-LABEL: func.func @tiled_stage
+// CHECK: pallas.block {{.*}}tiling = array<i64: 64, 64>
+func.func @tiled_stage(%b: memref<?x?xbf16, strided<[?, 1]>>, %i: index) {
+  %r = pallas.block %b[%i, %i] {block_shape = array<i64: 64, 128>, squeezed = array<i1: false, false>, staged, swizzle = 128 : i64, tiling = array<i64: 64, 64>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<64x128xbf16>
+  return
+}
+
+// -----
+
+func.func @tile_not_dividing(%b: memref<?x?xbf16, strided<[?, 1]>>, %i: index) {
+  // expected-error @+1 {{tile of 48 elements in dim 0 does not divide the block's 64 or is not one TMA box (1 to 256)}}
+  %r = pallas.block %b[%i, %i] {block_shape = array<i64: 64, 128>, squeezed = array<i1: false, false>, staged, swizzle = 128 : i64, tiling = array<i64: 48, 64>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<64x128xbf16>
+  return
+}
+
+// -----
+
+func.func @tile_wider_than_swizzle(%b: memref<?x?xbf16, strided<[?, 1]>>, %i: index) {
+  // expected-error @+1 {{tile rows of 256 bytes are wider than the 128-byte swizzle}}
+  %r = pallas.block %b[%i, %i] {block_shape = array<i64: 64, 128>, squeezed = array<i1: false, false>, staged, swizzle = 128 : i64, tiling = array<i64: 64, 128>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<64x128xbf16>
+  return
+}
+
+// -----
+
+func.func @tiling_unstaged(%b: memref<?x?xbf16, strided<[?, 1]>>, %i: index) {
+  // expected-error @+1 {{tiling is for staged blocks}}
+  %r = pallas.block %b[%i, %i] {block_shape = array<i64: 64, 128>, squeezed = array<i1: false, false>, tiling = array<i64: 64, 64>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<64x128xbf16>
+  return
+}
+
+// -----
+
 func.func @squeezed_not_one(%x: memref<?x?xf32, strided<[?, 1]>>, %i: index) {
   // expected-error @+1 {{squeezed dim 0 must be 1}}
   %r = pallas.block %x[%i, %i] {block_shape = array<i64: 2, 256>, squeezed = array<i1: true, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<256xf32>

@@ -370,8 +370,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     for (size_t i = 0; i < ops.size(); ++i) {
       const OperandDecl& d = ops[i];
       if (!d.staged) continue;
-      // The box of one TMA copy: a block dim past 256 elements is several copies.
-      std::vector<int64_t> box = edsl::tma_copy_box(d.staged_block);
+      // The box of one TMA copy: the tiling, or the block cut at 256 elements a dim.
+      std::vector<int64_t> box = edsl::tma_copy_box(d.staged_block, d.staged->tiling);
       os << "  const int64_t box_" << d.name << "[] = {";
       for (size_t k = 0; k < box.size(); ++k) os << (k ? ", " : "") << box[k];
       os << "};\n  const pallas::detail::TmaOperand tma_" << d.name << "{\"" << d.name << "\", "

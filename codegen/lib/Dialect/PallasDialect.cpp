@@ -104,6 +104,22 @@ LogicalResult BlockOp::verify() {
     if (*swizzle != 0 && *swizzle != 32 && *swizzle != 64 && *swizzle != 128)
       return emitOpError() << "swizzle " << *swizzle << " is not 0, 32, 64 or 128 bytes";
   }
+  if (auto tiling = getTiling()) {
+    if (!getStaged()) return emitOpError() << "tiling is for staged blocks";
+    if (tiling->size() != getBlockShape().size())
+      return emitOpError() << "tiling has " << tiling->size() << " dims; the block has "
+                           << getBlockShape().size();
+    for (auto [d, tile, extent] : llvm::enumerate(*tiling, getBlockShape()))
+      if (tile < 1 || tile > kTmaMaxBoxDim || extent % tile != 0)
+        return emitOpError() << "tile of " << tile << " elements in dim " << d
+                             << " does not divide the block's " << extent
+                             << " or is not one TMA box (1 to " << kTmaMaxBoxDim << ")";
+    const int64_t rowBytes =
+        tiling->back() * (arrayType.getElementType().getIntOrFloatBitWidth() / 8);
+    if (auto swizzle = getSwizzle(); swizzle && *swizzle != 0 && rowBytes > *swizzle)
+      return emitOpError() << "tile rows of " << rowBytes << " bytes are wider than the "
+                           << *swizzle << "-byte swizzle";
+  }
   if (auto buffers = getBuffers()) {
     if (!getStaged()) return emitOpError() << "buffers are for staged blocks";
     if (*buffers < 1 || *buffers > 4)

@@ -378,14 +378,42 @@ void KernelSpec::check_staging(int index, const std::vector<BlockDim>& block_sha
   }
   if (block_shape.back().is_squeezed())
     fail("operand '" + d.name + "': the last dim of a staged block cannot be squeezed");
-  const int64_t row_bytes = block_shape.back().size() * dtype_bytes(d.dtype);
+  // Pallas' TilingTransform: tiles of the trailing dims, each one TMA copy.
+  const std::vector<int64_t>& tiling = staging.tiling;
+  if (tiling.size() > block_shape.size())
+    fail("operand '" + d.name + "': a tiling of " + std::to_string(tiling.size()) +
+         " dims for a block of " + std::to_string(block_shape.size()));
+  for (size_t t = 0; t < tiling.size(); ++t) {
+    const size_t dim = block_shape.size() - tiling.size() + t;
+    const int64_t extent = block_shape[dim].size();
+    if (tiling[t] < 1 || tiling[t] > kTmaMaxBoxDim || extent % tiling[t] != 0)
+      fail("operand '" + d.name + "' block dim " + std::to_string(dim) + " is " +
+           std::to_string(extent) + "; its tile of " + std::to_string(tiling[t]) +
+           " must divide it and be 1 to " + std::to_string(kTmaMaxBoxDim) +
+           " elements (one TMA box)");
+  }
+  const int64_t last = tiling.empty() ? block_shape.back().size() : tiling.back();
+  const std::string what = tiling.empty() ? "the block's last dim" : "the tile's last dim";
+  const int64_t row_bytes = last * dtype_bytes(d.dtype);
   if (row_bytes % 16 != 0)
-    fail("operand '" + d.name + "': the block's last dim is " + std::to_string(row_bytes) +
+    fail("operand '" + d.name + "': " + what + " is " + std::to_string(row_bytes) +
          " bytes; TMA moves rows of a multiple of 16 bytes");
   if (staging.swizzle != 0 && row_bytes > staging.swizzle)
-    fail("operand '" + d.name + "': the block's last dim is " + std::to_string(row_bytes) +
+    fail("operand '" + d.name + "': " + what + " is " + std::to_string(row_bytes) +
          " bytes, more than its " + std::to_string(staging.swizzle) +
-         "-byte swizzle (TMA's rule); use a narrower block or a wider swizzle");
+         "-byte swizzle (TMA's rule); use a narrower block, a tiling or a wider swizzle");
+  // Several copies land one after another: each must keep the next aligned
+  // to the swizzle pattern's period (TMA's rule for its destination).
+  std::vector<int64_t> extents;
+  for (const BlockDim& bd : block_shape) extents.push_back(bd.size());
+  int64_t block_bytes = dtype_bytes(d.dtype), copy_bytes = dtype_bytes(d.dtype);
+  for (int64_t e : extents) block_bytes *= e;
+  for (int64_t e : tma_copy_box(extents, tiling)) copy_bytes *= e;
+  const int64_t align = staging.swizzle == 0 ? 128 : 8 * staging.swizzle;
+  if (copy_bytes != block_bytes && copy_bytes % align != 0)
+    fail("operand '" + d.name + "': its TMA copies are " + std::to_string(copy_bytes) +
+         " bytes each; the copies of a block must each be a multiple of " + std::to_string(align) +
+         " bytes (the staged buffer's alignment)");
 }
 
 void KernelSpec::stage_in_pipeline(int operand, const std::vector<BlockDim>& block,
@@ -395,9 +423,11 @@ void KernelSpec::stage_in_pipeline(int operand, const std::vector<BlockDim>& blo
   std::vector<int64_t> extents;
   for (const BlockDim& bd : block) extents.push_back(bd.size());
   // One TMA descriptor per array: every pipeline staging it agrees on the box.
-  if (d.staged && (d.staged_block != extents || d.staged->swizzle != staging.swizzle))
+  if (d.staged && (d.staged_block != extents || d.staged->swizzle != staging.swizzle ||
+                   d.staged->tiling != staging.tiling))
     fail("operand '" + d.name +
-         "' is staged by two pipelines with different block shapes or swizzles; an array has "
+         "' is staged by two pipelines with different block shapes, swizzles or tilings; an "
+         "array has "
          "one TMA descriptor");
   if (direct_) return;
   d.staged = staging;
@@ -443,9 +473,11 @@ void KernelSpec::max_concurrent_steps(int steps) {
   max_concurrent_steps_ = steps;
 }
 
-std::vector<int64_t> tma_copy_box(const std::vector<int64_t>& extents) {
+std::vector<int64_t> tma_copy_box(const std::vector<int64_t>& extents,
+                                  const std::vector<int64_t>& tiling) {
   std::vector<int64_t> box;
   for (int64_t e : extents) box.push_back(e < kTmaMaxBoxDim ? e : kTmaMaxBoxDim);
+  std::copy(tiling.begin(), tiling.end(), box.end() - static_cast<std::ptrdiff_t>(tiling.size()));
   return box;
 }
 

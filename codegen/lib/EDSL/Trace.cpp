@@ -413,12 +413,15 @@ std::vector<Value> emit_pipeline(
           }
           auto ref_type =
               mlir::pallas::RefType::get(t.context, ref_shape, to_mlir_type(d.dtype, *t.context));
-          auto block = mlir::pallas::BlockOp::create(b(), loc(), ref_type, t.args[i], indices,
-                                                     block_shape, squeezed, /*staged=*/false,
-                                                     /*swizzle=*/nullptr, /*buffers=*/nullptr);
+          auto block = mlir::pallas::BlockOp::create(
+              b(), loc(), ref_type, t.args[i], indices, block_shape, squeezed, /*staged=*/false,
+              /*swizzle=*/nullptr, /*buffers=*/nullptr, /*tiling=*/nullptr);
           if (p.staging && !spec.direct()) {
             block.setStaged(true);
             block.setSwizzle(p.staging->swizzle);
+            if (!p.staging->tiling.empty())
+              block.setTiling(
+                  tma_copy_box({block_shape.begin(), block_shape.end()}, p.staging->tiling));
             block.setBuffers(p.staging->buffers ? p.staging->buffers : max_concurrent_steps);
             block->setAttr("name", b().getStringAttr(d.name));
           }
@@ -640,12 +643,14 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
       if (!bd.is_squeezed()) ref_shape.push_back(extent);
     }
     auto ref_type = mlir::pallas::RefType::get(&ctx, ref_shape, to_mlir_type(d.dtype, ctx));
-    auto block = mlir::pallas::BlockOp::create(t.builder, loc, ref_type, t.args[i], indices,
-                                               block_shape, squeezed, /*staged=*/false,
-                                               /*swizzle=*/nullptr, /*buffers=*/nullptr);
+    auto block = mlir::pallas::BlockOp::create(
+        t.builder, loc, ref_type, t.args[i], indices, block_shape, squeezed, /*staged=*/false,
+        /*swizzle=*/nullptr, /*buffers=*/nullptr, /*tiling=*/nullptr);
     if (d.staged) {  // InShared: the GPU lowering stages it with TMA
       block.setStaged(true);
       block.setSwizzle(d.staged->swizzle);
+      if (!d.staged->tiling.empty())
+        block.setTiling(tma_copy_box(d.staged_block, d.staged->tiling));
       if (innermost)  // a stage of the grid's pipeline
         block.setBuffers(d.staged->buffers ? d.staged->buffers : spec.max_concurrent_steps());
       block->setAttr("name", builder.getStringAttr(d.name));

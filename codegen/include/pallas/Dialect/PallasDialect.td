@@ -101,11 +101,18 @@ def Pallas_BlockOp : Pallas_Op<"block", [Pure]> {
     that pipeline: `buffers` (1 to 4) stage buffers in shared memory, each
     with its own mbarrier, so the copies of the next `buffers - 1` steps are
     in flight while the body reads this one (StagingRules.cpp, PipelineRules.cpp).
+
+    `tiling` (Pallas' TilingTransform) is the box of one TMA copy, per array
+    dim: the staged buffer holds the block tile after tile (row-major over
+    the tiles, row-major inside one), each tile one copy. It must divide the
+    block, at most 256 elements a dim, its last dim at most `swizzle` bytes.
+    Absent: the block's own extents, cut into boxes of 256 along longer dims.
   }];
   let arguments = (ins AnyMemRef:$array, Variadic<Index>:$indices,
                        DenseI64ArrayAttr:$block_shape, DenseBoolArrayAttr:$squeezed,
                        UnitAttr:$staged, OptionalAttr<I64Attr>:$swizzle,
-                       OptionalAttr<I64Attr>:$buffers);
+                       OptionalAttr<I64Attr>:$buffers,
+                       OptionalAttr<DenseI64ArrayAttr>:$tiling);
   let results = (outs Pallas_RefType:$ref);
   let assemblyFormat = "$array `[` $indices `]` attr-dict `:` type($array) `->` type($ref)";
   let hasVerifier = 1;

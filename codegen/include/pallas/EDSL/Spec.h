@@ -151,6 +151,18 @@ inline constexpr Full full{};
 /// block dim, which must then be a multiple of 256, is copied as several
 /// boxes along it, all completing on the block's one barrier.
 ///
+/// `tiling` is Pallas' TilingTransform: the staged buffer holds the block's
+/// trailing dims in tiles of that shape, tile after tile (row-major over the
+/// tiles, row-major inside one), and each tile is one TMA copy. The swizzle
+/// rule then applies to the tile's last dim instead of the block's, which is
+/// how a block wider than one swizzle span is staged. Worked example, a
+/// [64, 128] bf16 block of B [K, N] with swizzle 128 and tiling {64, 64}:
+/// two copies of [64, 64], tile 1 (columns 64..127) at byte 64 * 128 =
+/// 8192; element (k, n) at tile n / 64, byte k * 128 + (n % 64) * 2 inside
+/// it, before the swizzle. This is the N-major layout wgmma reads B [K, N]
+/// from in place (MatmulRules.cpp). Empty: one tile, the whole block (cut
+/// into boxes of kTmaMaxBoxDim along longer dims).
+///
 /// On a pipelined loop (an arbitrary grid axis, or emit_pipeline) the block
 /// gets `buffers` stage buffers (Pallas' `Buffered(n)`): the copies of the
 /// next buffers - 1 steps are in flight while the body works on this one.
@@ -158,6 +170,7 @@ inline constexpr Full full{};
 struct InShared {
   int swizzle = 128;
   int buffers = 0;
+  std::vector<int64_t> tiling = {};
 };
 inline constexpr int64_t kTmaMaxBoxDim = 256;
 /// Stage buffers of a pipelined loop unless a block or the pipeline says otherwise.
@@ -748,9 +761,11 @@ struct OperandDecl {
   std::vector<int64_t> staged_block;
 };
 
-/// Per dim, the box of one TMA copy of a staged block of `extents`: at most
+/// Per dim, the box of one TMA copy of a staged block of `extents`: the
+/// InShared tiling on the trailing dims it names, elsewhere the whole dim or
 /// kTmaMaxBoxDim elements (the block is several copies along longer dims).
-std::vector<int64_t> tma_copy_box(const std::vector<int64_t>& extents);
+std::vector<int64_t> tma_copy_box(const std::vector<int64_t>& extents,
+                                  const std::vector<int64_t>& tiling = {});
 
 class KernelSpec {
  public:

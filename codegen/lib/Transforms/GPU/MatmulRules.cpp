@@ -33,6 +33,20 @@
 // 0x400: the instruction for rows 64..127 and K 16..31 has start 0x400 +
 // 64 * 128 + 32 = 0x2420, i.e. descriptor 0x4000_0040_0001_0242.
 //
+// b as [K, N] (not transpose_b) is read in place N-major (the instruction's
+// imm-trans-b = 1) when it was staged with a tiling (InShared::tiling) of
+// [tk, S / 2]: each tile one swizzle span of N wide, as TMA writes it. The
+// canonical N-major layout (PTX ISA; CuTe writes it ((T, S/16, n), (8, k)) :
+// ((1, T, LBO), (S/16 T, SBO)) with T = 8 elements): N-element c of K row r
+// is at (c / (S/2)) * LBO + (r / 8) * SBO + (r % 8) * S + (c % (S/2)) * 2,
+// then the same swizzle. In the tiled stage LBO is the distance between
+// adjacent tiles along N (tk * S bytes) and SBO between 8-row groups of K
+// (8 * S inside a tile, tk % 16 == 0; with tk = 8 the next row of tiles).
+// Worked example: b = [64, 128] bf16, tiling [64, 64], S = 128, at 0x400:
+// LBO = 64 * 128 = 8192, SBO = 1024; the instruction for K 16..31 (all
+// 128 columns: tiles 0 and 1) starts at 0x400 + 16 * 128 = 0xc00, i.e.
+// descriptor 0x4000_0040_0200_00c0.
+//
 // Accumulators (spec.accumulator) are a per-thread alloca of the fragment,
 // loaded and stored whole, which LLVM promotes to registers.
 //
@@ -49,11 +63,30 @@ namespace {
 constexpr int64_t kWgmmaMaxN = 256;
 constexpr unsigned kSharedSpace = 3;
 
-/// An f16/bf16 operand tile of `rows` x `k` in shared memory, K-major, in the
-/// canonical layout above.
+/// An f16/bf16 operand tile of `rows` (M of a, N of b) x `k` in shared
+/// memory, in one of the canonical layouts above: K-major, or N-major from a
+/// stage tiled [tileK, swizzle / 2].
 struct SharedOperand {
   Value base;  // index: its shared address (a multiple of 8 * swizzle)
   int64_t rows = 0, k = 0, swizzle = 0;
+  bool nMajor = false;
+  int64_t tileK = 0;  // N-major: the K rows of one tile of the stage
+
+  /// Byte offset from `base` of element (row0, k0): the descriptor's start.
+  int64_t offset(int64_t row0, int64_t k0) const {
+    const int64_t span = swizzle / 2;  // elements in one swizzle span
+    if (!nMajor) return (k0 / span) * rows * swizzle + row0 * swizzle + (k0 % span) * 2;
+    const int64_t tile = (k0 / tileK) * (rows / span) + row0 / span;
+    return tile * tileK * swizzle + (k0 % tileK) * swizzle + (row0 % span) * 2;
+  }
+  /// The descriptor's leading byte offset: unused K-major (16 bytes by
+  /// convention), from one tile to the next along N N-major.
+  int64_t leadingBytes() const { return nMajor ? tileK * swizzle : 16; }
+  /// The stride byte offset: from one 8-row group to the next (rows of a
+  /// and b K-major, K N-major).
+  int64_t strideBytes() const {
+    return nMajor && tileK == 8 ? (rows / (swizzle / 2)) * 8 * swizzle : 8 * swizzle;
+  }
 };
 
 /// The swizzle wgmma reads an operand with K `k` (f16/bf16) in: the widest
@@ -68,24 +101,58 @@ Value idx(OpBuilder& b, Location loc, int64_t v) {
   return arith::ConstantIndexOp::create(b, loc, v);
 }
 
-/// The staged block `load` reads, if it is a whole-block load of one in the
-/// layout wgmma reads (rows of exactly one swizzle span).
+/// The shared address of element 0 of `memref` (a workgroup memref), as index.
+Value sharedAddress(OpBuilder& b, Location loc, Value memref) {
+  return memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref);
+}
+
+/// Whether wgmma reads the whole staged block `st` (ref shape `shape`) in
+/// place: K-major ([rows, K], a or b^T) when its rows are exactly one
+/// swizzle span, laid out row after row; N-major (b as [K, N]) when it is
+/// tiled [tk, one swizzle span of N] with tk 8 or a multiple of 16.
+bool readableInPlace(const StagedBlock& st, ArrayRef<int64_t> shape, bool kMajor) {
+  if (st.output || st.elementBytes != 2 || st.swizzle == 0 || st.refDims.size() != 2 ||
+      shape.size() != 2)
+    return false;
+  const int64_t rowDim = st.refDims[0], colDim = st.refDims[1];
+  if (kMajor)
+    return shape[1] * 2 == st.swizzle && st.copyBox[colDim] == st.box[colDim] && shape[0] % 8 == 0;
+  const int64_t tileK = st.copyBox[rowDim];
+  return st.copyBox[colDim] * 2 == st.swizzle && (tileK == 8 || tileK % 16 == 0) &&
+         llvm::all_of(llvm::seq<int64_t>(0, static_cast<int64_t>(st.box.size())), [&](int64_t d) {
+           return d == rowDim || d == colDim || st.copyBox[d] == 1;  // squeezed dims
+         });
+}
+
+/// The staged block `st` (ref shape `shape`) as wgmma reads it in place, in
+/// the current step's stage buffer (readableInPlace holds).
+SharedOperand inPlaceOperand(OpBuilder& b, Location loc, const StagedBlock& st,
+                             ArrayRef<int64_t> shape, bool kMajor) {
+  Value slot = arith::MulIOp::create(b, loc, st.slot, idx(b, loc, st.slotElements * 2));
+  SharedOperand op;
+  op.base = arith::AddIOp::create(b, loc, sharedAddress(b, loc, st.buffer), slot);
+  op.swizzle = st.swizzle;
+  op.nMajor = !kMajor;
+  op.rows = kMajor ? shape[0] : shape[1];
+  op.k = kMajor ? shape[1] : shape[0];
+  op.tileK = kMajor ? 0 : st.copyBox[st.refDims[0]];
+  return op;
+}
+
+/// The staged block `load` reads, if it is a whole-block load of one that
+/// wgmma reads in place.
 const StagedBlock* stagedForWgmma(Value operand, bool kMajor, const GpuLowering& g) {
   auto load = operand.getDefiningOp<LoadOp>();
-  if (!load || !kMajor || !load.getDynamicOffsets().empty()) return nullptr;
+  if (!load || !load.getDynamicOffsets().empty()) return nullptr;
   auto it = g.staged.find(load.getRef());
   if (it == g.staged.end()) return nullptr;
   const StagedBlock& st = it->second;
   VectorType type = load.getResult().getType();
   auto refType = cast<RefType>(load.getRef().getType());
-  if (st.output || st.elementBytes != 2 || st.swizzle == 0 ||
-      refType.getShape() != type.getShape() ||
+  if (refType.getShape() != type.getShape() ||
       llvm::any_of(load.getOffsets(), [](int64_t o) { return o != 0; }))
     return nullptr;
-  // Rows of exactly one swizzle span, laid out row after row.
-  if (type.getShape()[1] * 2 != st.swizzle || st.copyBox.back() != st.box.back()) return nullptr;
-  if (type.getShape()[0] % 8 != 0) return nullptr;
-  return &st;
+  return readableInPlace(st, type.getShape(), kMajor) ? &st : nullptr;
 }
 
 /// The staged block `operand` is a whole-block load of, if mma.sync's
@@ -124,11 +191,6 @@ bool onlyFeedsStagedDots(LoadOp load, const GpuLowering& g) {
 
 namespace {
 
-/// The shared address of element 0 of `memref` (a workgroup memref), as index.
-Value sharedAddress(OpBuilder& b, Location loc, Value memref) {
-  return memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref);
-}
-
 /// Operand `operandNumber` of `dot` in shared memory, K-major: in place when
 /// staged so, else stored by the threads into a rule buffer (`rows` x `k`).
 SharedOperand operandInShared(DotOp dot, unsigned operandNumber, GpuLowering& g, OpBuilder& b) {
@@ -137,11 +199,8 @@ SharedOperand operandInShared(DotOp dot, unsigned operandNumber, GpuLowering& g,
   const bool transposed = operandNumber == 1 && !dot.getTransposeB();  // b as [K, N]
   VectorType type = cast<VectorType>(v.getType());
   const int64_t rows = operandNumber == 0 ? dot.getM() : dot.getN(), k = dot.getK();
-  if (const StagedBlock* st = stagedForWgmma(v, !transposed, g)) {
-    Value slot = arith::MulIOp::create(b, loc, st->slot, idx(b, loc, st->slotElements * 2));
-    return {arith::AddIOp::create(b, loc, sharedAddress(b, loc, st->buffer), slot), rows, k,
-            st->swizzle};
-  }
+  if (const StagedBlock* st = stagedForWgmma(v, !transposed, g))
+    return inPlaceOperand(b, loc, *st, type.getShape(), !transposed);
   const int64_t swizzle = swizzleFor(k);
   Value buffer =
       g.sharedBuffer(b, loc, rows * k, type.getElementType(), SharedLifetime::kRule, 8 * swizzle,
@@ -178,18 +237,15 @@ SharedOperand operandInShared(DotOp dot, unsigned operandNumber, GpuLowering& g,
 
 /// The matrix descriptor of rows [row0, row0 + 8 m) and K [k0, k0 + 16) of `op`.
 Value descriptor(OpBuilder& b, Location loc, const SharedOperand& op, int64_t row0, int64_t k0) {
-  const int64_t perAtom = op.swizzle / 2;
-  const int64_t offset =
-      (k0 / perAtom) * op.rows * op.swizzle + row0 * op.swizzle + (k0 % perAtom) * 2;
-  Value start = arith::AddIOp::create(b, loc, op.base, idx(b, loc, offset));
+  Value start = arith::AddIOp::create(b, loc, op.base, idx(b, loc, op.offset(row0, k0)));
   Value start64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), start);
   auto c64 = [&](int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 64); };
   // (address & 0x3ffff) >> 4 in bits 0-13.
   Value field =
       arith::ShRUIOp::create(b, loc, arith::AndIOp::create(b, loc, start64, c64(0x3ffff)), c64(4));
   const int64_t mode = op.swizzle == 128 ? 1 : op.swizzle == 64 ? 2 : 3;
-  const uint64_t fixed =
-      (uint64_t{1} << 16) | (uint64_t(8 * op.swizzle >> 4) << 32) | (uint64_t(mode) << 62);
+  const uint64_t fixed = (uint64_t(op.leadingBytes() >> 4) << 16) |
+                         (uint64_t(op.strideBytes() >> 4) << 32) | (uint64_t(mode) << 62);
   return arith::OrIOp::create(b, loc, field, c64(static_cast<int64_t>(fixed)));
 }
 
@@ -257,7 +313,9 @@ Value issueWgmma(OpBuilder& b, Location loc, const SharedOperand& a, const Share
             NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one),
             NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one),
             NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row),
-            NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col), NVVM::MMAIntOverflowAttr());
+            // col: b K-major (imm-trans-b 0); row: N-major (1).
+            NVVM::MMALayoutAttr::get(ctx, bOp.nMajor ? NVVM::MMALayout::row : NVVM::MMALayout::col),
+            NVVM::MMAIntOverflowAttr());
         frag = unpackStruct(b, loc, out.getResult(), frag, first, count);
       }
   return frag;
@@ -484,18 +542,19 @@ FailureOr<SharedOperand> stagedOperand(WgmmaOp op, Value ref, StringRef which, b
     return op.emitOpError() << which << " is not a block staged in shared memory (InShared)";
   const StagedBlock& st = it->second;
   ArrayRef<int64_t> shape = cast<RefType>(ref.getType()).getShape();
-  if (!kMajor)
-    return op.emitOpError() << which
-                            << " is [K, N]: wgmma reads b in place as [N, K] only (transpose_b)";
-  if (st.output || st.elementBytes != 2 || st.swizzle == 0 || shape[1] * 2 != st.swizzle ||
-      st.copyBox.back() != st.box.back() || shape[0] % 8 != 0)
+  if (!readableInPlace(st, shape, kMajor)) {
+    if (kMajor)
+      return op.emitOpError() << which << " [" << shape[0] << ", " << shape[1]
+                              << "] must be an input staged with a swizzle of exactly its rows' "
+                                 "bytes (64 f16/bf16 with swizzle 128) to be read in place";
     return op.emitOpError() << which << " [" << shape[0] << ", " << shape[1]
-                            << "] must be an input staged with a swizzle of exactly its rows' "
-                               "bytes (64 f16/bf16 with swizzle 128) to be read in place";
+                            << "] is [K, N]: it must be an f16/bf16 input staged with a swizzle "
+                               "and tiled [tk, swizzle / 2] (e.g. InShared{.swizzle = 128, "
+                               ".tiling = {"
+                            << shape[0] << ", 64}}), tk 8 or a multiple of 16";
+  }
   if (!st.explicitBuffer) waitForStage(b, loc, g, st);
-  Value slot = arith::MulIOp::create(b, loc, st.slot, idx(b, loc, st.slotElements * 2));
-  return SharedOperand{arith::AddIOp::create(b, loc, sharedAddress(b, loc, st.buffer), slot),
-                       shape[0], shape[1], st.swizzle};
+  return inPlaceOperand(b, loc, st, shape, kMajor);
 }
 
 /// pallas.wgmma: fence, the multiplies on the stage buffers, commit; the

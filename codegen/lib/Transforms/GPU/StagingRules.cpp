@@ -35,7 +35,10 @@
 // of 256) is several copies, each writing its box densely after the previous
 // one, all completing on the block's barrier. The buffer is then tiled by
 // the copy box: element e of the block lives in copy (e / copyBox), at
-// (e % copyBox) inside it, row-major both. Worked example, a [1, 2048] f32
+// (e % copyBox) inside it, row-major both. A block's `tiling` (Pallas'
+// TilingTransform) sets the copy box itself: a [64, 128] bf16 block with
+// tiling [64, 64] is two copies, element (k, n) in copy n / 64 at
+// (k, n % 64). Worked example, a [1, 2048] f32
 // block (a chunk of a row): 8 copies of [1, 256], 1024 bytes each; element
 // 700 is in copy 2 at 188, i.e. buffer element 2 * 256 + 188 = 700 (a 1-row
 // block's tiling is its row-major order).
@@ -214,9 +217,10 @@ FailureOr<StagedBlock> allocateStage(BlockOp blk, int64_t slots, GpuLowering& g,
   st.slots = slots;
   st.output =
       llvm::any_of(blk.getResult().getUsers(), [](Operation* u) { return isa<StoreOp>(u); });
-  for (auto [extent, squeezed] : llvm::zip(blk.getBlockShape(), blk.getSqueezed())) {
+  std::optional<ArrayRef<int64_t>> tiling = blk.getTiling();
+  for (auto [d, extent, squeezed] : llvm::enumerate(blk.getBlockShape(), blk.getSqueezed())) {
     st.box.push_back(extent);
-    st.copyBox.push_back(std::min<int64_t>(extent, kTmaMaxBoxDim));
+    st.copyBox.push_back(tiling ? (*tiling)[d] : std::min<int64_t>(extent, kTmaMaxBoxDim));
     if (extent % st.copyBox.back() != 0)
       return blk.emitOpError("staged block dim of ")
              << extent << " is longer than a TMA box (" << kTmaMaxBoxDim

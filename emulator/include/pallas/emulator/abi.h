@@ -109,8 +109,9 @@ void pallas_emu_setmaxnreg(int32_t count);
 /// wgmma.mma_async.m64n{n}k16 (f32 accumulator) for the calling thread's
 /// registers `acc` (n / 2 of them, PTX's fragment order): acc = (scale_d ?
 /// acc : 0) + A @ B, A (64 x 16) and B (n x 16) read from shared memory
-/// through matrix descriptors (K-major, swizzled; `trans_a`/`trans_b` must
-/// be 0), `type` 0 for f16, 1 for bf16. Reads are checked like loads.
+/// through matrix descriptors (swizzled; K-major, or M/N-major where
+/// `trans_a`/`trans_b` is 1), `type` 0 for f16, 1 for bf16. Reads are
+/// checked like loads.
 void pallas_emu_wgmma(float* acc, int32_t n, int64_t desc_a, int64_t desc_b, int32_t type,
                       int32_t trans_a, int32_t trans_b, int32_t scale_d);
 /// wgmma.fence, wgmma.commit_group, wgmma.wait_group: the thread's wgmma
