@@ -363,6 +363,39 @@ TEST(Validator, WgmmaOperandsAreStagedBlocks) {
             "block with InShared");
 }
 
+// A transposed view (Ref::transposed) is of a 2-D block, and wgmma takes
+// one as operand b only.
+void declare_wgmma_view_of_a(KernelSpec& spec) {
+  DimExpr m = spec.dim("m"), k = spec.dim("k");
+  Operand a = spec.input("a", bf16, {m, k});
+  Operand b = spec.input("b", bf16, {m, k});
+  Operand d = spec.output("d", f32, {m, m});
+  spec.accumulator("acc", {64, 64});
+  spec.grid({cdiv(m, 64), cdiv(k, 64)});
+  spec.dimension_semantics({parallel, arbitrary});
+  auto rows = [](const ProgramIds& p) { return at(p[0], p[1]); };
+  spec.block(a, {Blocked{64}, Blocked{64}}, rows, InShared{.swizzle = 128});
+  spec.block(b, {Blocked{64}, Blocked{64}}, rows, InShared{.swizzle = 128});
+  spec.block(d, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[0]); });
+  spec.body([](Ref a, Ref b, Ref d, Ref acc) {
+    wgmma(acc, a.transposed(), b, {.transpose_b = true});
+    d.store(acc.load());
+  });
+}
+
+TEST(Validator, TransposedViewsAreOf2DBlocksAndWgmmaOperandB) {
+  EXPECT_EQ(trace_error("view_of_a", declare_wgmma_view_of_a),
+            "spec 'view_of_a': wgmma operand a 'a' is a transposed view; wgmma takes a view as "
+            "operand b only (a is read [M, K])");
+  auto one_d = [](KernelSpec& spec) {
+    declare_x_out(spec);
+    spec.body([](Ref x, Ref out) { out.store(x.transposed().load()); });
+  };
+  EXPECT_EQ(trace_error("view_1d", one_d),
+            "spec 'view_1d': transposed view of 'x', whose block has 1 dims; a view transposes a "
+            "2-D block");
+}
+
 TEST(Validator, DelayedReleaseNeedsMoreBuffersThanTheDelay) {
   EXPECT_EQ(trace_error("delay_two", [](KernelSpec& spec) { declare_wgmma(spec, true, 2); }),
             "spec 'delay_two': delay_release(2) but staged input 'a' has 2 stage buffers; it "

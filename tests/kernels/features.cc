@@ -570,7 +570,13 @@ void pipelined_wgmma(KernelSpec& spec) {
   spec.body([staged](Ref a, Ref b, Ref d, Ref acc) {
     when(program_id(2) == index(0), [&] { acc.store(broadcast_to(constant(0, f32), {64, 64})); });
     if (staged) {
-      wgmma(acc, a, b, {.transpose_b = true});
+      // The [64 K, 64 N] view of b's [N, K] tile (Pallas' transpose_ref):
+      // a @ view = a @ b^T, read in place K-major. The _ws forms say the
+      // same with {.transpose_b}.
+      if (kWarpSpecialized)
+        wgmma(acc, a, b, {.transpose_b = true});
+      else
+        wgmma(acc, a, b.transposed());
       wgmma_wait(1);
     } else {
       acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = true}));
@@ -612,6 +618,27 @@ void dot_n_major(KernelSpec& spec) {
     when(program_id(2) == num_programs(2) - index(1), [&] { d.store(acc.load()); });
   });
 }
+// Pallas' TransposeTransform on refs (Ref::transposed): every output is
+// x^T, 32 x 32 f32 tiles. y1 is stored through a transposed view of its
+// block; y2 is loaded through a view of x's, its top half as a static
+// slice, its bottom half with load_at / store_at at run-time offsets.
+PALLAS_KERNEL(transposed_views) {
+  DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
+  Operand x = spec.input("x", f32, {rows, cols});
+  Operand y1 = spec.output("y1", f32, {cols, rows});
+  Operand y2 = spec.output("y2", f32, {cols, rows});
+  spec.grid({cdiv(rows, 32), cdiv(cols, 32)});
+  spec.block(x, {Blocked{32}, Blocked{32}}, [](const ProgramIds& p) { return at(p[0], p[1]); });
+  for (Operand y : {y1, y2})
+    spec.block(y, {Blocked{32}, Blocked{32}}, [](const ProgramIds& p) { return at(p[1], p[0]); });
+  spec.body([](Ref x, Ref y1, Ref y2) {
+    y1.transposed().store(x.load());
+    Ref xt = x.transposed();
+    y2.store(xt.load({0, 0}, {16, 32}), {0, 0});
+    y2.store_at(xt.load_at({index(16), index(0)}, {16, 32}), {index(16), index(0)});
+  });
+}
+
 PALLAS_KERNEL(dot_n_major_t64) { dot_n_major<128, 64>(spec); }
 PALLAS_KERNEL(dot_n_major_t8) { dot_n_major<128, 8>(spec); }
 PALLAS_KERNEL(dot_n_major_s64) { dot_n_major<64, 64>(spec); }

@@ -45,6 +45,7 @@
 #include <pallas/kernels/tile_softmax_16x128.h>
 #include <pallas/kernels/tile_softmax_2x4096.h>
 #include <pallas/kernels/tile_softmax_64x32.h>
+#include <pallas/kernels/transposed_views.h>
 #include <pallas/kernels/wait_for_next.h>
 
 namespace pallas::testing {
@@ -845,6 +846,44 @@ TEST_P(FeaturesTest, CpAsyncFormsOfThePipelines) {
       e, 2, [](auto... a) { return kernels::pipelined_chunk_sum_d2(a...); }, 80);
   check_pipelined_chunk_sum<bfloat16>(
       e, 3, [](auto... a) { return kernels::pipelined_chunk_sum_d3(a...); }, 80);
+}
+
+// Ref::transposed (Pallas' TransposeTransform): stores through a view of
+// y1's block and loads (whole, a static slice, load_at/store_at) through a
+// view of x's both give x^T exactly, edges in both dims.
+TEST_P(FeaturesTest, TransposedViewsLoadAndStoreTheTransposedBlock) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{32, 32}, {45, 70}, {1, 33}, {100, 7}}) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " seed " +
+                 std::to_string(seed));
+    std::mt19937 rng(seed);
+    Array<float> x(GetParam(), rows * cols), y1(GetParam(), rows * cols),
+        y2(GetParam(), rows * cols);
+    x.fill_random(rng, -2, 2);
+    y1.poison();
+    y2.poison();
+    x.upload();
+    y1.upload();
+    y2.upload();
+    Status st = kernels::transposed_views(TensorView<const float, 2>(x.data(), {rows, cols}),
+                                          TensorView<float, 2>(y1.data(), {cols, rows}),
+                                          TensorView<float, 2>(y2.data(), {cols, rows}),
+                                          Launch{GetParam(), nullptr});
+    ASSERT_TRUE(st.ok()) << st.message();
+    y1.download();
+    y2.download();
+    int misses = 0;
+    for (int64_t i = 0; i < rows && misses < 5; ++i)
+      for (int64_t j = 0; j < cols && misses < 5; ++j) {
+        const float want = x.host()[i * cols + j];
+        for (Array<float>* y : {&y1, &y2})
+          if (y->host()[j * rows + i] != want) {
+            ADD_FAILURE() << (y == &y1 ? "y1[" : "y2[") << j << ", " << i
+                          << "] = " << y->host()[j * rows + i] << ", want " << want;
+            ++misses;
+          }
+      }
+  }
 }
 
 // b as [K, N] read in place N-major from tiled stages (dot_n_major_*):

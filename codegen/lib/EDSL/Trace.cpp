@@ -12,6 +12,7 @@
 
 #include "mlir/IR/Verifier.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace pallas::edsl {
@@ -98,15 +99,35 @@ void require_whole_accumulator(const RefState& s, const std::string& what, bool 
 }
 }  // namespace
 
+namespace {
+/// `v` with its two entries swapped (a transposed view's offsets, sizes).
+template <typename T>
+std::vector<T> swapped(std::vector<T> v) {
+  std::reverse(v.begin(), v.end());
+  return v;
+}
+}  // namespace
+
+Ref Ref::transposed(std::source_location where) const {
+  Located here(where);
+  if (base().shape().size() != 2)
+    fail("transposed view of '" + name() + "', whose block has " +
+         std::to_string(base().shape().size()) + " dims; a view transposes a 2-D block");
+  Ref view = *this;
+  view.transposed_ = !transposed_;
+  return view;
+}
+
 std::vector<int64_t> Ref::shape() const {
   std::vector<int64_t> shape = ref_type(ref_state(impl_, operand_).ref).getShape().vec();
   for (int64_t& d : shape)
     if (mlir::ShapedType::isDynamic(d)) d = -1;
-  return shape;
+  return transposed_ ? swapped(shape) : shape;
 }
 
 Value Ref::extent(int dim, std::source_location where) const {
   Located here(where);
+  if (transposed_ && (dim == 0 || dim == 1)) return base().extent(1 - dim, where);
   RefState& s = ref_state(impl_, operand_);
   auto block = s.ref.getDefiningOp<mlir::pallas::BlockOp>();
   llvm::SmallVector<int64_t> arrayDims;
@@ -122,6 +143,7 @@ Value Ref::extent(int dim, std::source_location where) const {
 
 Value Ref::load_scalar(const std::vector<Idx>& indices, std::source_location where) const {
   Located here(where);
+  if (transposed_) return base().load_scalar(swapped(indices), where);
   RefState& s = ref_state(impl_, operand_);
   require_whole_accumulator(s, "load_scalar", false);
   auto type = ref_type(s.ref);
@@ -135,6 +157,7 @@ Value Ref::load_scalar(const std::vector<Idx>& indices, std::source_location whe
 Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes,
                    std::source_location where) const {
   Located here(where);
+  if (transposed_) return transpose(base().load_at(swapped(offsets), swapped(sizes), where), where);
   RefState& s = ref_state(impl_, operand_);
   require_whole_accumulator(s, "load_at", false);
   auto type = ref_type(s.ref);
@@ -154,6 +177,8 @@ Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes,
 Value Ref::load_inside(const std::vector<Idx>& offsets, std::vector<int64_t> sizes,
                        std::source_location where) const {
   Located here(where);
+  if (transposed_)
+    return transpose(base().load_inside(swapped(offsets), swapped(sizes), where), where);
   Value v = load_at(offsets, std::move(sizes), where);
   unwrap(v).getDefiningOp<mlir::pallas::LoadOp>().setInsideLastDim(true);
   return v;
@@ -162,6 +187,8 @@ Value Ref::load_inside(const std::vector<Idx>& offsets, std::vector<int64_t> siz
 Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes, double fill,
                    std::source_location where) const {
   Located here(where);
+  if (transposed_)
+    return transpose(base().load_at(swapped(offsets), swapped(sizes), fill, where), where);
   Value v = load_at(offsets, std::move(sizes), where);
   auto load = unwrap(v).getDefiningOp<mlir::pallas::LoadOp>();
   mlir::Type et = ref_type(ref_state(impl_, operand_).ref).getElementType();
@@ -179,6 +206,9 @@ Value Ref::load_at(const std::vector<Idx>& offsets, std::vector<int64_t> sizes, 
 void Ref::store_at(const Value& value, const std::vector<Idx>& offsets,
                    std::source_location where) const {
   Located here(where);
+  if (transposed_)
+    return base().store_at(shape_of(unwrap(value)).empty() ? value : transpose(value, where),
+                           swapped(offsets), where);
   RefState& s = ref_state(impl_, operand_);
   require_whole_accumulator(s, "store_at", false);
   auto type = ref_type(s.ref);
@@ -207,6 +237,7 @@ const std::string& Ref::name() const {
 
 Value Ref::load(std::source_location where) const {
   Located here(where);
+  if (transposed_) return transpose(base().load(where), where);
   for (int64_t d : shape())
     if (d < 0)
       fail("load of '" + name() + "': its block has a full (run-time) dim; load static-size " +
@@ -217,6 +248,9 @@ Value Ref::load(std::source_location where) const {
 Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes,
                 std::source_location where) const {
   Located here(where);
+  if (transposed_)
+    return transpose(base().load(swapped(std::move(offsets)), swapped(std::move(sizes)), where),
+                     where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
   if (offsets.size() != sizes.size() || static_cast<int64_t>(sizes.size()) != type.getRank())
@@ -238,6 +272,8 @@ Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes,
 
 void Ref::store(const Value& value, std::source_location where) const {
   Located here(where);
+  if (transposed_)
+    return base().store(shape_of(unwrap(value)).empty() ? value : transpose(value, where), where);
   for (int64_t d : shape())
     if (d < 0)
       fail("store to '" + name() + "': its block has a full (run-time) dim; store static-size " +
@@ -248,6 +284,9 @@ void Ref::store(const Value& value, std::source_location where) const {
 void Ref::store(const Value& value, std::vector<int64_t> offsets,
                 std::source_location where) const {
   Located here(where);
+  if (transposed_)
+    return base().store(shape_of(unwrap(value)).empty() ? value : transpose(value, where),
+                        swapped(std::move(offsets)), where);
   RefState& s = ref_state(impl_, operand_);
   auto type = ref_type(s.ref);
   mlir::Value v = stored_value(s, value);
@@ -275,7 +314,14 @@ void Ref::store(const Value& value, std::vector<int64_t> offsets,
 // emit_pipeline
 //===----------------------------------------------------------------------===//
 
-RefState& RefAccess::state(const Ref& r) { return ref_state(r.impl_, r.operand_); }
+RefState& RefAccess::state(const Ref& r) {
+  if (r.transposed_)
+    fail("'" + r.name() +
+         "' is a transposed view (Ref::transposed); only loads, stores and wgmma's operand b "
+         "take one");
+  return ref_state(r.impl_, r.operand_);
+}
+Ref RefAccess::base(const Ref& r) { return r.base(); }
 
 //===----------------------------------------------------------------------===//
 // wgmma
@@ -301,9 +347,16 @@ const OperandDecl& wgmma_operand(const Ref& ref, const char* which, bool accumul
 }
 }  // namespace
 
-void wgmma(const Ref& acc, const Ref& lhs, const Ref& rhs, DotOptions options,
+void wgmma(const Ref& acc, const Ref& lhs, const Ref& rhs_view, DotOptions options,
            std::source_location where) {
   Located here(where);
+  if (acc.is_transposed() || lhs.is_transposed())
+    fail(std::string("wgmma ") + (acc.is_transposed() ? "accumulator '" : "operand a '") +
+         (acc.is_transposed() ? acc : lhs).name() +
+         "' is a transposed view; wgmma takes a view as operand b only (a is read [M, K])");
+  // A transposed view of b is b itself with the other orientation.
+  const Ref rhs = RefAccess::base(rhs_view);
+  if (rhs_view.is_transposed()) options.transpose_b = !options.transpose_b;
   const OperandDecl& dacc = wgmma_operand(acc, "accumulator", true);
   const OperandDecl& da = wgmma_operand(lhs, "operand a", false);
   const OperandDecl& db = wgmma_operand(rhs, "operand b", false);

@@ -224,7 +224,11 @@ namespace pallas::edsl {
 /// The state behind a Ref, checked to be alive in the current trace (Ref
 /// keeps its trace and index private).
 struct RefAccess {
+  /// The tracer's state of `r`; fails for a transposed view (its callers
+  /// take blocks, not views).
   static trace_state::RefState& state(const Ref& r);
+  /// The block a (transposed) view looks at.
+  static Ref base(const Ref& r);
 };
 }  // namespace pallas::edsl
 

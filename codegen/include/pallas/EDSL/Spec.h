@@ -545,10 +545,26 @@ class Ref {
   DType dtype() const;
   const std::string& name() const;
 
+  /// Pallas' TransposeTransform (`transpose_ref(ref, (1, 0))`): a view of a
+  /// 2-D block with its dims swapped; no data moves. Element (i, j) of the
+  /// view is element (j, i) of the block: loads through it return the
+  /// transposed block, stores write the block transposed, shape() and
+  /// extent() are swapped. wgmma takes a view as operand b: for a block w
+  /// staged as [N, K], wgmma(acc, a, w.transposed()) multiplies by the
+  /// [K, N] view, i.e. computes a @ w^T (the same as {.transpose_b}), still
+  /// reading w in place. Other APIs that take a Ref (copies, pipelines)
+  /// reject a view.
+  Ref transposed(std::source_location where = std::source_location::current()) const;
+  /// Whether this is a transposed view.
+  bool is_transposed() const { return transposed_; }
+
  private:
   friend struct RefAccess;  // the tracer's
+  /// The block the view looks at (itself when not a view).
+  Ref base() const { return Ref(impl_, operand_); }
   void* impl_;
   int operand_;
+  bool transposed_ = false;
 };
 
 /// Pallas' wgmma: starts `acc += a @ b` (a @ b^T with transpose_b) on
