@@ -25,6 +25,26 @@
 // and a squeezed leading dim to every block; each matrix has its own batch
 // stride (any multiple of 16 bytes keeps the TMA path).
 //
+// Split-K (the `splitk` instance of each non-batched product, which the
+// entry point picks at run time): when D has few tiles and K is long (a
+// decode step: M of 1..128 against a 4096-wide weight gives 32 programs on
+// 132 SMs), the grid is (i, j, s, k): split s multiplies K steps
+// [s * per, (s + 1) * per), stores its f32 tile to a workspace and adds one
+// to the tile's semaphore; the split that brings it to S sums the S partial
+// tiles in order (the result does not depend on which finished last), runs
+// the epilogue and stores D, 16 rows at a time, and puts the semaphore back
+// to zero (the pattern of sum_all and the split row reductions). Steps past
+// K read zeros (TMA's fill, masked loads), so any split is exact. The
+// entry point splits when the tiles schedule would have too few programs:
+// counted in its 128 x 128 tiles (128 x 64 with C or R), S > 1 below. The
+// split instance then uses 128 x 64 tiles and its own S. Worked example,
+// M = 16, N = 4096, K = 4096: 32 tiles of 128 x 128 and 64 K steps want
+// min(cdiv(64, 4), cdiv(264, 32)) = 9, i.e. cdiv(64, cdiv(64, 9)) = 8 > 1
+// splits: split-K. In its 64 tiles
+// of 128 x 64: min(16, cdiv(264, 64)) = 5 wanted, per = cdiv(64, 5) = 13
+// steps, S = cdiv(64, 13) = 5 splits (the last one 12 steps and one past K):
+// 320 programs instead of 32.
+//
 // `linear_*` take the weight as a linear layer stores it, [N, K], and keep
 // the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
 // does not read C when beta is 0 (C may hold NaNs then).
@@ -88,25 +108,60 @@ struct Form {
   bool batched = false;
 };
 
+/// How the K axis is scheduled: one program per tile of D looping over all
+/// of K, or split-K (see the file comment). A kernel instance each.
+enum class Schedule { kTiles, kSplitK };
+
+/// About this many programs in all for a split-K launch (two per SM of an
+/// H100), with at least kMinStepsPerSplit K steps (of 64) in each split.
+constexpr int64_t kSplitTargetPrograms = 264;
+constexpr int64_t kMinStepsPerSplit = 4;
+
+/// Split-K's K steps per split and splits S for `tiles` tiles of D and
+/// `k_steps` steps of K (S = 1: no split).
+struct Splits {
+  DimExpr per, count;
+};
+Splits splits_for(const DimExpr& tiles, const DimExpr& k_steps) {
+  DimExpr wanted = max(
+      min(cdiv(k_steps, kMinStepsPerSplit), cdiv(DimExpr(kSplitTargetPrograms), max(tiles, 1))), 1);
+  DimExpr per = max(cdiv(k_steps, wanted), 1);
+  return {per, max(cdiv(k_steps, per), 1)};
+}
+
 void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
                      std::vector<std::vector<DType>> dtypes, Names names) {
   std::vector<DType> t = spec.dtype_params({"T", "Out"}, std::move(dtypes));
   const DType in = t[0], out = t[1];
   const bool b_transposed = form.b_transposed;
+  DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
+  // The schedule, chosen from the shape by the entry point (batched
+  // products: their grid has no parallel axis left for the splits). The
+  // chooser counts tiles of the in-place sizes for every instance, so that
+  // a direct twin agrees with its TMA instance.
+  Schedule schedule = Schedule::kTiles;
+  if (!form.batched) {
+    const int64_t chooser_n = extra_operand(epilogue) == Extra::kMatrix ? 64 : 128;
+    Splits chosen = splits_for(cdiv(m, 128) * cdiv(n, chooser_n), cdiv(k, kTileK));
+    schedule = spec.variant("schedule", {"tiles", "splitk"}, DimExpr(1) - le(chosen.count, 1)) == 1
+                   ? Schedule::kSplitK
+                   : Schedule::kTiles;
+  }
+  const bool split = schedule == Schedule::kSplitK;
   // The accumulator's registers decide the tile (no spills on any target;
   // the instance also serves sm_80, whose mma.sync form holds the same
   // accumulator plus a and b fragments):
   //  - 128 x 128 (128 registers a thread) where wgmma reads both tiles in
   //    place and the warp-specialized consumer has 232 registers;
   //  - 128 x 64 there when the epilogue also holds an [M, N] tile of C or R
-  //    in registers, or the product is batched (its sm_80 form spills at
-  //    128 x 128);
+  //    in registers, or the product is batched or split-K (their sm_80
+  //    forms spill at 128 x 128; decode shapes gain programs);
   //  - 64 x 64 where the threads first store the operands into wgmma's
   //    layout (the direct twin).
   const bool in_place = !spec.direct();
-  const bool wide = in_place && extra_operand(epilogue) != Extra::kMatrix && !form.batched;
+  const bool wide =
+      in_place && extra_operand(epilogue) != Extra::kMatrix && !form.batched && !split;
   const int64_t kTileM = in_place ? 128 : 64, kTileN = wide ? 128 : 64;
-  DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
   // Batched: a leading dim on every matrix and on the grid, (batch, i, j, k);
   // blocks squeeze it. `mat` prefixes it to a shape, `blk` a squeezed dim to
   // a block, `idx` the program's batch entry to an index map's result.
@@ -140,7 +195,16 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     alpha = spec.scalar("alpha", f32);
     beta = spec.scalar("beta", f32);
   }
+  // Split-K: the partial tiles (S per tile of D) and a semaphore per tile;
+  // empty for the other schedule (every instance declares the same operands).
+  DimExpr tiles = cdiv(m, kTileM) * cdiv(n, kTileN);
+  Splits splits = splits_for(tiles, cdiv(k, kTileK));
+  if (!form.batched)
+    spec.workspace("partials", f32, split ? splits.count * tiles * (kTileM * kTileN) : DimExpr(0));
+  Semaphores arrived;
+  if (!form.batched) arrived = spec.semaphores("arrived", split ? tiles : DimExpr(0));
   std::vector<DimExpr> grid = mat({cdiv(m, kTileM), cdiv(n, kTileN), cdiv(k, kTileK)});
+  if (split) grid = {cdiv(m, kTileM), cdiv(n, kTileN), splits.count, splits.per};
   std::vector<Semantics> semantics(grid.size(), parallel);
   semantics.back() = arbitrary;
   spec.grid(std::move(grid));
@@ -155,22 +219,82 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     spec.delay_release(1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
   }
-  // Grid axes, after the batch: 0 = i (rows of D), 1 = j (columns), 2 = k.
-  spec.block(a, blk({Blocked{kTileM}, Blocked{kTileK}}), tile(0, 2), InShared{.swizzle = 128});
+  // Grid axes, after the batch: 0 = i (rows of D), 1 = j (columns), 2 = k;
+  // split-K: 2 = s (the split), 3 = k within it, K step s * per + k.
+  const int k_axis = o + (split ? 3 : 2);
+  auto k_step = [split, k_axis](const ProgramIds& p) -> Value {
+    return split ? p[2] * num_programs(k_axis) + p[3] : p[k_axis];
+  };
+  auto a_map = [=](const ProgramIds& p) {
+    return o ? at(p[0], p[o], k_step(p)) : at(p[0], k_step(p));
+  };
+  auto b_map = [=](const ProgramIds& p) {
+    if (b_transposed) return o ? at(p[0], p[o + 1], k_step(p)) : at(p[1], k_step(p));
+    return o ? at(p[0], k_step(p), p[o + 1]) : at(k_step(p), p[1]);
+  };
+  spec.block(a, blk({Blocked{kTileM}, Blocked{kTileK}}), a_map, InShared{.swizzle = 128});
   if (b_transposed)
-    spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), tile(1, 2), InShared{.swizzle = 128});
+    spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), b_map, InShared{.swizzle = 128});
   else  // N-major: tiles of one swizzle span (64 elements) of N
-    spec.block(b, blk({Blocked{kTileK}, Blocked{kTileN}}), tile(2, 1),
+    spec.block(b, blk({Blocked{kTileK}, Blocked{kTileN}}), b_map,
                InShared{.swizzle = 128, .tiling = {kTileK, 64}});
   if (extra == Extra::kMatrix) spec.block(e, blk({Blocked{kTileM}, Blocked{kTileN}}), tile(0, 1));
   if (extra == Extra::kBiasRow)
     spec.block(e, {Blocked{kTileN}}, [o](const ProgramIds& p) { return at(p[o + 1]); });
   spec.block(d, blk({Blocked{kTileM}, Blocked{kTileN}}), tile(0, 1));
-  const int k_axis = o + 2;
 
-  // One K step: acc += a @ b; at the last step D = epilogue(acc) (loading
-  // the accumulator waits for every multiply in flight).
-  auto step = [=](Ref a, Ref b, Ref acc, auto&& finish) {
+  // Rows [r0, r0 + rows) of D = epilogue(r), r those rows of the product.
+  auto store_rows = [=](const Value& r, const Ref* e, const Ref& d, int64_t r0, int64_t rows) {
+    auto extra_f32 = [&] {
+      return (extra == Extra::kMatrix ? e->load({r0, 0}, {rows, kTileN}) : e->load()).cast(f32);
+    };
+    Value y = r;
+    switch (epilogue) {
+      case Epilogue::kAlphaBetaC:
+        y = Value(alpha) * r + select(Value(beta) != 0.0, Value(beta) * extra_f32(), 0.0);
+        break;
+      case Epilogue::kResidual:
+      case Epilogue::kBias:
+        y = r + extra_f32();
+        break;
+      case Epilogue::kBiasGelu:
+        y = activations::gelu_tanh(r + extra_f32());
+        break;
+      case Epilogue::kBiasSilu:
+        y = activations::silu(r + extra_f32());
+        break;
+      case Epilogue::kNone:
+        break;
+    }
+    d.store(y.cast(out), {r0, 0});
+  };
+  // The tile's product r is complete: D = epilogue(r), or with split-K this
+  // split's part of it, summed by the split that completes the tile.
+  auto finish = [=](const Value& r, const Ref* e, const Ref& d, const Ref* partials) {
+    if (!split) return store_rows(r, e, d, 0, kTileM);
+    const int64_t tile_elements = kTileM * kTileN, slab = 16;
+    Value tile = program_id(0) * num_programs(1) + program_id(1);
+    Value count = num_programs(2);
+    partials->store_at(reshape(r, {tile_elements}),
+                       {(tile * count + program_id(2)) * tile_elements});
+    Value before = arrived.add(tile, constant(1, i32));
+    when(before == count.cast(i32) - 1, [&] {  // every other split has stored its part
+      for (int64_t r0 = 0; r0 < kTileM; r0 += slab) {
+        std::vector<Value> sum = fori(
+            index(0), count, {broadcast_to(constant(0, f32), {slab * kTileN})},
+            [&](Value s, std::vector<Value> acc) {
+              Value at_rows = (tile * count + s) * tile_elements + r0 * kTileN;
+              return std::vector<Value>{acc[0] + partials->load_at({at_rows}, {slab * kTileN})};
+            });
+        store_rows(reshape(sum[0], {slab, kTileN}), e, d, r0, slab);
+      }
+      arrived.add(tile, -count.cast(i32));  // back to zero for the next launch
+    });
+  };
+
+  // One K step: acc += a @ b; at the last step the tile is finished
+  // (loading the accumulator waits for every multiply in flight).
+  auto step = [=](Ref a, Ref b, Ref acc, auto&& done) {
     when(program_id(k_axis) == index(0), [&] {
       acc.store(broadcast_to(constant(0, f32), {kTileM, kTileN}));
     });
@@ -180,41 +304,21 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     } else {
       acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));
     }
-    when(program_id(k_axis) == num_programs(k_axis) - index(1), [&] { finish(acc.load()); });
+    when(program_id(k_axis) == num_programs(k_axis) - index(1), [&] { done(acc.load()); });
   };
-  if (extra == Extra::kNone) {
+  if (form.batched) {  // no epilogue operand, no split
     spec.body([=](Ref a, Ref b, Ref d, Ref acc) {
-      step(a, b, acc, [&](const Value& r) { d.store(r.cast(out)); });
+      step(a, b, acc, [&](const Value& r) { finish(r, nullptr, d, nullptr); });
     });
-    return;
+  } else if (extra == Extra::kNone) {
+    spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref partials) {
+      step(a, b, acc, [&](const Value& r) { finish(r, nullptr, d, &partials); });
+    });
+  } else {
+    spec.body([=](Ref a, Ref b, Ref e, Ref d, Ref acc, Ref partials) {
+      step(a, b, acc, [&](const Value& r) { finish(r, &e, d, &partials); });
+    });
   }
-  spec.body([=](Ref a, Ref b, Ref e, Ref d, Ref acc) {
-    step(a, b, acc, [&](const Value& r) {
-      Value y;
-      switch (epilogue) {
-        case Epilogue::kAlphaBetaC: {
-          Value c = e.load().cast(f32);
-          y = Value(alpha) * r + select(Value(beta) != 0.0, Value(beta) * c, 0.0);
-          break;
-        }
-        case Epilogue::kResidual:
-          y = r + e.load().cast(f32);
-          break;
-        case Epilogue::kBias:
-          y = r + e.load().cast(f32);
-          break;
-        case Epilogue::kBiasGelu:
-          y = activations::gelu_tanh(r + e.load().cast(f32));
-          break;
-        case Epilogue::kBiasSilu:
-          y = activations::silu(r + e.load().cast(f32));
-          break;
-        case Epilogue::kNone:
-          break;
-      }
-      d.store(y.cast(out));
-    });
-  });
 }
 
 // Inputs -> D: every pair the matmul and gemm entry points take.

@@ -4,8 +4,9 @@
 // reference on fresh random data: dims that are not multiples of the
 // 128 x 64 x 64 and 64 x 64 x 64 tiles (1, 7, 63, 65, 127, 129, 257, ...), a
 // partial last K step, row strides TMA can copy and strides it cannot (the
-// direct twin), gemm's beta == 0 with NaNs in C, batch strides with gaps, and
-// the sm_80 form (ldmatrix + mma.sync) on the emulator. Outputs are poisoned; the padding of
+// direct twin), gemm's beta == 0 with NaNs in C, batch strides with gaps,
+// decode shapes through the split-K instance, and the sm_80 form (ldmatrix +
+// mma.sync) on the emulator. Outputs are poisoned; the padding of
 // strided outputs and the gaps between batch entries must stay untouched.
 
 #include "test_support.h"
@@ -300,6 +301,55 @@ TEST_P(MatmulTest, EveryEdgeDim) {
       check_product<bfloat16, bfloat16>(backend, {true}, s);
       if (backend != Backend::kEmulator) check_product<half, float>(backend, {false}, s);
     }
+}
+
+// Split-K, the `splitk` instance each non-batched product's entry point
+// picks when D has few tiles and K is long (decode: M of 1..128): several
+// splits, a last split with fewer K steps (or only steps past K), every
+// epilogue, both orientations of B, the direct twin (a row stride TMA
+// cannot copy), and the sm_80 form.
+std::vector<MatmulShape> decode_shapes_for(Backend backend) {
+  if (backend == Backend::kEmulator) return {{1, 65, 600}, {7, 130, 520, 8}};
+  return {{1, 200, 1500}, {16, 129, 1031}, {64, 256, 2048, 3}, {128, 64, 777}, {7, 130, 520, 8}};
+}
+
+TEST_P(MatmulTest, DecodeShapesSplitK) {
+  const Backend backend = GetParam();
+  for (MatmulShape s : decode_shapes_for(backend)) {
+    check_product<bfloat16, bfloat16>(backend, {true}, s);
+    check_product<half, float>(backend, {false}, s);
+    check_product<bfloat16, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, -1.5f}, s);
+    check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, s);
+    check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, s);
+  }
+  if (backend == Backend::kEmulator)
+    check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kBias}, {7, 130, 520, 8}, 80);
+}
+
+// The shapes above are split-K's: its instance, which serves only the
+// shapes its entry point's chooser gives it, accepts them, and refuses a
+// shape with many tiles and a short K.
+TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
+  const Backend backend = GetParam();
+  if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
+  auto call = [&](int64_t m, int64_t n, int64_t k) {
+    Array<bfloat16> a(backend, static_cast<size_t>(m * k)), b(backend, static_cast<size_t>(n * k));
+    Array<bfloat16> d(backend, static_cast<size_t>(m * n));
+    a.upload();
+    b.upload();
+    d.upload();
+    TensorView<const bfloat16, 2> av(a.data(), {m, k});
+    TensorView<const bfloat16, 2> bv(b.data(), {n, k});
+    TensorView<bfloat16, 2> dv(d.data(), {m, n});
+    void* args[] = {&av, &bv, &dv};
+    return kernels::matmul_bt_bf16_bf16_splitk_argv(args, Launch{backend, nullptr});
+  };
+  EXPECT_TRUE(call(1, 65, 600).ok());
+  EXPECT_TRUE(call(7, 130, 520).ok());
+  Status refused = call(256, 256, 64);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("the entry point picks the instance"), std::string::npos)
+      << refused.message();
 }
 
 // batched_matmul(_bt): the batch is the grid's first (launched) axis and every
