@@ -886,6 +886,28 @@ TEST_P(FeaturesTest, TransposedViewsLoadAndStoreTheTransposedBlock) {
   }
 }
 
+/// Checks d ([m, n] f32, row stride n) against sum_k a(i, k) b(k, j) in
+/// float64 (a and b return bf16 elements): f32 sums of K exact products lose
+/// at most ~K ulps of sum |a b|. Reports the first five misses.
+template <class A, class B>
+void expect_product(Array<float>& d, int64_t m, int64_t n, int64_t k, A a, B b) {
+  int misses = 0;
+  for (int64_t i = 0; i < m && misses < 5; ++i)
+    for (int64_t j = 0; j < n && misses < 5; ++j) {
+      double want = 0, magnitude = 0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double p = static_cast<double>(to_float(a(i, kk))) * to_float(b(kk, j));
+        want += p;
+        magnitude += std::abs(p);
+      }
+      const double got = d.host()[i * n + j];
+      if (!(std::abs(got - want) <= 1e-6 * static_cast<double>(k) * magnitude + 1e-6)) {
+        ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want;
+        ++misses;
+      }
+    }
+}
+
 // b as [K, N] read in place N-major from tiled stages (dot_n_major_*):
 // d = a @ b against a float64 reference, K from one step to five, edges in
 // every dim, row strides wider than the arrays, a B row stride TMA cannot
@@ -927,22 +949,10 @@ TEST_P(FeaturesTest, DotReadsTiledNMajorStagesInPlace) {
         Status st = kernel(av, bv, dv, Launch{GetParam(), nullptr, {.compute_capability = cc}});
         ASSERT_TRUE(st.ok()) << st.message();
         d.download();
-        int misses = 0;
-        for (int64_t i = 0; i < sh.m && misses < 5; ++i)
-          for (int64_t j = 0; j < sh.n && misses < 5; ++j) {
-            double want = 0, magnitude = 0;
-            for (int64_t kk = 0; kk < sh.k; ++kk) {
-              const double p = static_cast<double>(to_float(a.host()[i * sh.a_stride + kk])) *
-                               to_float(b.host()[kk * sh.b_stride + j]);
-              want += p;
-              magnitude += std::abs(p);
-            }
-            const double got = d.host()[i * sh.n + j];
-            if (!(std::abs(got - want) <= 1e-6 * static_cast<double>(sh.k) * magnitude + 1e-6)) {
-              ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want;
-              ++misses;
-            }
-          }
+        expect_product(
+            d, sh.m, sh.n, sh.k,
+            [&](int64_t i, int64_t kk) { return a.host()[i * sh.a_stride + kk]; },
+            [&](int64_t kk, int64_t j) { return b.host()[kk * sh.b_stride + j]; });
       }
     }
 }
@@ -991,22 +1001,10 @@ TEST_P(FeaturesTest, PipelinedWgmmaMatchesTheReference) {
             run_pipelined_wgmma(GetParam(), cc, kernel, sh.m, sh.n, sh.k, sh.stride, a, b, d);
         ASSERT_TRUE(st.ok()) << st.message();
         d.download();
-        int misses = 0;
-        for (int64_t i = 0; i < sh.m && misses < 5; ++i)
-          for (int64_t j = 0; j < sh.n && misses < 5; ++j) {
-            double want = 0, magnitude = 0;
-            for (int64_t kk = 0; kk < sh.k; ++kk) {
-              const double p = static_cast<double>(to_float(a.host()[i * sh.stride + kk])) *
-                               to_float(b.host()[j * sh.stride + kk]);
-              want += p;
-              magnitude += std::abs(p);
-            }
-            const double got = d.host()[i * sh.n + j];
-            if (!(std::abs(got - want) <= 1e-6 * static_cast<double>(sh.k) * magnitude + 1e-6)) {
-              ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want;
-              ++misses;
-            }
-          }
+        expect_product(
+            d, sh.m, sh.n, sh.k,
+            [&](int64_t i, int64_t kk) { return a.host()[i * sh.stride + kk]; },
+            [&](int64_t kk, int64_t j) { return b.host()[j * sh.stride + kk]; });
       }
     }
 }
