@@ -203,7 +203,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     spec.workspace("partials", f32, split ? splits.count * tiles * (kTileM * kTileN) : DimExpr(0));
   Semaphores arrived;
   if (!form.batched) arrived = spec.semaphores("arrived", split ? tiles : DimExpr(0));
-  std::vector<DimExpr> grid = mat({cdiv(m, kTileM), cdiv(n, kTileN), cdiv(k, kTileK)});
+  // At least one K step: with K = 0 the product is zero and D is still its
+  // epilogue (BLAS's D = beta C), from one step of blocks past the array.
+  std::vector<DimExpr> grid = mat({cdiv(m, kTileM), cdiv(n, kTileN), max(cdiv(k, kTileK), 1)});
   if (split) grid = {cdiv(m, kTileM), cdiv(n, kTileN), splits.count, splits.per};
   std::vector<Semantics> semantics(grid.size(), parallel);
   semantics.back() = arbitrary;

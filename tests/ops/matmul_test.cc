@@ -159,8 +159,10 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
   auto tma_rows = [](int64_t rows, int64_t stride) {
     return rows == 1 || stride * static_cast<int64_t>(sizeof(T)) % 16 == 0;
   };
-  const bool expect_tma = backend == Backend::kEmulator && tma_rows(s.m, as) &&
-                          tma_rows(b_rows, bs) && tma_rows(nb, abs_) && tma_rows(nb, bbs);
+  // TMA also needs every extent positive (an empty K runs the direct twin).
+  const bool expect_tma = backend == Backend::kEmulator && s.m > 0 && s.n > 0 && s.k > 0 &&
+                          tma_rows(s.m, as) && tma_rows(b_rows, bs) && tma_rows(nb, abs_) &&
+                          tma_rows(nb, bbs);
   if (backend != Backend::kCuda)
     EXPECT_EQ(detail::tma_descriptors_handed_out() - before, expect_tma ? 2u : 0u)
         << (expect_tma ? "the TMA instance did not run" : "the direct twin did not run");
@@ -350,6 +352,19 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.message().find("the entry point picks the instance"), std::string::npos)
       << refused.message();
+}
+
+// An empty K: the product is zero and D is its epilogue (BLAS: D = beta C),
+// not left unwritten.
+TEST_P(MatmulTest, EmptyKGivesTheEpilogueOfZero) {
+  const Backend backend = GetParam();
+  for (MatmulShape s : {MatmulShape{7, 9, 0}, MatmulShape{130, 65, 0, 8}}) {
+    check_product<bfloat16, bfloat16>(backend, {true}, s);
+    check_product<half, float>(backend, {false}, s);
+    check_product<bfloat16, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, -1.5f}, s);
+    check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, s);
+    check_product<bfloat16, bfloat16>(backend, {false, Epilogue::kNone}, {3, 5, 0, 0, 2, 8});
+  }
 }
 
 // batched_matmul(_bt): the batch is the grid's first (launched) axis and every
