@@ -203,9 +203,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     spec.workspace("partials", f32, split ? splits.count * tiles * (kTileM * kTileN) : DimExpr(0));
   Semaphores arrived;
   if (!form.batched) arrived = spec.semaphores("arrived", split ? tiles : DimExpr(0));
-  // At least one K step: with K = 0 the product is zero and D is still its
-  // epilogue (BLAS's D = beta C), from one step of blocks past the array.
-  std::vector<DimExpr> grid = mat({cdiv(m, kTileM), cdiv(n, kTileN), max(cdiv(k, kTileK), 1)});
+  // With K = 0 the product is zero and D is still its epilogue (BLAS's
+  // D = beta C): the direct twin, which the entry point runs then (TMA needs
+  // positive extents), takes one K step of blocks past the array. (The TMA
+  // instances keep cdiv: one more max in their index math made the 128 x 128
+  // sm_80 forms spill.)
+  const DimExpr k_steps = spec.direct() ? max(cdiv(k, kTileK), 1) : cdiv(k, kTileK);
+  std::vector<DimExpr> grid = mat({cdiv(m, kTileM), cdiv(n, kTileN), k_steps});
   if (split) grid = {cdiv(m, kTileM), cdiv(n, kTileN), splits.count, splits.per};
   std::vector<Semantics> semantics(grid.size(), parallel);
   semantics.back() = arbitrary;
