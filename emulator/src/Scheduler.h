@@ -57,8 +57,9 @@ struct Barrier {
 /// The warp collective (shfl.sync or vote.sync) a warp's lanes are meeting at.
 struct Collective {
   // kGather: every lane receives every lane's value (ldmatrix's row
-  // addresses); kMma: `value` points at each lane's mma.sync registers.
-  enum Kind { kShuffle, kVote, kMatch, kRedux, kGather, kMma } kind = kShuffle;
+  // addresses; kWgmmaA: two words of wgmma's A registers); kMma: `value`
+  // points at each lane's mma.sync registers.
+  enum Kind { kShuffle, kVote, kMatch, kRedux, kGather, kWgmmaA, kMma } kind = kShuffle;
   bool active = false;
   int32_t mode = 0;
   uint32_t member_mask = 0;
@@ -173,5 +174,10 @@ void suspend(Wait why);
 
 /// An f16 (IEEE binary16) or bf16 value's bits as a float, exactly.
 float half_to_float(uint16_t h, bool bf16);
+
+/// The warp's exchange of wgmma's A registers (collectives.cc): every lane
+/// passes two of its words (`part` 0: words 0-1, 1: words 2-3, low word
+/// first) and receives every lane's in `lanes[32]`.
+void gather_wgmma_a(int32_t part, int64_t words, int64_t* lanes);
 
 }  // namespace pallas::emulator::detail

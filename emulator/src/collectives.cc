@@ -206,6 +206,7 @@ int64_t rendezvous(Collective::Kind kind, int32_t mode, int32_t mask, int64_t va
                      : kind == Collective::kVote   ? "vote.sync"
                      : kind == Collective::kMatch  ? "match.sync"
                      : kind == Collective::kGather ? "ldmatrix"
+                     : kind == Collective::kWgmmaA ? "wgmma (registers of a)"
                      : kind == Collective::kMma    ? "mma.sync"
                                                    : "redux.sync";
   if (!(member_mask >> lane & 1))
@@ -244,6 +245,7 @@ int64_t rendezvous(Collective::Kind kind, int32_t mode, int32_t mask, int64_t va
         compute_redux(w);
         break;
       case Collective::kGather:
+      case Collective::kWgmmaA:
         compute_gather(w);
         break;
       case Collective::kMma:
@@ -260,6 +262,10 @@ int64_t rendezvous(Collective::Kind kind, int32_t mode, int32_t mask, int64_t va
 }
 
 }  // namespace
+
+void pallas::emulator::detail::gather_wgmma_a(int32_t part, int64_t words, int64_t* lanes) {
+  rendezvous(Collective::kWgmmaA, part, -1, words, 0, 0, lanes);
+}
 
 extern "C" int64_t pallas_emu_shfl(int32_t mode, int32_t member_mask, int32_t value,
                                    int32_t lane_or_offset, int32_t clamp) {

@@ -24,12 +24,17 @@
 // Accumulator fragment (PTX ISA, wgmma .m64nNk16 D): register i of thread t
 // (warp w = t / 32 of the warpgroup, lane l) holds row 16 w + l / 4 +
 // 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
+// A in registers (PTX ISA, "Register fragment" of A for .m64nNk16 f16/bf16):
+// element i (0..7; word i / 2, low half first) of lane l of warp w is row
+// 16 w + l / 4 + 8 ((i / 2) % 2), column 2 (l % 4) + i % 2 + 8 (i / 4), so a
+// warp's 32 lanes hold its 16 rows: the rows its own accumulator rows need.
 
 #include "Scheduler.h"
 
 #include "pallas/emulator/abi.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 using namespace pallas::emulator;
@@ -138,6 +143,41 @@ extern "C" void pallas_emu_wgmma(float* acc, int32_t n, int64_t desc_a, int64_t 
     float sum = scale_d ? acc[i] : 0.0f;
     for (int64_t k = 0; k < 16; ++k)
       sum += element(cta, a, row, k, bf16, "a") * element(cta, b, col, k, bf16, "b");
+    acc[i] = sum;
+  }
+}
+
+extern "C" void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t* a_words,
+                                            int64_t desc_b, int32_t type, int32_t trans_b,
+                                            int32_t scale_d) {
+  LaunchState& s = current();
+  Cta& cta = *s.cta;
+  if (n % 8 != 0 || n < 8 || n > 256)
+    fail("wgmma (a in registers) n = " + std::to_string(n) + " is not 8..256");
+  const Operand b = decode(desc_b, trans_b != 0, "b");
+  const bool bf16 = type == 1;
+  const int t = s.thread->linear % 128, lane = t % 32;
+  // Every lane of the warp, its 4 words: two exchanges of two words each.
+  std::array<int64_t, 32> low{}, high{};
+  auto pair = [&](int w) {
+    return static_cast<int64_t>(static_cast<uint32_t>(a_words[w])) |
+           static_cast<int64_t>(static_cast<uint32_t>(a_words[w + 1])) << 32;
+  };
+  gather_wgmma_a(0, pair(0), low.data());
+  gather_wgmma_a(1, pair(2), high.data());
+  // Row r (0..15 of the warp's) and K index k: lane 4 (r % 8) + (k % 8) / 2,
+  // element i = 2 (r / 8) + 4 (k / 8) + k % 2 (word i / 2, half i % 2).
+  auto a = [&](int64_t r, int64_t k) {
+    const int64_t holder = 4 * (r % 8) + (k % 8) / 2, i = 2 * (r / 8) + 4 * (k / 8) + k % 2;
+    const int64_t words = (i / 2 < 2 ? low : high)[static_cast<size_t>(holder)];
+    const auto word = static_cast<uint32_t>(words >> (32 * ((i / 2) % 2)));
+    return half_to_float(static_cast<uint16_t>(i % 2 ? word >> 16 : word & 0xffff), bf16);
+  };
+  for (int i = 0; i < n / 2; ++i) {
+    const int64_t row = lane / 4 + 8 * ((i / 2) % 2);  // of the warp's 16
+    const int64_t col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+    float sum = scale_d ? acc[i] : 0.0f;
+    for (int64_t k = 0; k < 16; ++k) sum += a(row, k) * element(cta, b, col, k, bf16, "b");
     acc[i] = sum;
   }
 }

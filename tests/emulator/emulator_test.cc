@@ -14,9 +14,9 @@
 #include <vector>
 
 extern "C" {
-#define PLANTED(name)                  \
-  void pallas_emu_##name(void** args); \
-  extern const int64_t pallas_emu_##name##_shared_bytes;
+#define PLANTED(name)                         \
+  void pallas_emu_kernel_##name(void** args); \
+  extern const int64_t pallas_emu_kernel_##name##_shared_bytes;
 PLANTED(off_by_one)
 PLANTED(missing_barrier)
 PLANTED(with_barrier)
@@ -100,7 +100,7 @@ std::string run(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
 TEST(EmulatorChecks, OffByOneStoreIsOutOfBounds) {
   std::vector<float> out(128);
   std::string error =
-      run("off_by_one", pallas_emu_off_by_one, 0, {Descriptor(out)}, {buffer("out", out)});
+      run("off_by_one", pallas_emu_kernel_off_by_one, 0, {Descriptor(out)}, {buffer("out", out)});
   EXPECT_EQ(error,
             "emulator: kernel 'off_by_one', block (0, 0, 0), thread (127, 0, 0): "
             "out-of-bounds store of 4 bytes at " +
@@ -114,7 +114,7 @@ TEST(EmulatorChecks, MisalignedVectorAccess) {
       reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(storage.data()) + 15) / 16 * 16);
   Descriptor d(shape);
   d.allocated = d.aligned = aligned;
-  std::string error = run("misaligned_vector", pallas_emu_misaligned_vector, 0, {d},
+  std::string error = run("misaligned_vector", pallas_emu_kernel_misaligned_vector, 0, {d},
                           {Buffer{"out", aligned, 16 * sizeof(float), false}});
   EXPECT_THAT(error, HasSubstr("thread (0, 0, 0): misaligned load of 16 bytes declared 16-byte "
                                "aligned at " +
@@ -125,20 +125,20 @@ TEST(EmulatorChecks, MisalignedVectorAccess) {
 // never, by luck, at twice it (so an access wider than the declaration fails
 // its alignment check): a 4-aligned buffer starts at offset 4.
 TEST(EmulatorChecks, MissingBarrierIsASharedMemoryRace) {
-  EXPECT_EQ(pallas_emu_missing_barrier_shared_bytes, 4 + 512);
+  EXPECT_EQ(pallas_emu_kernel_missing_barrier_shared_bytes, 4 + 512);
   std::vector<float> out(128);
   std::string error =
-      run("missing_barrier", pallas_emu_missing_barrier, pallas_emu_missing_barrier_shared_bytes,
-          {Descriptor(out)}, {buffer("out", out)});
+      run("missing_barrier", pallas_emu_kernel_missing_barrier,
+          pallas_emu_kernel_missing_barrier_shared_bytes, {Descriptor(out)}, {buffer("out", out)});
   // Thread 0 ran first and read smem[1]; thread 1's write to it races.
   EXPECT_EQ(error,
             "emulator: kernel 'missing_barrier', block (0, 0, 0), thread (1, 0, 0): "
             "shared-memory race at shared offset 8: a store by this thread and a load by "
             "thread (0, 0, 0) with no barrier in between");
   for (uint64_t seed : {1, 2, 3, 4, 5}) {
-    std::string e =
-        run("missing_barrier", pallas_emu_missing_barrier, pallas_emu_missing_barrier_shared_bytes,
-            {Descriptor(out)}, {buffer("out", out)}, 128, seed);
+    std::string e = run("missing_barrier", pallas_emu_kernel_missing_barrier,
+                        pallas_emu_kernel_missing_barrier_shared_bytes, {Descriptor(out)},
+                        {buffer("out", out)}, 128, seed);
     EXPECT_THAT(e, HasSubstr("shared-memory race at shared offset ")) << "seed " << seed;
   }
 }
@@ -146,8 +146,9 @@ TEST(EmulatorChecks, MissingBarrierIsASharedMemoryRace) {
 TEST(EmulatorChecks, BarrierMakesItRaceFreeUnderEverySchedule) {
   for (uint64_t seed : {0, 1, 2, 3}) {
     std::vector<float> out(128, -1.0f);
-    EXPECT_EQ(run("with_barrier", pallas_emu_with_barrier, pallas_emu_with_barrier_shared_bytes,
-                  {Descriptor(out)}, {buffer("out", out)}, 128, seed),
+    EXPECT_EQ(run("with_barrier", pallas_emu_kernel_with_barrier,
+                  pallas_emu_kernel_with_barrier_shared_bytes, {Descriptor(out)},
+                  {buffer("out", out)}, 128, seed),
               "");
     for (int t = 0; t < 128; ++t) ASSERT_EQ(out[t], float((t + 1) % 128)) << "seed " << seed;
   }
@@ -155,25 +156,26 @@ TEST(EmulatorChecks, BarrierMakesItRaceFreeUnderEverySchedule) {
 
 TEST(EmulatorMemory, DynamicSharedMemoryFollowsTheStaticPart) {
   // 64 i32 at offset 4; dynamic memory comes after, 16-aligned.
-  EXPECT_EQ(pallas_emu_dynamic_shared_shared_bytes, 272);
+  EXPECT_EQ(pallas_emu_kernel_dynamic_shared_shared_bytes, 272);
   std::vector<float> out(128, -1.0f);
   const int64_t dynamic_bytes = 128 * 4;
-  EXPECT_EQ(run("dynamic_shared", pallas_emu_dynamic_shared,
-                pallas_emu_dynamic_shared_shared_bytes + dynamic_bytes, {Descriptor(out)},
+  EXPECT_EQ(run("dynamic_shared", pallas_emu_kernel_dynamic_shared,
+                pallas_emu_kernel_dynamic_shared_shared_bytes + dynamic_bytes, {Descriptor(out)},
                 {buffer("out", out)}),
             "");
   for (int t = 0; t < 128; ++t) ASSERT_EQ(out[t], float(t ^ 1) + 1000.0f * (t % 64)) << t;
   // Without the dynamic part the first dynamic access runs past shared memory.
-  EXPECT_THAT(run("dynamic_shared", pallas_emu_dynamic_shared,
-                  pallas_emu_dynamic_shared_shared_bytes, {Descriptor(out)}, {buffer("out", out)}),
-              HasSubstr("thread (0, 0, 0): shared-memory access of 4 bytes at shared offset 272 "
-                        "runs past the 272 bytes of shared memory"));
+  EXPECT_THAT(
+      run("dynamic_shared", pallas_emu_kernel_dynamic_shared,
+          pallas_emu_kernel_dynamic_shared_shared_bytes, {Descriptor(out)}, {buffer("out", out)}),
+      HasSubstr("thread (0, 0, 0): shared-memory access of 4 bytes at shared offset 272 "
+                "runs past the 272 bytes of shared memory"));
 }
 
 TEST(EmulatorChecks, BarrierInDivergentBranchDeadlocks) {
   std::vector<float> out(128);
-  std::string error = run("divergent_barrier", pallas_emu_divergent_barrier, 0, {Descriptor(out)},
-                          {buffer("out", out)});
+  std::string error = run("divergent_barrier", pallas_emu_kernel_divergent_barrier, 0,
+                          {Descriptor(out)}, {buffer("out", out)});
   EXPECT_EQ(error,
             "emulator: kernel 'divergent_barrier': deadlock, no thread can make progress (linear "
             "thread ids):\n  block (0, 0, 0):\n    barrier 0: 64 of 128 threads arrived (waiting: "
@@ -182,8 +184,8 @@ TEST(EmulatorChecks, BarrierInDivergentBranchDeadlocks) {
 
 TEST(EmulatorChecks, SpinningOnAFlagNobodySetsDeadlocks) {
   std::vector<int32_t> flag(1, 0);
-  std::string error =
-      run("waits_forever", pallas_emu_waits_forever, 0, {Descriptor(flag)}, {buffer("flag", flag)});
+  std::string error = run("waits_forever", pallas_emu_kernel_waits_forever, 0, {Descriptor(flag)},
+                          {buffer("flag", flag)});
   EXPECT_EQ(error,
             "emulator: kernel 'waits_forever': deadlock, no thread can make progress (linear "
             "thread ids):\n  block (0, 0, 0):\n    spinning (nanosleep, try-wait, semaphore "
@@ -192,9 +194,9 @@ TEST(EmulatorChecks, SpinningOnAFlagNobodySetsDeadlocks) {
 
 TEST(EmulatorChecks, MBarrierPhaseThatCannotCompleteDeadlocksNamingTheBarrier) {
   std::vector<float> out(128);
-  std::string error = run("mbarrier_never_completes", pallas_emu_mbarrier_never_completes,
-                          pallas_emu_mbarrier_never_completes_shared_bytes, {Descriptor(out)},
-                          {buffer("out", out)});
+  std::string error = run("mbarrier_never_completes", pallas_emu_kernel_mbarrier_never_completes,
+                          pallas_emu_kernel_mbarrier_never_completes_shared_bytes,
+                          {Descriptor(out)}, {buffer("out", out)});
   EXPECT_THAT(error, HasSubstr("deadlock, no thread can make progress"));
   EXPECT_THAT(error, HasSubstr("waiting on the mbarrier at shared offset "));
   EXPECT_THAT(error, HasSubstr("(phase 0: 1 of 2 arrivals and 0 bytes of copies outstanding): "
@@ -204,8 +206,8 @@ TEST(EmulatorChecks, MBarrierPhaseThatCannotCompleteDeadlocksNamingTheBarrier) {
 TEST(EmulatorChecks, MBarrierPhaseCompletesForEveryWaiter) {
   for (uint64_t seed : {0, 1, 2}) {
     std::vector<float> out(128, 0.0f);
-    EXPECT_EQ(run("mbarrier_completes", pallas_emu_mbarrier_completes,
-                  pallas_emu_mbarrier_completes_shared_bytes, {Descriptor(out)},
+    EXPECT_EQ(run("mbarrier_completes", pallas_emu_kernel_mbarrier_completes,
+                  pallas_emu_kernel_mbarrier_completes_shared_bytes, {Descriptor(out)},
                   {buffer("out", out)}, 128, seed),
               "")
         << "seed " << seed;
@@ -266,8 +268,8 @@ std::vector<float> iota_floats(size_t n) {
 
 TEST(EmulatorChecks, ReadingAStageBeforeItsCopyCompleted) {
   std::vector<float> out(128), x = iota_floats(256);
-  std::string error = run_tma("tma_read_before_wait", pallas_emu_tma_read_before_wait,
-                              pallas_emu_tma_read_before_wait_shared_bytes, out, x);
+  std::string error = run_tma("tma_read_before_wait", pallas_emu_kernel_tma_read_before_wait,
+                              pallas_emu_kernel_tma_read_before_wait_shared_bytes, out, x);
   EXPECT_THAT(error, HasSubstr(": a load of shared offset "));
   EXPECT_THAT(error, HasSubstr("before its TMA copy completed: the copy completes phase 0 of the "
                                "mbarrier at shared offset "));
@@ -277,8 +279,8 @@ TEST(EmulatorChecks, ReadingAStageBeforeItsCopyCompleted) {
 TEST(EmulatorChecks, ExpectTxMatchingTheCopyCompletesThePhase) {
   for (uint64_t seed : {0, 1, 2}) {
     std::vector<float> out(128, 0.0f), x = iota_floats(256);
-    EXPECT_EQ(run_tma("tma_expect_tx", pallas_emu_tma_expect_tx,
-                      pallas_emu_tma_expect_tx_shared_bytes, out, x, int32_t{1024}, seed),
+    EXPECT_EQ(run_tma("tma_expect_tx", pallas_emu_kernel_tma_expect_tx,
+                      pallas_emu_kernel_tma_expect_tx_shared_bytes, out, x, int32_t{1024}, seed),
               "")
         << "seed " << seed;
     for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], x[i]) << "element " << i;
@@ -287,24 +289,24 @@ TEST(EmulatorChecks, ExpectTxMatchingTheCopyCompletesThePhase) {
 
 TEST(EmulatorChecks, ExpectTxFewerBytesThanTheCopy) {
   std::vector<float> out(128), x = iota_floats(256);
-  std::string error = run_tma("tma_expect_tx", pallas_emu_tma_expect_tx,
-                              pallas_emu_tma_expect_tx_shared_bytes, out, x, int32_t{512});
+  std::string error = run_tma("tma_expect_tx", pallas_emu_kernel_tma_expect_tx,
+                              pallas_emu_kernel_tma_expect_tx_shared_bytes, out, x, int32_t{512});
   EXPECT_THAT(error, HasSubstr("received 512 more bytes of copies than its expect-tx announced "
                                "in phase 0"));
 }
 
 TEST(EmulatorChecks, ExpectTxMoreBytesThanTheCopyDeadlocks) {
   std::vector<float> out(128), x = iota_floats(256);
-  std::string error = run_tma("tma_expect_tx", pallas_emu_tma_expect_tx,
-                              pallas_emu_tma_expect_tx_shared_bytes, out, x, int32_t{2048});
+  std::string error = run_tma("tma_expect_tx", pallas_emu_kernel_tma_expect_tx,
+                              pallas_emu_kernel_tma_expect_tx_shared_bytes, out, x, int32_t{2048});
   EXPECT_THAT(error, HasSubstr("deadlock, no thread can make progress"));
   EXPECT_THAT(error, HasSubstr("(phase 0: 0 of 1 arrivals and 1024 bytes of copies outstanding)"));
 }
 
 TEST(EmulatorChecks, ProducerReusingAStageBeforeItsConsumersReleasedIt) {
   std::vector<float> out(128), x = iota_floats(256);
-  std::string error = run_tma("tma_stage_reuse", pallas_emu_tma_stage_reuse,
-                              pallas_emu_tma_stage_reuse_shared_bytes, out, x, false);
+  std::string error = run_tma("tma_stage_reuse", pallas_emu_kernel_tma_stage_reuse,
+                              pallas_emu_kernel_tma_stage_reuse_shared_bytes, out, x, false);
   EXPECT_THAT(error, HasSubstr("thread (0, 0, 0): a TMA load of operand 'x' overwrites shared "
                                "offset "));
   EXPECT_THAT(error, HasSubstr("since the last barrier: the producer reuses a stage before its "
@@ -314,8 +316,8 @@ TEST(EmulatorChecks, ProducerReusingAStageBeforeItsConsumersReleasedIt) {
 TEST(EmulatorChecks, StageReleasedByABarrierIsRefilledSafely) {
   for (uint64_t seed : {0, 1, 2}) {
     std::vector<float> out(128, 0.0f), x = iota_floats(256);
-    EXPECT_EQ(run_tma("tma_stage_reuse", pallas_emu_tma_stage_reuse,
-                      pallas_emu_tma_stage_reuse_shared_bytes, out, x, true, seed),
+    EXPECT_EQ(run_tma("tma_stage_reuse", pallas_emu_kernel_tma_stage_reuse,
+                      pallas_emu_kernel_tma_stage_reuse_shared_bytes, out, x, true, seed),
               "")
         << "seed " << seed;
     for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 2 * x[i]) << "element " << i;
@@ -324,8 +326,9 @@ TEST(EmulatorChecks, StageReleasedByABarrierIsRefilledSafely) {
 
 TEST(EmulatorChecks, StageOverwrittenWhileATmaStoreReadsIt) {
   std::vector<float> out(256, -1.0f);
-  std::string error = run_tma("tma_store_then_overwrite", pallas_emu_tma_store_then_overwrite,
-                              pallas_emu_tma_store_then_overwrite_shared_bytes, out, out, false);
+  std::string error =
+      run_tma("tma_store_then_overwrite", pallas_emu_kernel_tma_store_then_overwrite,
+              pallas_emu_kernel_tma_store_then_overwrite_shared_bytes, out, out, false);
   EXPECT_THAT(error, HasSubstr("a store by this thread overwrites shared offset "));
   EXPECT_THAT(error, HasSubstr("while a TMA store still reads it (bulk group 0 of thread (0, 0, "
                                "0), not yet waited for)"));
@@ -334,9 +337,10 @@ TEST(EmulatorChecks, StageOverwrittenWhileATmaStoreReadsIt) {
 TEST(EmulatorChecks, StageWrittenAgainAfterWaitingForTheStore) {
   for (uint64_t seed : {0, 1, 2}) {
     std::vector<float> out(256, -1.0f);
-    EXPECT_EQ(run_tma("tma_store_then_overwrite", pallas_emu_tma_store_then_overwrite,
-                      pallas_emu_tma_store_then_overwrite_shared_bytes, out, out, true, seed),
-              "")
+    EXPECT_EQ(
+        run_tma("tma_store_then_overwrite", pallas_emu_kernel_tma_store_then_overwrite,
+                pallas_emu_kernel_tma_store_then_overwrite_shared_bytes, out, out, true, seed),
+        "")
         << "seed " << seed;
     for (size_t i = 0; i < 256; ++i) ASSERT_EQ(out[i], float(i % 128)) << "element " << i;
   }
@@ -378,11 +382,11 @@ std::string run_wgmma(std::vector<float>& out, std::vector<uint16_t>& x, int64_t
   args.push_back(&early);
   LaunchConfig config;
   config.kernel = "wgmma_tma_operand";
-  config.entry = pallas_emu_wgmma_tma_operand;
+  config.entry = pallas_emu_kernel_wgmma_tma_operand;
   config.args = args.data();
   config.grid = {1, 1, 1};
   config.block = {128, 1, 1};
-  config.shared_bytes = pallas_emu_wgmma_tma_operand_shared_bytes;
+  config.shared_bytes = pallas_emu_kernel_wgmma_tma_operand_shared_bytes;
   std::vector<Buffer> buffers{buffer("out", out), buffer("x", x)};
   config.buffers = buffers;
   config.options.schedule_seed = seed;
@@ -442,17 +446,18 @@ TEST(EmulatorChecks, WgmmaDescriptorSwizzleDiffersFromTheCopy) {
 TEST(EmulatorScheduling, ProgramsWaitingOnEachOtherNeedToBeResident) {
   for (uint64_t seed : {0, 3}) {
     std::vector<int32_t> flag(1, 0), out(1, 0);
-    EXPECT_EQ(
-        run("cross_cta_flag", pallas_emu_cross_cta_flag, 0, {Descriptor(flag), Descriptor(out)},
-            {buffer("flag", flag, /*must_end_zero=*/true), buffer("out", out)}, 32, seed,
-            /*ctas=*/2, /*resident=*/2),
-        "");
+    EXPECT_EQ(run("cross_cta_flag", pallas_emu_kernel_cross_cta_flag, 0,
+                  {Descriptor(flag), Descriptor(out)},
+                  {buffer("flag", flag, /*must_end_zero=*/true), buffer("out", out)}, 32, seed,
+                  /*ctas=*/2, /*resident=*/2),
+              "");
     EXPECT_EQ(out[0], 1);
   }
   // One resident CTA: CTA 0 spins on a flag only CTA 1 (never resident) can set.
   std::vector<int32_t> flag(1, 0), out(1, 0);
-  EXPECT_EQ(run("cross_cta_flag", pallas_emu_cross_cta_flag, 0, {Descriptor(flag), Descriptor(out)},
-                {buffer("flag", flag), buffer("out", out)}, 32, 0, /*ctas=*/2, /*resident=*/1),
+  EXPECT_EQ(run("cross_cta_flag", pallas_emu_kernel_cross_cta_flag, 0,
+                {Descriptor(flag), Descriptor(out)}, {buffer("flag", flag), buffer("out", out)}, 32,
+                0, /*ctas=*/2, /*resident=*/1),
             "emulator: kernel 'cross_cta_flag': deadlock, no thread can make progress (linear "
             "thread ids):\n  block (0, 0, 0):\n    spinning (nanosleep, try-wait, semaphore "
             "wait): threads 0\n    exited: threads 1-31");
@@ -460,8 +465,8 @@ TEST(EmulatorScheduling, ProgramsWaitingOnEachOtherNeedToBeResident) {
 
 TEST(EmulatorChecks, SemaphoreLeftNonZero) {
   std::vector<int32_t> sem(4, 0);
-  std::string error = run("leaves_semaphore", pallas_emu_leaves_semaphore, 0, {Descriptor(sem)},
-                          {buffer("sem", sem, /*must_end_zero=*/true)});
+  std::string error = run("leaves_semaphore", pallas_emu_kernel_leaves_semaphore, 0,
+                          {Descriptor(sem)}, {buffer("sem", sem, /*must_end_zero=*/true)});
   EXPECT_EQ(error,
             "emulator: kernel 'leaves_semaphore': buffer 'sem' must be zero when the kernel ends, "
             "but byte 0 is 1 (a semaphore not returned to zero)");
@@ -473,7 +478,7 @@ TEST(EmulatorCollectives, ButterflyWarpSumIsTheSameUnderEverySchedule) {
   std::vector<float> first;
   for (uint64_t seed : {0, 7, 99}) {
     std::vector<float> out(128, -1.0f);
-    ASSERT_EQ(run("warp_sum", pallas_emu_warp_sum, 0, {Descriptor(in), Descriptor(out)},
+    ASSERT_EQ(run("warp_sum", pallas_emu_kernel_warp_sum, 0, {Descriptor(in), Descriptor(out)},
                   {buffer("in", in), buffer("out", out)}, 128, seed),
               "");
     for (int t = 0; t < 128; ++t) {
@@ -489,7 +494,7 @@ TEST(EmulatorCollectives, ShuffleModesFollowPtx) {
   std::vector<int32_t> in(32), up(32), down(32), idx(32), valid(32);
   for (int i = 0; i < 32; ++i) in[i] = 100 + i;
   ASSERT_EQ(
-      run("shuffle_modes", pallas_emu_shuffle_modes, 0,
+      run("shuffle_modes", pallas_emu_kernel_shuffle_modes, 0,
           {Descriptor(in), Descriptor(up), Descriptor(down), Descriptor(idx), Descriptor(valid)},
           {buffer("in", in), buffer("up", up), buffer("down", down), buffer("idx", idx),
            buffer("valid", valid)},
@@ -508,7 +513,7 @@ TEST(EmulatorCollectives, MatchAndReduxFollowPtx) {
   std::vector<int32_t> in(32), same(32), sum(32), umax(32);
   for (int i = 0; i < 32; ++i) in[i] = i % 3 == 0 ? -7 : i;  // lanes 0, 3, 6, ... share -7
   ASSERT_EQ(
-      run("match_redux", pallas_emu_match_redux, 0,
+      run("match_redux", pallas_emu_kernel_match_redux, 0,
           {Descriptor(in), Descriptor(same), Descriptor(sum), Descriptor(umax)},
           {buffer("in", in), buffer("same", same), buffer("sum", sum), buffer("umax", umax)}, 32),
       "");

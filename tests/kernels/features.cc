@@ -589,6 +589,54 @@ PALLAS_KERNEL(pipelined_wgmma_nodelay) { pipelined_wgmma<false>(spec); }  // pla
 PALLAS_KERNEL(pipelined_wgmma_ws) { pipelined_wgmma<true, true>(spec); }
 PALLAS_KERNEL(pipelined_wgmma_ws_nodelay) { pipelined_wgmma<false, true>(spec); }  // planted
 
+// Two products chained through registers, wgmma's `a` a value (attention's
+// P @ V, a fused MLP's down-projection): for each chunk c of 64 hidden units,
+//   p = bf16(silu(x @ w1[c]^T))   computed in the accumulator layout,
+//   d += p @ w2[c]                wgmma reading p from the registers,
+// x [m, 64] bf16, w1 [h, 64] (a row per hidden unit), w2 [h, n] read in
+// place N-major, d [m, n] f32; grid (m / 64, n / 64, h / 64), the hidden
+// chunks a pipelined arbitrary axis. Hidden units past h read zeros (TMA's
+// fill), so p and their w2 rows are 0. The direct instance multiplies
+// loaded blocks with dot.
+PALLAS_KERNEL(wgmma_register_a) {
+  DimExpr m = spec.dim("m"), h = spec.dim("h"), n = spec.dim("n");
+  Operand x = spec.input("x", bf16, {m, 64});
+  Operand w1 = spec.input("w1", bf16, {h, 64});
+  Operand w2 = spec.input("w2", bf16, {h, n});
+  Operand d = spec.output("d", f32, {m, n});
+  spec.accumulator("s", {64, 64});
+  spec.accumulator("acc", {64, 64});
+  spec.grid({cdiv(m, 64), cdiv(n, 64), cdiv(h, 64)});
+  spec.dimension_semantics({parallel, parallel, arbitrary});
+  spec.block(
+      x, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], 0); },
+      InShared{.swizzle = 128});
+  spec.block(
+      w1, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[2], 0); },
+      InShared{.swizzle = 128});
+  spec.block(
+      w2, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[2], p[1]); },
+      InShared{.swizzle = 128, .tiling = {64, 64}});
+  spec.block(d, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[1]); });
+  const bool staged = !spec.direct();
+  spec.body([staged](Ref x, Ref w1, Ref w2, Ref d, Ref s, Ref acc) {
+    const Value zeros = broadcast_to(constant(0, f32), {64, 64});
+    when(program_id(2) == index(0), [&] { acc.store(zeros); });
+    auto silu = [](const Value& v) { return v / (1.0 + exp(-v)); };
+    if (staged) {
+      s.store(zeros);
+      wgmma(s, x, w1, {.transpose_b = true});
+      Value p = silu(s.load()).cast(bf16);  // the load waits for the multiply
+      wgmma(acc, p, w2);
+      wgmma_wait(0);
+    } else {
+      Value p = silu(dot(x.load(), w1.load(), {.transpose_b = true})).cast(bf16);
+      acc.store(dot(p, w2.load(), acc.load()));
+    }
+    when(program_id(2) == num_programs(2) - index(1), [&] { d.store(acc.load()); });
+  });
+}
+
 // b as [K, N], read in place by wgmma N-major (the form matmul uses for a
 // [K, N] B) from stages with three tilings (Pallas' TilingTransform):
 // d = a @ b, bf16 in, f32 out, 64 x 128 tiles, K in steps of 64 through a

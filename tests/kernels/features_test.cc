@@ -47,6 +47,7 @@
 #include <pallas/kernels/tile_softmax_64x32.h>
 #include <pallas/kernels/transposed_views.h>
 #include <pallas/kernels/wait_for_next.h>
+#include <pallas/kernels/wgmma_register_a.h>
 
 namespace pallas::testing {
 namespace {
@@ -955,6 +956,76 @@ TEST_P(FeaturesTest, DotReadsTiledNMajorStagesInPlace) {
             [&](int64_t kk, int64_t j) { return b.host()[kk * sh.b_stride + j]; });
       }
     }
+}
+
+// wgmma with operand a in registers (wgmma_register_a): d = sum over chunks c
+// of bf16(silu(x @ w1[c]^T)) @ w2[c], against a float64 reference that rounds
+// p to bf16 as the kernel does. Edges in every dim, one to three hidden
+// chunks, a row stride TMA cannot copy (the direct twin), and the sm_80
+// form (multiplies on the spot) on the emulator. A p that differs from the
+// reference's by its last bit (the kernel sums s in f32) moves d by at most
+// 2^-8 |p w2|; a misplaced register moves it by about |p w2|.
+TEST_P(FeaturesTest, WgmmaTakesOperandAFromRegisters) {
+  struct Shape {
+    int64_t m, h, n, x_stride;
+  };
+  for (int cc : {90, 80}) {
+    if (cc == 80 && GetParam() != Backend::kEmulator) continue;
+    for (Shape sh : {Shape{64, 64, 64, 64}, Shape{65, 130, 72, 64}, Shape{7, 33, 200, 72},
+                     Shape{128, 64, 64, 67}}) {
+      const uint32_t seed = fresh_seed();
+      SCOPED_TRACE("sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) + " h " +
+                   std::to_string(sh.h) + " n " + std::to_string(sh.n) + " x stride " +
+                   std::to_string(sh.x_stride) + " seed " + std::to_string(seed));
+      std::mt19937 rng(seed);
+      Array<bfloat16> x(GetParam(), sh.m * sh.x_stride), w1(GetParam(), sh.h * 64),
+          w2(GetParam(), sh.h * sh.n);
+      Array<float> d(GetParam(), sh.m * sh.n);
+      x.fill_random(rng, -1, 1);
+      w1.fill_random(rng, -1, 1);
+      w2.fill_random(rng, -1, 1);
+      d.poison();
+      x.upload();
+      w1.upload();
+      w2.upload();
+      d.upload();
+      Status st = kernels::wgmma_register_a(
+          TensorView<const bfloat16, 2>(x.data(), {sh.m, 64}, {sh.x_stride, 1}),
+          TensorView<const bfloat16, 2>(w1.data(), {sh.h, 64}),
+          TensorView<const bfloat16, 2>(w2.data(), {sh.h, sh.n}),
+          TensorView<float, 2>(d.data(), {sh.m, sh.n}),
+          Launch{GetParam(), nullptr, {.compute_capability = cc}});
+      ASSERT_TRUE(st.ok()) << st.message();
+      d.download();
+      std::vector<double> p(static_cast<size_t>(sh.m * sh.h));
+      for (int64_t i = 0; i < sh.m; ++i)
+        for (int64_t c = 0; c < sh.h; ++c) {
+          double v = 0;
+          for (int64_t k = 0; k < 64; ++k)
+            v += static_cast<double>(to_float(x.host()[i * sh.x_stride + k])) *
+                 to_float(w1.host()[c * 64 + k]);
+          v /= 1.0 + std::exp(-v);
+          p[static_cast<size_t>(i * sh.h + c)] = to_float(bfloat16(static_cast<float>(v)));
+        }
+      int misses = 0;
+      for (int64_t i = 0; i < sh.m && misses < 5; ++i)
+        for (int64_t j = 0; j < sh.n && misses < 5; ++j) {
+          double want = 0, magnitude = 0, largest = 0;
+          for (int64_t c = 0; c < sh.h; ++c) {
+            const double term = p[static_cast<size_t>(i * sh.h + c)] *
+                                static_cast<double>(to_float(w2.host()[c * sh.n + j]));
+            want += term;
+            magnitude += std::abs(term);
+            largest = std::max(largest, std::abs(term));
+          }
+          const double got = d.host()[i * sh.n + j];
+          if (!(std::abs(got - want) <= 2.0 * std::ldexp(largest, -8) + 1e-5 * magnitude)) {
+            ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want;
+            ++misses;
+          }
+        }
+    }
+  }
 }
 
 // Pallas' pipelined wgmma (pipelined_wgmma, and its warp-specialized form

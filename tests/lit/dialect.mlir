@@ -185,7 +185,7 @@ func.func @explicit_too_many_barriers() {
 // -----
 
 // CHECK-LABEL: func.func @wgmma_roundtrip
-// CHECK: pallas.wgmma %{{.*}}, %{{.*}}, %{{.*}} {transpose_b} : <128x64xf32>, <128x64xbf16>, <64x64xbf16>
+// CHECK: pallas.wgmma %{{.*}}, %{{.*}}, %{{.*}} {transpose_b} : <128x64xf32>, !pallas.ref<128x64xbf16>, <64x64xbf16>
 // CHECK: pallas.wgmma_wait 1
 func.func @wgmma_roundtrip(%acc: !pallas.ref<128x64xf32>, %a: !pallas.ref<128x64xbf16>, %b: !pallas.ref<64x64xbf16>) {
   pallas.wgmma %acc, %a, %b {transpose_b} : !pallas.ref<128x64xf32>, !pallas.ref<128x64xbf16>, !pallas.ref<64x64xbf16>

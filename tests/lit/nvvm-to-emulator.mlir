@@ -14,7 +14,7 @@
 // CHECK-NEXT: llvm.load
 // CHECK: llvm.call @pallas_emu_access(
 // CHECK-NEXT: llvm.store
-// CHECK: llvm.mlir.global external constant @pallas_emu_rotate_shared_bytes(516 : i64)
+// CHECK: llvm.mlir.global external constant @pallas_emu_kernel_rotate_shared_bytes(516 : i64)
 module attributes {gpu.container_module} {
   gpu.module @m {
     gpu.func @rotate(%out: memref<?xf32>) workgroup(%smem: memref<128xf32, #gpu.address_space<workgroup>>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {

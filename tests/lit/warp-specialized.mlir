@@ -107,7 +107,7 @@ module {
         %11 = vector.broadcast %cst : f32 to vector<64x64xf32>
         pallas.store %11, %7[[0, 0]] : vector<64x64xf32>, <64x64xf32>
       }
-      pallas.wgmma %7, %4, %5 {transpose_b} : <64x64xf32>, <64x64xbf16>, <64x64xbf16>
+      pallas.wgmma %7, %4, %5 {transpose_b} : <64x64xf32>, !pallas.ref<64x64xbf16>, <64x64xbf16>
       pallas.wgmma_wait 1
       %c1_4 = arith.constant 1 : index
       %9 = arith.subi %1, %c1_4 : index

@@ -71,7 +71,7 @@ module {
         %11 = vector.broadcast %cst : f32 to vector<64x128xf32>
         pallas.store %11, %7[[0, 0]] : vector<64x128xf32>, <64x128xf32>
       }
-      pallas.wgmma %7, %4, %5 : <64x128xf32>, <64x64xbf16>, <64x128xbf16>
+      pallas.wgmma %7, %4, %5 : <64x128xf32>, !pallas.ref<64x64xbf16>, <64x128xbf16>
       pallas.wgmma_wait 0
       %9 = arith.subi %1, %c1 : index
       %10 = arith.cmpi eq, %arg3, %9 : index

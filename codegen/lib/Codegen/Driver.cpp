@@ -23,6 +23,8 @@
 #include "pallas/EDSL/Trace.h"
 #include "pallas/Transforms/Passes.h"
 
+#include "llvm/IR/Constants.h"
+#include "llvm/IR/GlobalVariable.h"
 #include "llvm/Linker/Linker.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -89,7 +91,7 @@ std::string printModule(mlir::ModuleOp module) {
 }
 
 /// Compiles a module of hand-written gpu.func kernels to an emulator object:
-/// `pallas_emu_<kernel>(void** args)` and `pallas_emu_<kernel>_shared_bytes`.
+/// `pallas_emu_kernel_<kernel>(void** args)` and `pallas_emu_kernel_<kernel>_shared_bytes`.
 int emulateGpuModule(const std::string& file, const std::string& object) {
   if (object.empty()) return usage();
   mlir::DialectRegistry registry;
@@ -228,7 +230,7 @@ int codegenMain(int argc, char** argv) {
       std::cerr << "pallas-codegen: " << k.instance << ": emulator form: " << error << "\n";
       return 1;
     }
-    if (staged) {  // the sm_80 (cp.async) form too: pallas_emu_<instance>_cp_async
+    if (staged) {  // the sm_80 (cp.async) form too: pallas_emu_kernel_<instance>_cp_async
       mlir::OwningOpRef<mlir::ModuleOp> emuCpAsync(mlir::ModuleOp(*k.module).clone());
       emuCpAsync->walk([](mlir::func::FuncOp f) {
         if (f->hasAttr(mlir::pallas::kKernelAttrName))
@@ -252,6 +254,15 @@ int codegenMain(int argc, char** argv) {
     }
     compiled.push_back(std::move(inst));
   }
+  // The cubins, as constants of the host object (Emitter.h, cubinSymbol).
+  for (const CompiledInstance& inst : compiled)
+    for (const GpuBinary& bin : inst.gpu) {
+      auto* bytes = llvm::ConstantDataArray::getString(llvmContext, bin.cubin, /*AddNull=*/false);
+      auto* global = new llvm::GlobalVariable(*host, bytes->getType(), /*isConstant=*/true,
+                                              llvm::GlobalValue::ExternalLinkage, bytes,
+                                              cubinSymbol(inst.kernel->instance, bin.arch));
+      global->setAlignment(llvm::Align(16));  // ELF images are read in place
+    }
   std::string object, error;
   if (!emitHostObject(*host, object, error)) {
     std::cerr << "pallas-codegen: " << op << ": " << error << "\n";

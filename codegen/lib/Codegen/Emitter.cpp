@@ -134,14 +134,13 @@ std::string cppString(const std::string& text) {
   return s + "\"";
 }
 
-void emitBytes(std::ostringstream& os, const std::string& bytes) {
-  static const char* hex = "0123456789abcdef";
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    auto c = static_cast<unsigned char>(bytes[i]);
-    os << (i % 16 == 0 ? "\n   " : "") << " 0x" << hex[c >> 4] << hex[c & 15] << ",";
-  }
-  os << "\n";
+}  // namespace
+
+std::string cubinSymbol(const std::string& instance, const std::string& arch) {
+  return "pallas_cubin_" + instance + "_" + arch;
 }
+
+namespace {
 
 void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   const edsl::KernelSpec& spec = *inst.kernel->spec;
@@ -151,20 +150,18 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   os << "// ---- " << name << " ----\n\n";
   os << "extern \"C\" void pallas_host_" << name
      << "(void** args, int64_t grid0, int64_t grid1, int64_t grid2);\n"
-     << "extern \"C\" void pallas_emu_" << name << "(void** args);\n"
-     << "extern \"C\" const int64_t pallas_emu_" << name << "_shared_bytes;\n";
+     << "extern \"C\" void pallas_emu_kernel_" << name << "(void** args);\n"
+     << "extern \"C\" const int64_t pallas_emu_kernel_" << name << "_shared_bytes;\n";
   const bool staged = inst.sm80_form;
   if (staged)  // its sm_80 form: cp.async copies, dots without wgmma (Driver.cpp)
-    os << "extern \"C\" void pallas_emu_" << name << "_cp_async(void** args);\n"
-       << "extern \"C\" const int64_t pallas_emu_" << name << "_cp_async_shared_bytes;\n";
+    os << "extern \"C\" void pallas_emu_kernel_" << name << "_cp_async(void** args);\n"
+       << "extern \"C\" const int64_t pallas_emu_kernel_" << name << "_cp_async_shared_bytes;\n";
+  for (const GpuBinary& bin : inst.gpu)
+    os << "// " << bin.arch << ": " << bin.cubin.size() << " bytes, " << bin.registers
+       << " registers, " << bin.spill_stores << " bytes spill stores, " << bin.spill_loads
+       << " bytes spill loads.\n"
+       << "extern \"C\" const unsigned char " << cubinSymbol(name, bin.arch) << "[];\n";
   os << "\nnamespace {\n\n";
-  for (const GpuBinary& bin : inst.gpu) {
-    os << "// " << bin.arch << ": " << bin.registers << " registers, " << bin.spill_stores
-       << " bytes spill stores, " << bin.spill_loads << " bytes spill loads.\n";
-    os << "alignas(16) constexpr unsigned char " << name << "_" << bin.arch << "[] = {";
-    emitBytes(os, bin.cubin);
-    os << "};\n\n";
-  }
   os << "constexpr pallas::OperandMetadata " << name << "_operands[] = {\n";
   const std::vector<int> params = entryParams(spec);
   for (size_t o = 0; o < ops.size(); ++o) {
@@ -203,8 +200,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   for (const GpuBinary& bin : inst.gpu)
     os << "    {\"" << bin.arch << "\", " << bin.sm << ", "
        << (bin.arch_specific ? "true" : "false") << ", " << bin.registers << ", "
-       << bin.spill_stores << ", " << bin.spill_loads << ", " << bin.shared_bytes << ", sizeof("
-       << name << "_" << bin.arch << ")},\n";
+       << bin.spill_stores << ", " << bin.spill_loads << ", " << bin.shared_bytes << ", "
+       << bin.cubin.size() << "},\n";
   if (!inst.gpu.empty()) os << "};\n\n";
   // The messages of spec.check(), by check number (see pallas.check).
   os << "constexpr const char* " << name << "_checks[] = {";
@@ -216,8 +213,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
      << spec.check_messages().size() << "), \"" << spec.entry_name() << "\"};\n\n";
   if (!inst.gpu.empty()) os << "constexpr pallas::detail::Cubin " << name << "_cubins[] = {\n";
   for (const GpuBinary& bin : inst.gpu)
-    os << "    {" << bin.sm << ", " << (bin.arch_specific ? "true" : "false") << ", " << name << "_"
-       << bin.arch << ", sizeof(" << name << "_" << bin.arch << ")},\n";
+    os << "    {" << bin.sm << ", " << (bin.arch_specific ? "true" : "false") << ", "
+       << cubinSymbol(name, bin.arch) << ", " << bin.cubin.size() << "},\n";
   if (!inst.gpu.empty()) os << "};\n\n";
   // One launch size for every target: the largest plan (a staged kernel's
   // sm_80 form needs no buffers for its outputs).
@@ -226,10 +223,11 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     dynamicShared = std::max(dynamicShared, bin.dynamic_shared_bytes);
   os << "const pallas::detail::KernelImage " << name << "_image = {&" << name
      << "_metadata_value, \"" << name << "\", " << cubins << ", &pallas_host_" << name << ", "
-     << spec.launch_threads() << ", " << dynamicShared << ", &pallas_emu_" << name
-     << ", &pallas_emu_" << name << "_shared_bytes";
+     << spec.launch_threads() << ", " << dynamicShared << ", &pallas_emu_kernel_" << name
+     << ", &pallas_emu_kernel_" << name << "_shared_bytes";
   if (staged)
-    os << ", &pallas_emu_" << name << "_cp_async, &pallas_emu_" << name << "_cp_async_shared_bytes";
+    os << ", &pallas_emu_kernel_" << name << "_cp_async, &pallas_emu_kernel_" << name
+       << "_cp_async_shared_bytes";
   os << "};\n\n}  // namespace\n\n";
 
   // The typed entry point.

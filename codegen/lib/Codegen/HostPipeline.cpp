@@ -125,7 +125,7 @@ std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::strin
     return nullptr;
   }
   if (emulator) {
-    addArgvWrappers(*llvmModule, "pallas_emu_thread_", "pallas_emu_", /*gridParams=*/0);
+    addArgvWrappers(*llvmModule, "pallas_emu_thread_", "pallas_emu_kernel_", /*gridParams=*/0);
   } else {
     addArgvWrappers(*llvmModule, "pallas_host_", "pallas_host_", /*gridParams=*/3);
   }

@@ -263,16 +263,19 @@ LogicalResult DotOp::verify() {
 }
 
 LogicalResult WgmmaOp::verify() {
-  auto acc = cast<RefType>(getAcc().getType()), a = cast<RefType>(getA().getType()),
-       b = cast<RefType>(getB().getType());
-  if (acc.getShape().size() != 2 || a.getShape().size() != 2 || b.getShape().size() != 2)
+  auto acc = cast<RefType>(getAcc().getType()), b = cast<RefType>(getB().getType());
+  // a: a ref of a staged block, or a value in registers.
+  Type a = getA().getType();
+  auto aRef = dyn_cast<RefType>(a);
+  ArrayRef<int64_t> aShape = aRef ? aRef.getShape() : cast<VectorType>(a).getShape();
+  Type et = aRef ? aRef.getElementType() : cast<VectorType>(a).getElementType();
+  if (acc.getShape().size() != 2 || aShape.size() != 2 || b.getShape().size() != 2)
     return emitOpError() << "multiplies 2-D blocks into a 2-D accumulator; got " << a << ", " << b
                          << " and " << acc;
-  Type et = a.getElementType();
   if (et != b.getElementType() || !(et.isF16() || et.isBF16()))
     return emitOpError() << "operands must both be f16 or both bf16; got " << a << " and " << b;
   if (!acc.getElementType().isF32()) return emitOpError() << "accumulates in f32; got " << acc;
-  const int64_t m = a.getShape()[0], k = a.getShape()[1];
+  const int64_t m = aShape[0], k = aShape[1];
   const int64_t bk = getTransposeB() ? b.getShape()[1] : b.getShape()[0];
   const int64_t n = getTransposeB() ? b.getShape()[0] : b.getShape()[1];
   if (bk != k)

@@ -347,30 +347,35 @@ const OperandDecl& wgmma_operand(const Ref& ref, const char* which, bool accumul
 }
 }  // namespace
 
-void wgmma(const Ref& acc, const Ref& lhs, const Ref& rhs_view, DotOptions options,
-           std::source_location where) {
-  Located here(where);
-  if (acc.is_transposed() || lhs.is_transposed())
-    fail(std::string("wgmma ") + (acc.is_transposed() ? "accumulator '" : "operand a '") +
-         (acc.is_transposed() ? acc : lhs).name() +
-         "' is a transposed view; wgmma takes a view as operand b only (a is read [M, K])");
+namespace {
+/// Operand a of wgmma: a staged block's ref, or a value in registers.
+struct WgmmaLhs {
+  std::string name;  // for messages: the operand's, or "the value"
+  DType dtype;
+  std::vector<int64_t> shape;
+  mlir::Value value;  // the ref or the block value
+};
+
+void wgmma_into(const Ref& acc, const WgmmaLhs& a, const Ref& rhs_view, DotOptions options) {
+  if (acc.is_transposed())
+    fail("wgmma accumulator '" + acc.name() +
+         "' is a transposed view; wgmma takes a view as operand b only");
   // A transposed view of b is b itself with the other orientation.
   const Ref rhs = RefAccess::base(rhs_view);
   if (rhs_view.is_transposed()) options.transpose_b = !options.transpose_b;
   const OperandDecl& dacc = wgmma_operand(acc, "accumulator", true);
-  const OperandDecl& da = wgmma_operand(lhs, "operand a", false);
   const OperandDecl& db = wgmma_operand(rhs, "operand b", false);
-  if (da.dtype != db.dtype || (da.dtype != f16 && da.dtype != bf16))
-    fail("wgmma of '" + da.name + "' (" + name(da.dtype) + ") and '" + db.name + "' (" +
+  if (a.dtype != db.dtype || (a.dtype != f16 && a.dtype != bf16))
+    fail("wgmma of " + a.name + " (" + name(a.dtype) + ") and '" + db.name + "' (" +
          name(db.dtype) + "); its operands are both f16 or both bf16, summed in f32");
-  std::vector<int64_t> sa = lhs.shape(), sb = rhs.shape(), sacc = acc.shape();
+  const std::vector<int64_t>&sa = a.shape, sb = rhs.shape(), sacc = acc.shape();
   if (sa.size() != 2 || sb.size() != 2)
-    fail("wgmma of '" + da.name + "' " + shape_str(sa) + " and '" + db.name + "' " + shape_str(sb) +
+    fail("wgmma of " + a.name + " " + shape_str(sa) + " and '" + db.name + "' " + shape_str(sb) +
          "; it multiplies 2-D blocks");
   const int64_t k = sa[1], bk = sb[options.transpose_b ? 1 : 0],
                 n = sb[options.transpose_b ? 0 : 1];
   if (bk != k)
-    fail("wgmma of '" + da.name + "' " + shape_str(sa) + " and '" + db.name + "' " + shape_str(sb) +
+    fail("wgmma of " + a.name + " " + shape_str(sa) + " and '" + db.name + "' " + shape_str(sb) +
          (options.transpose_b ? " (b transposed)" : "") + ": a has " + std::to_string(k) +
          " columns but b has " + std::to_string(bk) + (options.transpose_b ? " columns" : " rows"));
   if (sacc != std::vector<int64_t>{sa[0], n})
@@ -378,8 +383,28 @@ void wgmma(const Ref& acc, const Ref& lhs, const Ref& rhs_view, DotOptions optio
          shape_str({sa[0], n}));
   RefState& s = RefAccess::state(acc);
   s.stored = true;
-  mlir::pallas::WgmmaOp::create(b(), loc(), s.ref, RefAccess::state(lhs).ref,
-                                RefAccess::state(rhs).ref, options.transpose_b);
+  mlir::pallas::WgmmaOp::create(b(), loc(), s.ref, a.value, RefAccess::state(rhs).ref,
+                                options.transpose_b);
+}
+}  // namespace
+
+void wgmma(const Ref& acc, const Ref& lhs, const Ref& rhs, DotOptions options,
+           std::source_location where) {
+  Located here(where);
+  if (lhs.is_transposed())
+    fail("wgmma operand a '" + lhs.name() +
+         "' is a transposed view; wgmma takes a view as operand b only (a is read [M, K])");
+  const OperandDecl& da = wgmma_operand(lhs, "operand a", false);
+  wgmma_into(acc, {"'" + da.name + "'", da.dtype, lhs.shape(), RefAccess::state(lhs).ref}, rhs,
+             options);
+}
+
+void wgmma(const Ref& acc, const Value& lhs, const Ref& rhs, DotOptions options,
+           std::source_location where) {
+  Located here(where);
+  if (!lhs.is_block())
+    fail("wgmma of a scalar; operand a is a 2-D block (a staged ref or a value)");
+  wgmma_into(acc, {"the value operand a", lhs.dtype(), lhs.shape(), unwrap(lhs)}, rhs, options);
 }
 
 void wgmma_wait(int pending, std::source_location where) {

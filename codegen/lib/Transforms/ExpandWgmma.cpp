@@ -34,7 +34,9 @@ struct PallasExpandWgmmaPass : impl::PallasExpandWgmmaBase<PallasExpandWgmmaPass
       if (!mma) return;
       OpBuilder b(mma);
       Location loc = mma.getLoc();
-      Value a = loadWhole(b, loc, mma.getA()), bv = loadWhole(b, loc, mma.getB());
+      // a is a staged block's ref, or already a value (registers).
+      Value a = isa<RefType>(mma.getA().getType()) ? loadWhole(b, loc, mma.getA()) : mma.getA();
+      Value bv = loadWhole(b, loc, mma.getB());
       Value acc = loadWhole(b, loc, mma.getAcc());
       Value d = DotOp::create(b, loc, acc.getType(), a, bv, acc, mma.getTransposeB());
       auto shape = cast<RefType>(mma.getAcc().getType()).getShape();

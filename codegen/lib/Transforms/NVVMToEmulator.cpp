@@ -129,7 +129,7 @@ class Rewriter {
   /// Lays out, per kernel, the shared-memory globals it uses in one per-CTA
   /// buffer, in order of first use, each at its alignment (dynamic shared
   /// memory, of size 0, last), and exports the kernel's total as
-  /// `pallas_emu_<kernel>_shared_bytes`.
+  /// `pallas_emu_kernel_<kernel>_shared_bytes`.
   LogicalResult placeSharedGlobals() {
     llvm::StringMap<LLVM::GlobalOp> shared;
     for (auto g : module_.getOps<LLVM::GlobalOp>())
@@ -168,7 +168,7 @@ class Rewriter {
       OpBuilder mb = OpBuilder::atBlockEnd(module_.getBody());
       LLVM::GlobalOp::create(
           mb, module_.getLoc(), i64(), /*isConstant=*/true, LLVM::Linkage::External,
-          ("pallas_emu_" + name + "_shared_bytes").str(), b_.getI64IntegerAttr(offset));
+          ("pallas_emu_kernel_" + name + "_shared_bytes").str(), b_.getI64IntegerAttr(offset));
     }
     return success();
   }
@@ -224,6 +224,8 @@ class Rewriter {
       replace(op, s);
       return success();
     }
+    if (auto rs = dyn_cast<LLVM::InlineAsmOp>(op); rs && rs->hasAttr(kWgmmaRegisterAAttrName))
+      return rewriteWgmmaRegisterA(rs);
     if (auto mma = dyn_cast<NVVM::MmaOp>(op)) return rewriteMmaSync(mma);
     if (auto vote = dyn_cast<NVVM::VoteSyncOp>(op)) {
       Value pred = LLVM::ZExtOp::create(b_, loc, i32(), vote.getPred());
@@ -450,6 +452,41 @@ class Rewriter {
                                            LLVM::LoadOp::create(b_, loc, b_.getF32Type(), at),
                                            ArrayRef<int64_t>{i});
     }
+    replace(mma, result);
+    return success();
+  }
+
+  /// The inline PTX of a wgmma with A in registers (kWgmmaRegisterAAttrName)
+  /// -> pallas_emu_wgmma_register_a(acc, n, aWords, descB, type, transB, 1).
+  LogicalResult rewriteWgmmaRegisterA(LLVM::InlineAsmOp mma) {
+    Location loc = mma.getLoc();
+    auto params = dyn_cast<DenseI64ArrayAttr>(mma->getAttr(kWgmmaRegisterAAttrName));
+    const int64_t count = params && params.size() == 3 ? params[0] / 2 : -1;
+    if (count <= 0 || static_cast<int64_t>(mma.getOperands().size()) != count + 5)
+      return mma.emitOpError("wgmma with A in registers: malformed ") << kWgmmaRegisterAAttrName;
+    OpBuilder eb(mma->getParentOfType<LLVM::LLVMFuncOp>().getBody());
+    Value one = LLVM::ConstantOp::create(eb, loc, i32(), eb.getI32IntegerAttr(1));
+    Value acc = LLVM::AllocaOp::create(eb, loc, ptr(),
+                                       LLVM::LLVMArrayType::get(b_.getF32Type(), count), one);
+    Value words = LLVM::AllocaOp::create(eb, loc, ptr(), LLVM::LLVMArrayType::get(i32(), 4), one);
+    auto slot = [&](Value array, Type et, int64_t i) {
+      return LLVM::GEPOp::create(b_, loc, ptr(), et, array,
+                                 ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
+    };
+    for (int64_t i = 0; i < count; ++i)
+      LLVM::StoreOp::create(b_, loc, mma.getOperands()[i], slot(acc, b_.getF32Type(), i));
+    for (int64_t w = 0; w < 4; ++w)
+      LLVM::StoreOp::create(b_, loc, mma.getOperands()[count + w], slot(words, i32(), w));
+    call(loc, "pallas_emu_wgmma_register_a", Type(),
+         {acc, constI32(loc, static_cast<int32_t>(params[0])), words, mma.getOperands()[count + 4],
+          constI32(loc, static_cast<int32_t>(params[1])),
+          constI32(loc, static_cast<int32_t>(params[2])), constI32(loc, 1)});
+    Value result = LLVM::UndefOp::create(b_, loc, mma.getResult(0).getType());
+    for (int64_t i = 0; i < count; ++i)
+      result = LLVM::InsertValueOp::create(
+          b_, loc, result,
+          LLVM::LoadOp::create(b_, loc, b_.getF32Type(), slot(acc, b_.getF32Type(), i)),
+          ArrayRef<int64_t>{i});
     replace(mma, result);
     return success();
   }

@@ -15,17 +15,23 @@ struct CompiledInstance {
   const edsl::TracedKernel* kernel;
   std::vector<GpuBinary> gpu;
   /// Lowered separately for sm_80 (cp.async copies, dots without wgmma), so
-  /// the emulator has that form too: pallas_emu_<instance>_cp_async.
+  /// the emulator has that form too: pallas_emu_kernel_<instance>_cp_async.
   bool sm80_form = false;
 };
+
+/// The symbol of an instance's cubin for `arch` in `<op>_host.o`: the codegen
+/// puts the bytes there (a constant, 16-byte aligned) instead of in the
+/// generated source, which a C++ compiler would parse byte by byte.
+std::string cubinSymbol(const std::string& instance, const std::string& arch);
 
 /// The public header `pallas/kernels/<op>.h`: one typed overload per instance,
 /// plus `<instance>_argv` and `<instance>_metadata` (Halide's pattern).
 std::string emitHeader(const std::string& op, const std::string& spec_file,
                        const std::vector<CompiledInstance>& instances);
 
-/// The source: embedded cubins, metadata, argument checks, grid computation
-/// and the launch through the runtime. Links against `<op>_host.o`.
+/// The source: metadata, argument checks, grid computation and the launch
+/// through the runtime. Links against `<op>_host.o` (host and emulator
+/// forms, and the cubins: cubinSymbol).
 std::string emitSource(const std::string& op, const std::string& spec_file,
                        const std::vector<CompiledInstance>& instances);
 

@@ -62,8 +62,8 @@ std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMCont
 
 /// Lowers the kernel IR in `module` (consumed) like the cubin, to the NVVM
 /// dialect, then to host code calling the emulator's SIMT runtime:
-/// `void pallas_emu_<kernel>(void** args)` runs one GPU thread, and
-/// `const int64_t pallas_emu_<kernel>_shared_bytes` is its static shared memory.
+/// `void pallas_emu_kernel_<kernel>(void** args)` runs one GPU thread, and
+/// `const int64_t pallas_emu_kernel_<kernel>_shared_bytes` is its static shared memory.
 /// `cpAsync`: the sm_80 form of a staged kernel (see gpuToNVVMPipeline).
 std::unique_ptr<llvm::Module> lowerForEmulator(mlir::ModuleOp module, llvm::LLVMContext& context,
                                                std::string& error, bool cpAsync = false);

@@ -288,7 +288,9 @@ def Pallas_WgmmaOp : Pallas_Op<"wgmma"> {
     Starts `acc += a @ b` (`a @ transpose(b)` with `transpose_b`): `acc` is an
     accumulator ref (`spec.accumulator`, `[M, N]` f32), `a` (`[M, K]`) and `b`
     (`[K, N]`, or `[N, K]` transposed) refs of blocks staged in shared memory
-    (InShared), both f16 or both bf16. The multiply runs asynchronously:
+    (InShared), both f16 or both bf16; `a` may instead be a block value held in
+    registers (Pallas' wgmma with an array `a`: e.g. attention's probabilities,
+    computed in the accumulator layout). The multiply runs asynchronously:
     `pallas.wgmma_wait` bounds how many are in flight, and the operands must
     not be overwritten before it (the emulator checks). Reading or writing
     the accumulator waits for every multiply in flight (Pallas'
@@ -297,15 +299,18 @@ def Pallas_WgmmaOp : Pallas_Op<"wgmma"> {
     ```mlir
     pallas.wgmma %acc, %a, %b {transpose_b}
         : !pallas.ref<128x64xf32>, !pallas.ref<128x64xbf16>, !pallas.ref<64x64xbf16>
+    pallas.wgmma %acc2, %p, %v : !pallas.ref<64x64xf32>, vector<64x64xbf16>, !pallas.ref<64x64xbf16>
     ```
 
-    sm_90a: `wgmma.mma_async` on descriptors of the stage buffers, then
+    sm_90a: `wgmma.mma_async` on descriptors of the stage buffers (a value
+    `a`: its WGMMA-layout registers, four 32-bit words per 16 of K), then
     `wgmma.commit_group`. Targets without asynchronous MMAs (the host, sm_80)
     run it synchronously: `pallas-expand-wgmma` rewrites it to loads, a
     `pallas.dot` and a store.
   }];
-  let arguments = (ins Pallas_RefType:$acc, Pallas_RefType:$a, Pallas_RefType:$b,
-                       UnitAttr:$transpose_b);
+  let arguments = (ins Pallas_RefType:$acc,
+                       AnyTypeOf<[Pallas_RefType, AnyVectorOfNonZeroRank]>:$a,
+                       Pallas_RefType:$b, UnitAttr:$transpose_b);
   let assemblyFormat = [{
     $acc `,` $a `,` $b attr-dict `:` type($acc) `,` type($a) `,` type($b)
   }];

@@ -577,6 +577,12 @@ class Ref {
 /// without asynchronous MMAs (the host, sm_80) multiply on the spot.
 void wgmma(const Ref& acc, const Ref& a, const Ref& b, DotOptions options = {},
            std::source_location where = std::source_location::current());
+/// wgmma with `a` a block value ([M, K] f16/bf16) held in registers, e.g.
+/// attention's probabilities computed from another accumulator: on sm_90a
+/// each warpgroup's threads pass their WGMMA-layout registers to the
+/// multiply (values in another layout are converted to it first).
+void wgmma(const Ref& acc, const Value& a, const Ref& b, DotOptions options = {},
+           std::source_location where = std::source_location::current());
 void wgmma_wait(int pending, std::source_location where = std::source_location::current());
 
 using Indices = std::vector<Idx>;

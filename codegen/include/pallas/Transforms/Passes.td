@@ -266,7 +266,7 @@ def ConvertNVVMToEmulator : Pass<"convert-nvvm-to-emulator", "ModuleOp"> {
       emulator is sequentially consistent);
     - shared-memory globals (address space 3) -> offsets from
       `pallas_emu_shared_base()`, laid out per kernel; each kernel's total is
-      exported as `@pallas_emu_<kernel>_shared_bytes`;
+      exported as `@pallas_emu_kernel_<kernel>_shared_bytes`;
     - every load, store and atomic is preceded by
       `pallas_emu_access(address, bytes, flags)`; atomic loads (semaphore and
       flag reads) and compare-and-swaps are spin-wait points, preceded by

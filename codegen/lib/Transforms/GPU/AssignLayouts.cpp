@@ -394,16 +394,19 @@ class LayoutAssignment {
   }
 
   /// Uses of accumulator-layout values: a dot's accumulator, a store to an
-  /// accumulator and elementwise ops computing in that layout take it (their
-  /// other operands are converted to it); a dot's a and b are read from
-  /// strided fragments (or in place in shared memory); every other use
-  /// converts the value to the strided layout first. Returns true for the
-  /// uses it handled.
+  /// accumulator, a wgmma's value operand a and elementwise ops computing in that layout take it
+  /// (their other operands are converted to it); a dot's a and b are read from strided fragments
+  /// (or in place in shared memory); every other use converts the value to the strided layout
+  /// first. Returns true for the uses it handled.
   bool convertAccumulatorUses(Operation* op) {
     if (auto dot = dyn_cast<DotOp>(op)) {
       convert(dot.getAMutable(), strided_, op);
       convert(dot.getBMutable(), strided_, op);
       if (dot.getAcc()) convert(dot.getAccMutable()[0], accumulator_, op);
+      return true;
+    }
+    if (auto mma = dyn_cast<WgmmaOp>(op)) {  // a value a: wgmma's A registers are that layout
+      convert(mma.getAMutable(), accumulator_, op);
       return true;
     }
     if (auto store = dyn_cast<StoreOp>(op)) {

@@ -272,16 +272,18 @@ Value unpackStruct(OpBuilder& b, Location loc, Value s, Value frag, int64_t firs
 /// operand before, this point. Without it LLVM hoists an epilogue's reads of
 /// the accumulator above the wgmma.wait_group guarding them, and ptxas then
 /// completes every wgmma early (info C7517: "warpgroup.wait is injected").
+/// `frag`: f32 registers (an accumulator) or i32 (A's words).
 Value fenceOperands(OpBuilder& b, Location loc, Value frag) {
   auto type = cast<VectorType>(frag.getType());
   const int64_t n = type.getNumElements();
+  const std::string out = type.getElementType().isF32() ? "=f" : "=r";
   std::string constraints;
-  for (int64_t i = 0; i < n; ++i) constraints += (i ? ",=f" : "=f");
+  for (int64_t i = 0; i < n; ++i) constraints += (i ? "," : "") + out;
   for (int64_t i = 0; i < n; ++i) constraints += "," + std::to_string(i);
   SmallVector<Value> regs;
   for (int64_t i = 0; i < n; ++i) regs.push_back(vector::ExtractOp::create(b, loc, frag, i));
   auto structType =
-      LLVM::LLVMStructType::getLiteral(b.getContext(), SmallVector<Type>(n, b.getF32Type()));
+      LLVM::LLVMStructType::getLiteral(b.getContext(), SmallVector<Type>(n, type.getElementType()));
   auto fence = LLVM::InlineAsmOp::create(
       b, loc, structType, regs, kFenceOperandsAsm, constraints, /*has_side_effects=*/true,
       /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
@@ -317,6 +319,61 @@ Value issueWgmma(OpBuilder& b, Location loc, const SharedOperand& a, const Share
             NVVM::MMALayoutAttr::get(ctx, bOp.nMajor ? NVVM::MMALayout::row : NVVM::MMALayout::col),
             NVVM::MMAIntOverflowAttr());
         frag = unpackStruct(b, loc, out.getResult(), frag, first, count);
+      }
+  return frag;
+}
+
+/// The wgmma instructions of frag += a @ b with a in registers: `aWords` is
+/// a [m, k] f16/bf16 value in the WGMMA layout as 32-bit words (two
+/// elements each, low half first), b as issueWgmma's. A's fragment for rows
+/// m0.. and K k0..k0+15 (PTX ISA, "Register fragment" of A: element i of
+/// lane l of warp w is row 16 w + l / 4 + 8 ((i / 2) % 2), column 2 (l % 4) +
+/// i % 2 + 8 (i / 4)) is exactly the layout's 8 elements of those rows and
+/// columns: the 4 words from ((m0 / 64) * k / 8 + k0 / 8) * 2 on. Worked
+/// example: a [64, 64], k0 = 32: words 8..11, the elements of columns 32..47.
+/// The NVVM dialect has no such op: inline PTX, tagged for the emulator
+/// (kWgmmaRegisterAAttrName).
+Value issueWgmmaRegisterA(OpBuilder& b, Location loc, Value aWords, const SharedOperand& bOp,
+                          Value frag, int64_t m, int64_t n, int64_t k, bool bf16) {
+  MLIRContext* ctx = b.getContext();
+  const std::string type = bf16 ? "bf16" : "f16";
+  for (int64_t k0 = 0; k0 < k; k0 += 16)
+    for (int64_t m0 = 0; m0 < m; m0 += 64)
+      for (int64_t n0 = 0; n0 < n; n0 += kWgmmaMaxN) {
+        const int64_t nn = std::min(kWgmmaMaxN, n - n0);
+        const int64_t first = ((m0 / 64) * (n / 8) + n0 / 8) * 4, count = nn / 2;
+        const int64_t aFirst = ((m0 / 64) * (k / 8) + k0 / 8) * 2;
+        SmallVector<Value> operands;
+        std::string constraints, accRegs;
+        for (int64_t i = 0; i < count; ++i) {
+          operands.push_back(vector::ExtractOp::create(b, loc, frag, first + i));
+          constraints += (i ? ",=f" : "=f");
+          accRegs += (i ? ", $" : "$") + std::to_string(i);
+        }
+        for (int64_t i = 0; i < count; ++i) constraints += "," + std::to_string(i);
+        for (int64_t w = 0; w < 4; ++w) {
+          operands.push_back(vector::ExtractOp::create(b, loc, aWords, aFirst + w));
+          constraints += ",r";
+        }
+        operands.push_back(descriptor(b, loc, bOp, n0, k0));
+        constraints += ",l";
+        auto reg = [&](int64_t i) { return "$" + std::to_string(2 * count + i); };
+        // scale-d 1 (acc +=), scale-a/b 1, imm-trans-b 1 for an N-major b.
+        const std::string ptx =
+            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n" +
+            std::to_string(nn) + "k16.f32." + type + "." + type + " {" + accRegs + "}, {" + reg(0) +
+            ", " + reg(1) + ", " + reg(2) + ", " + reg(3) + "}, " + reg(4) + ", p, 1, 1, " +
+            (bOp.nMajor ? "1" : "0") + ";\n}";
+        auto structType =
+            LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(count, b.getF32Type()));
+        auto mma = LLVM::InlineAsmOp::create(
+            b, loc, structType, operands, ptx, constraints, /*has_side_effects=*/true,
+            /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+            LLVM::AsmDialectAttr::get(ctx, LLVM::AsmDialect::AD_ATT), ArrayAttr());
+        mma->setAttr(kWgmmaRegisterAAttrName,
+                     b.getDenseI64ArrayAttr({nn, bf16 ? 1 : 0, bOp.nMajor ? 1 : 0}));
+        frag = unpackStruct(b, loc, mma.getResult(0), frag, first, count);
       }
   return frag;
 }
@@ -563,24 +620,40 @@ LogicalResult lowerWgmma(WgmmaOp op, GpuLowering& g, OpBuilder& b) {
   Location loc = op.getLoc();
   if (!g.wgmma)
     return op.emitOpError("this target multiplies synchronously; run pallas-expand-wgmma first");
-  FailureOr<SharedOperand> a = stagedOperand(op, op.getA(), "operand a", true, g, b);
+  auto aValue = dyn_cast<TypedValue<VectorType>>(op.getA());  // else a staged block's ref
+  FailureOr<SharedOperand> a = SharedOperand{};
+  if (!aValue) a = stagedOperand(op, op.getA(), "operand a", true, g, b);
   if (failed(a)) return failure();
   FailureOr<SharedOperand> bOp =
       stagedOperand(op, op.getB(), "operand b", op.getTransposeB(), g, b);
   if (failed(bOp)) return failure();
   auto accType = cast<RefType>(op.getAcc().getType());
-  const int64_t m = accType.getShape()[0], n = accType.getShape()[1], k = a->k;
+  const int64_t m = accType.getShape()[0], n = accType.getShape()[1];
+  const int64_t k = aValue ? aValue.getType().getShape()[1] : a->k;
   if (m % 64 != 0 || n % 8 != 0 || k % 16 != 0)
     return op.emitOpError("multiplies [")
            << m << ", " << k << "] by [" << k << ", " << n
            << "]; wgmma needs M a multiple of 64, N of 8 and K of 16";
   auto layout = TiledLayoutAttr::getWgmmaAccumulator(b.getContext());
+  const bool bf16 = cast<RefType>(op.getB().getType()).getElementType().isBF16();
+  Value aWords;  // a in registers: its fragment as 32-bit words
+  if (aValue) {
+    FailureOr<Value> aFrag = g.operandIn(b, loc, aValue, layout);
+    if (failed(aFrag))
+      return op.emitOpError("operand a is a value in layout ")
+             << g.layoutOf(aValue) << "; wgmma reads registers in " << layout;
+    auto fragType = cast<VectorType>(aFrag->getType());
+    aWords = fenceOperands(
+        b, loc,
+        vector::BitCastOp::create(
+            b, loc, VectorType::get({fragType.getNumElements() / 2}, b.getI32Type()), *aFrag));
+  }
   auto fragType = VectorType::get({layout.registersPerThread(accType.getShape())}, b.getF32Type());
   Value storage = g.accumulators.at(op.getAcc());
   Value frag = fenceOperands(b, loc, LLVM::LoadOp::create(b, loc, fragType, storage));
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
-  frag = issueWgmma(b, loc, *a, *bOp, frag, m, n, k,
-                    cast<RefType>(op.getA().getType()).getElementType().isBF16());
+  frag = aValue ? issueWgmmaRegisterA(b, loc, aWords, *bOp, frag, m, n, k, bf16)
+                : issueWgmma(b, loc, *a, *bOp, frag, m, n, k, bf16);
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
   LLVM::StoreOp::create(b, loc, frag, storage);
   return success();

@@ -4,6 +4,12 @@
 //
 // Every call runs on the fiber of one emulated GPU thread; the runtime knows
 // which thread, CTA and launch that is.
+//
+// Names: the runtime's are pallas_emu_<call>; a kernel's, generated, are
+// pallas_emu_kernel_<kernel> (argv entry, _shared_bytes) and
+// pallas_emu_thread_<kernel>, so that no kernel name can take a runtime
+// call's (a kernel named `wgmma_register_a` once did, and its threads called
+// its own entry point).
 #pragma once
 
 #include <stdint.h>
@@ -114,6 +120,12 @@ void pallas_emu_setmaxnreg(int32_t count);
 /// checked like loads.
 void pallas_emu_wgmma(float* acc, int32_t n, int64_t desc_a, int64_t desc_b, int32_t type,
                       int32_t trans_a, int32_t trans_b, int32_t scale_d);
+/// wgmma.mma_async.m64n{n}k16 with A in registers: `a_words` are the
+/// thread's 4 words of A's fragment (PTX's order); the warp's lanes exchange
+/// them (a warp collective: every lane of the warp calls it), B is read
+/// through its descriptor as above.
+void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t* a_words, int64_t desc_b,
+                                 int32_t type, int32_t trans_b, int32_t scale_d);
 /// wgmma.fence, wgmma.commit_group, wgmma.wait_group: the thread's wgmma
 /// groups. The multiplies compute when issued here, but their operands stay
 /// in use until a wait completes their group: overwriting one before is a
