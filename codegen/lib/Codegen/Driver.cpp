@@ -3,6 +3,7 @@
 //   pallas-codegen --list
 //   pallas-codegen --op add --print-kernel-ir
 //   pallas-codegen --op add --out-dir DIR [--ptxas P] [--cuda-root R] [--archs sm_90a,sm_80]
+//                  [--time-trace FILE]
 //
 // The last form writes, for the op's every instance (dtype combination):
 //   DIR/include/pallas/kernels/<op>.h   typed entry points, argv form, metadata
@@ -11,7 +12,9 @@
 //   DIR/<op>.kernel.mlir                 the traced kernel IR, for reading
 //   DIR/ptx/<instance>.<arch>.ptx        the PTX given to ptxas, for reading
 // Files are rewritten only when their bytes change, so rebuilds are quiet and
-// outputs are byte-identical across runs.
+// outputs are byte-identical across runs. `--time-trace FILE` writes where the
+// time went (each instance's forms, LLVM's passes, ptxas) as a Chrome trace,
+// for chrome://tracing or ui.perfetto.dev: build cost is measured, not guessed.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,6 +32,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/TimeProfiler.h"
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/InitAllDialects.h"
@@ -63,7 +67,7 @@ int usage() {
   std::cerr << "usage: pallas-codegen --list\n"
                "       pallas-codegen --op NAME --print-kernel-ir\n"
                "       pallas-codegen --op NAME --out-dir DIR [--ptxas PATH] [--cuda-root DIR]\n"
-               "                      [--archs sm_90a,sm_80]\n"
+               "                      [--archs sm_90a,sm_80] [--time-trace FILE]\n"
                "       pallas-codegen --emulate-gpu-module FILE.mlir -o OBJECT\n";
   return 2;
 }
@@ -110,10 +114,33 @@ int emulateGpuModule(const std::string& file, const std::string& object) {
   return writeIfChanged(object, bytes) ? 0 : 1;
 }
 
+/// With --time-trace, profiles the codegen from construction and writes the
+/// Chrome trace when it goes out of scope (on every return path, after the
+/// phases' scopes have closed).
+class TimeTraceSession {
+ public:
+  explicit TimeTraceSession(std::string file) : file_(std::move(file)) {
+    if (!file_.empty())
+      llvm::timeTraceProfilerInitialize(/*TimeTraceGranularity=*/100, "pallas-codegen");
+  }
+  ~TimeTraceSession() {
+    if (file_.empty()) return;
+    if (llvm::Error e = llvm::timeTraceProfilerWrite(file_, "pallas-codegen"))
+      std::cerr << "pallas-codegen: cannot write " << file_ << ": " << llvm::toString(std::move(e))
+                << "\n";
+    llvm::timeTraceProfilerCleanup();
+  }
+  TimeTraceSession(const TimeTraceSession&) = delete;
+  TimeTraceSession& operator=(const TimeTraceSession&) = delete;
+
+ private:
+  std::string file_;
+};
+
 }  // namespace
 
 int codegenMain(int argc, char** argv) {
-  std::string op, outDir, gpuModuleFile, objectFile;
+  std::string op, outDir, gpuModuleFile, objectFile, timeTraceFile;
   bool list = false, printIR = false;
   GpuOptions gpu;
   for (int i = 1; i < argc; ++i) {
@@ -135,6 +162,8 @@ int codegenMain(int argc, char** argv) {
       gpu.ptxas = next();
     else if (a == "--cuda-root")
       gpu.cuda_root = next();
+    else if (a == "--time-trace")
+      timeTraceFile = next();
     else if (a == "--archs") {
       gpu.archs.clear();
       llvm::SmallVector<llvm::StringRef> parts;
@@ -145,6 +174,7 @@ int codegenMain(int argc, char** argv) {
       return usage();
     }
   }
+  TimeTraceSession timeTrace(timeTraceFile);
   if (!gpuModuleFile.empty()) return emulateGpuModule(gpuModuleFile, objectFile);
   auto specs = edsl::registered_specs();
   if (list) {
@@ -169,6 +199,7 @@ int codegenMain(int argc, char** argv) {
 
   std::vector<edsl::TracedKernel> kernels;
   try {
+    llvm::TimeTraceScope scope("Trace spec", op);
     kernels = edsl::trace_spec(reg->op, reg->fn, context);
   } catch (const edsl::SpecError& e) {
     std::cerr << reg->file << ": error: " << e.what() << "\n";
@@ -188,6 +219,7 @@ int codegenMain(int argc, char** argv) {
   llvm::LLVMContext llvmContext;
   std::unique_ptr<llvm::Module> host;
   for (auto& k : kernels) {
+    llvm::TimeTraceScope instanceScope("Instance", k.instance);
     std::string error;
     CompiledInstance inst{&k, {}, false};
     mlir::OwningOpRef<mlir::ModuleOp> gpuModule(mlir::ModuleOp(*k.module).clone());
@@ -219,13 +251,19 @@ int codegenMain(int argc, char** argv) {
       }
     }
     mlir::OwningOpRef<mlir::ModuleOp> hostModule(mlir::ModuleOp(*k.module).clone());
-    std::unique_ptr<llvm::Module> lowered = lowerForHost(*hostModule, llvmContext, error);
+    std::unique_ptr<llvm::Module> lowered = [&] {
+      llvm::TimeTraceScope scope("Host form");
+      return lowerForHost(*hostModule, llvmContext, error);
+    }();
     if (!lowered) {
       std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";
       return 1;
     }
     mlir::OwningOpRef<mlir::ModuleOp> emuModule(mlir::ModuleOp(*k.module).clone());
-    std::unique_ptr<llvm::Module> emulated = lowerForEmulator(*emuModule, llvmContext, error);
+    std::unique_ptr<llvm::Module> emulated = [&] {
+      llvm::TimeTraceScope scope("Emulator form");
+      return lowerForEmulator(*emuModule, llvmContext, error);
+    }();
     if (!emulated || llvm::Linker::linkModules(*lowered, std::move(emulated))) {
       std::cerr << "pallas-codegen: " << k.instance << ": emulator form: " << error << "\n";
       return 1;
@@ -236,6 +274,7 @@ int codegenMain(int argc, char** argv) {
         if (f->hasAttr(mlir::pallas::kKernelAttrName))
           f.setSymName((f.getSymName() + "_cp_async").str());
       });
+      llvm::TimeTraceScope scope("Emulator form (cp.async)");
       std::unique_ptr<llvm::Module> cpAsync =
           lowerForEmulator(*emuCpAsync, llvmContext, error, /*cpAsync=*/true);
       if (!cpAsync || llvm::Linker::linkModules(*lowered, std::move(cpAsync))) {
@@ -264,6 +303,7 @@ int codegenMain(int argc, char** argv) {
       global->setAlignment(llvm::Align(16));  // ELF images are read in place
     }
   std::string object, error;
+  llvm::TimeTraceScope hostObjectScope("Host object", op);
   if (!emitHostObject(*host, object, error)) {
     std::cerr << "pallas-codegen: " << op << ": " << error << "\n";
     return 1;

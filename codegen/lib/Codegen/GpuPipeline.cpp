@@ -5,10 +5,12 @@
 #include "pallas/Codegen/DiagnosticCollector.h"
 #include "pallas/Transforms/Passes.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/Regex.h"
+#include "llvm/Support/TimeProfiler.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -39,6 +41,7 @@ int firstInt(const std::string& text, const char* pattern) {
 
 /// Runs ptxas on `ptx`, filling the cubin and the resource report.
 bool runPtxas(const GpuOptions& options, GpuBinary& bin, std::string& error) {
+  llvm::TimeTraceScope scope("ptxas", bin.arch);
   llvm::SmallString<128> ptxPath, cubinPath, logPath;
   int fd;
   if (llvm::sys::fs::createTemporaryFile("pallas", "ptx", fd, ptxPath) ||
@@ -105,6 +108,7 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
                    std::vector<GpuBinary>& binaries, std::string& error) {
   mlir::MLIRContext* ctx = module.getContext();
   DiagnosticCollector diagnostics(ctx);
+  llvm::TimeTraceScope scope("GPU form", [&] { return llvm::join(options.archs, ","); });
 
   // 1. Blocks -> threads, then everything in the gpu.module to NVVM.
   mlir::PassManager lower(ctx);
@@ -112,6 +116,7 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
   // inline PTX; the emulator instead rewrites them before this step.
   std::string pipeline = gpuToNVVMPipeline(/*gridConstant=*/true, options.cp_async) +
                          ",gpu.module(convert-nvvm-to-llvm,reconcile-unrealized-casts)";
+  llvm::TimeTraceScope lowerScope("Lower to NVVM");
   if (mlir::failed(mlir::parsePassPipeline(pipeline, lower)) || mlir::failed(lower.run(module))) {
     error = "GPU lowering failed:\n" + diagnostics.text();
     return false;
@@ -145,6 +150,7 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
   module.walk(
       [&](mlir::gpu::GPUModuleOp m) { m.setTargetsAttr(mlir::ArrayAttr::get(ctx, targets)); });
   mlir::PassManager serialize(ctx);
+  llvm::TimeTraceScope serializeScope("NVPTX to PTX");
   if (mlir::failed(mlir::parsePassPipeline(
           "gpu-module-to-binary{format=isa toolkit=" + options.cuda_root + "}", serialize)) ||
       mlir::failed(serialize.run(module))) {

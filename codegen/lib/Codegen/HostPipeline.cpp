@@ -10,6 +10,7 @@
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/TimeProfiler.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 #include "mlir/IR/Diagnostics.h"
@@ -176,7 +177,10 @@ bool emitHostObject(llvm::Module& module, std::string& object, std::string& erro
   pb.registerFunctionAnalyses(fam);
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cam, mam);
-  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(module, mam);
+  {
+    llvm::TimeTraceScope scope("Optimize host object (O2)");
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(module, mam);
+  }
 
   llvm::SmallString<0> buffer;
   llvm::raw_svector_ostream os(buffer);
@@ -185,7 +189,10 @@ bool emitHostObject(llvm::Module& module, std::string& object, std::string& erro
     error = "the host target cannot emit object files";
     return false;
   }
-  codegen.run(module);
+  {
+    llvm::TimeTraceScope scope("Machine code for host object");
+    codegen.run(module);
+  }
   object.assign(buffer.begin(), buffer.end());
   return true;
 }
