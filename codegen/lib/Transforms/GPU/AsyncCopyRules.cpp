@@ -47,10 +47,6 @@
 namespace mlir::pallas::gpu_lowering {
 namespace {
 
-Value i32(OpBuilder& b, Location loc, int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
-}
-
 /// `body` on thread 0 only.
 void onThread0(OpBuilder& b, Location loc, GpuLowering& g,
                function_ref<void(OpBuilder&, Location)> body) {
@@ -128,7 +124,7 @@ LogicalResult lowerRunScoped(RunScopedOp op, GpuLowering& g, OpBuilder& b) {
       st.buffer = g.sharedBuffer(b, loc, st.slotElements, type.getElementType(),
                                  SharedLifetime::kScope, align, "run_scoped " + bufferName(arg));
       st.slot = arith::ConstantIndexOp::create(b, loc, 0);
-      st.parity = i32(b, loc, 0);
+      st.parity = constI32(b, loc, 0);
       st.explicitBuffer = true;
       g.copyBuffers[arg] = st;
       continue;
@@ -141,8 +137,8 @@ LogicalResult lowerRunScoped(RunScopedOp op, GpuLowering& g, OpBuilder& b) {
                               "run_scoped barriers " + std::to_string(arg.getArgNumber()));
     OpBuilder eb = g.entryBuilder();
     a.phases = LLVM::AllocaOp::create(eb, loc, LLVM::LLVMPointerType::get(b.getContext()),
-                                      b.getI32Type(), i32(eb, loc, 1));
-    LLVM::StoreOp::create(b, loc, i32(b, loc, 0), a.phases);
+                                      b.getI32Type(), constI32(eb, loc, 1));
+    LLVM::StoreOp::create(b, loc, constI32(b, loc, 0), a.phases);
     g.barrierArrays[arg] = a;
     arrays.push_back(a);
   }
@@ -152,7 +148,7 @@ LogicalResult lowerRunScoped(RunScopedOp op, GpuLowering& g, OpBuilder& b) {
         for (int64_t k = 0; k < a.count; ++k)
           NVVM::MBarrierInitOp::create(
               tb, l, barrierPointer(tb, l, a.memref, arith::ConstantIndexOp::create(tb, l, k)),
-              i32(tb, l, a.arrivals), Value());
+              constI32(tb, l, a.arrivals), Value());
       if (g.usesTma()) NVVM::FenceMbarrierInitOp::create(tb, l);
     });
     gpu::BarrierOp::create(b, loc);
@@ -237,10 +233,10 @@ LogicalResult lowerBarrierWait(BarrierWaitOp op, GpuLowering& g, OpBuilder& b) {
   Value k = arith::IndexCastOp::create(b, loc, b.getI32Type(), index);
   Value bits = LLVM::LoadOp::create(b, loc, b.getI32Type(), bars.phases);
   Value parity =
-      arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, bits, k), i32(b, loc, 1));
+      arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, bits, k), constI32(b, loc, 1));
   waitForPhase(b, loc, g, barrierPointer(b, loc, bars.memref, index), parity);
   Value flipped =
-      arith::XOrIOp::create(b, loc, bits, arith::ShLIOp::create(b, loc, i32(b, loc, 1), k));
+      arith::XOrIOp::create(b, loc, bits, arith::ShLIOp::create(b, loc, constI32(b, loc, 1), k));
   LLVM::StoreOp::create(b, loc, flipped, bars.phases);
   return success();
 }

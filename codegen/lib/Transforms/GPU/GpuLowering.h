@@ -34,6 +34,7 @@
 #include "SharedMemoryPlan.h"
 #include "pallas/Dialect/PallasDialect.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -192,6 +193,13 @@ LogicalResult lowerForWith(scf::ForOp loop, GpuLowering& g, OpBuilder& b, StepHo
 // become the named barrier kConsumerBarrier of the consumer's threads).
 LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b);
 inline constexpr int64_t kConsumerBarrier = 1;
+
+/// NVVM's address space of shared memory (`!llvm.ptr<3>`).
+inline constexpr unsigned kSharedSpace = 3;
+/// An i32 constant (barrier counts, TMA coordinates, PTX operands).
+inline Value constI32(OpBuilder& b, Location loc, int64_t v) {
+  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
+}
 
 /// The lowering of one kernel: a func.func with layouts assigned becomes a
 /// gpu.func in `gpuModule`.

@@ -61,7 +61,6 @@ namespace mlir::pallas::gpu_lowering {
 namespace {
 
 constexpr int64_t kWgmmaMaxN = 256;
-constexpr unsigned kSharedSpace = 3;
 
 /// An f16/bf16 operand tile of `rows` (M of a, N of b) x `k` in shared
 /// memory, in one of the canonical layouts above: K-major, or N-major from a

@@ -117,10 +117,6 @@ Value indexConst(OpBuilder& b, Location loc, int64_t v) {
   return arith::ConstantIndexOp::create(b, loc, v);
 }
 
-Value i32c(OpBuilder& b, Location loc, int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
-}
-
 /// The TMA coordinates of `stage`'s block at step `step` (lowered index value).
 FailureOr<SmallVector<Value>> coordsAt(const Stage& stage, scf::ForOp loop, Value step,
                                        GpuLowering& g, OpBuilder& b) {
@@ -208,7 +204,7 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
         for (auto [empty, s] : llvm::zip_first(empties, stages))
           for (int64_t k = 0; k < s.st.slots; ++k)
             NVVM::MBarrierInitOp::create(tb, l, barrierPointer(tb, l, empty, indexConst(tb, l, k)),
-                                         i32c(tb, l, consumers), Value());
+                                         constI32(tb, l, consumers), Value());
         NVVM::FenceMbarrierInitOp::create(tb, l);
       });
       gpu::BarrierOp::create(b, loc);  // every thread of both warpgroups

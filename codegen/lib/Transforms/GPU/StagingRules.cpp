@@ -70,12 +70,6 @@
 namespace mlir::pallas::gpu_lowering {
 namespace {
 
-constexpr unsigned kSharedSpace = 3;
-
-Value i32(OpBuilder& b, Location loc, int64_t v) {
-  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
-}
-
 /// The element index (in the 1-D buffer) where the 16-byte piece starting at
 /// row-major element `flat` of the box lives after swizzling.
 Value swizzled(OpBuilder& b, Location loc, Value flat, int64_t elementBytes, int64_t swizzle) {
@@ -158,7 +152,7 @@ SmallVector<Value> copyCoords(OpBuilder& b, Location loc, ValueRange coords,
   SmallVector<Value> out;
   for (auto [k, c] : llvm::enumerate(coords)) {  // innermost first
     const int64_t o = offsets[offsets.size() - 1 - k];
-    out.push_back(o == 0 ? c : arith::AddIOp::create(b, loc, c, i32(b, loc, o)).getResult());
+    out.push_back(o == 0 ? c : arith::AddIOp::create(b, loc, c, constI32(b, loc, o)).getResult());
   }
   return out;
 }
@@ -254,7 +248,7 @@ FailureOr<StagedBlock> allocateStage(BlockOp blk, int64_t slots, GpuLowering& g,
     st.barriers = g.sharedBuffer(b, loc, slots, b.getI64Type(), SharedLifetime::kKernel, 8,
                                  purpose + " barriers");
   st.slot = arith::ConstantIndexOp::create(b, loc, 0);
-  st.parity = i32(b, loc, 0);
+  st.parity = constI32(b, loc, 0);
   return st;
 }
 
@@ -280,7 +274,7 @@ void initStageBarriers(OpBuilder& b, Location loc, GpuLowering& g, const StagedB
   for (int64_t s = 0; s < st.slots; ++s)
     NVVM::MBarrierInitOp::create(b, loc,
                                  slotBarrier(b, loc, st, arith::ConstantIndexOp::create(b, loc, s)),
-                                 i32(b, loc, arrivals), Value());
+                                 constI32(b, loc, arrivals), Value());
   if (g.usesTma()) NVVM::FenceMbarrierInitOp::create(b, loc);  // sm_90's fence.mbarrier_init
 }
 
@@ -296,7 +290,7 @@ namespace {
 /// completing on `bar`.
 void issueTmaLoad(OpBuilder& b, Location loc, const StagedBlock& st, Value slot, Value bar,
                   ValueRange coords) {
-  NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, i32(b, loc, st.bytes()),
+  NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, constI32(b, loc, st.bytes()),
                                          NVVM::MemScopeKindAttr(), b.getBoolAttr(false), Value());
   forEachCopy(st, [&](int64_t copy, ArrayRef<int64_t> offsets) {
     Value dst = LLVM::AddrSpaceCastOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7),
@@ -422,7 +416,7 @@ void waitForStage(OpBuilder& b, Location loc, GpuLowering& g, const StagedBlock&
 
 void waitForPhase(OpBuilder& b, Location loc, GpuLowering& g, Value bar, Value parity) {
   if (g.usesTma()) {  // sm_90: try_wait suspends the thread for a while per attempt
-    NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, parity, i32(b, loc, 1000000));
+    NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, parity, constI32(b, loc, 1000000));
     return;
   }
   // sm_80: test_wait.parity until the phase has completed.
