@@ -83,6 +83,10 @@ function(pallas_add_kernel_library target)
       VERBATIM)
     set_source_files_properties(${gen_dir}/${op}_host.o PROPERTIES EXTERNAL_OBJECT TRUE
                                                                    GENERATED TRUE)
+    # The entry points are cold code (argument checks, the instance choice, a
+    # launch): optimized for size they compile in about half the time of -O3
+    # (layer_norm_residual.cc, 18 instances: 9.9 s -> 5.6 s) and are smaller.
+    set_source_files_properties(${gen_dir}/${op}.cc PROPERTIES COMPILE_OPTIONS -Os)
     list(APPEND sources ${gen_dir}/${op}.stamp ${gen_dir}/${op}.cc ${gen_dir}/${op}_host.o)
   endforeach()
   add_library(${target} STATIC ${sources})
