@@ -127,24 +127,42 @@ float element(Cta& cta, const Operand& op, int64_t r, int64_t k, bool bf16, cons
   return half_to_float(h, bf16);
 }
 
+/// D += A B^T for one thread's accumulator registers of an m64nNk16 product
+/// (PTX's wgmma D fragment): register i holds row 16 warp + lane / 4 +
+/// 8 ((i / 2) % 2), column 8 (i / 4) + 2 (lane % 4) + i % 2 of the warpgroup's
+/// D. `a(row, k)` and `b(col, k)` give the operands' elements; without
+/// `scale_d` the old D is not added.
+template <class AElement, class BElement>
+void multiply_accumulate(float* acc, int32_t n, int warp, int lane, bool scale_d, AElement&& a,
+                         BElement&& b) {
+  for (int i = 0; i < n / 2; ++i) {
+    const int64_t row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2);
+    const int64_t col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+    float sum = scale_d ? acc[i] : 0.0f;
+    for (int64_t k = 0; k < 16; ++k) sum += a(row, k) * b(col, k);
+    acc[i] = sum;
+  }
+}
+
+void check_n(int32_t n, const char* what) {
+  if (n % 8 != 0 || n < 8 || n > 256)
+    fail(std::string(what) + " n = " + std::to_string(n) + " is not 8..256");
+}
+
 }  // namespace
 
 extern "C" void pallas_emu_wgmma(float* acc, int32_t n, int64_t desc_a, int64_t desc_b,
                                  int32_t type, int32_t trans_a, int32_t trans_b, int32_t scale_d) {
   LaunchState& s = current();
   Cta& cta = *s.cta;
-  if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma n = " + std::to_string(n) + " is not 8..256");
+  check_n(n, "wgmma");
   const Operand a = decode(desc_a, trans_a != 0, "a"), b = decode(desc_b, trans_b != 0, "b");
   const bool bf16 = type == 1;
-  const int t = s.thread->linear % 128, warp = t / 32, lane = t % 32;
-  for (int i = 0; i < n / 2; ++i) {
-    const int64_t row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2);
-    const int64_t col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
-    float sum = scale_d ? acc[i] : 0.0f;
-    for (int64_t k = 0; k < 16; ++k)
-      sum += element(cta, a, row, k, bf16, "a") * element(cta, b, col, k, bf16, "b");
-    acc[i] = sum;
-  }
+  const int t = s.thread->linear % 128;
+  multiply_accumulate(
+      acc, n, t / 32, t % 32, scale_d != 0,
+      [&](int64_t row, int64_t k) { return element(cta, a, row, k, bf16, "a"); },
+      [&](int64_t col, int64_t k) { return element(cta, b, col, k, bf16, "b"); });
 }
 
 extern "C" void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t* a_words,
@@ -152,8 +170,7 @@ extern "C" void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t
                                             int32_t scale_d) {
   LaunchState& s = current();
   Cta& cta = *s.cta;
-  if (n % 8 != 0 || n < 8 || n > 256)
-    fail("wgmma (a in registers) n = " + std::to_string(n) + " is not 8..256");
+  check_n(n, "wgmma (a in registers)");
   const Operand b = decode(desc_b, trans_b != 0, "b");
   const bool bf16 = type == 1;
   const int t = s.thread->linear % 128, lane = t % 32;
@@ -173,13 +190,9 @@ extern "C" void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t
     const auto word = static_cast<uint32_t>(words >> (32 * ((i / 2) % 2)));
     return half_to_float(static_cast<uint16_t>(i % 2 ? word >> 16 : word & 0xffff), bf16);
   };
-  for (int i = 0; i < n / 2; ++i) {
-    const int64_t row = lane / 4 + 8 * ((i / 2) % 2);  // of the warp's 16
-    const int64_t col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
-    float sum = scale_d ? acc[i] : 0.0f;
-    for (int64_t k = 0; k < 16; ++k) sum += a(row, k) * element(cta, b, col, k, bf16, "b");
-    acc[i] = sum;
-  }
+  // Rows of A count from the warp's first (warp 0): each warp holds its own 16.
+  multiply_accumulate(acc, n, /*warp=*/0, lane, scale_d != 0, a,
+                      [&](int64_t col, int64_t k) { return element(cta, b, col, k, bf16, "b"); });
 }
 
 extern "C" void pallas_emu_wgmma_fence(void) {}

@@ -427,32 +427,18 @@ class Rewriter {
         (mma.getTypeA() != NVVM::WGMMATypes::f16 && mma.getTypeA() != NVVM::WGMMATypes::bf16) ||
         mma.getScaleA() != NVVM::WGMMAScaleIn::one || mma.getScaleB() != NVVM::WGMMAScaleIn::one)
       return mma.emitOpError("no emulator rule for wgmma other than m64nNk16 f16/bf16 -> f32");
-    OpBuilder eb(mma->getParentOfType<LLVM::LLVMFuncOp>().getBody());
-    Value one = LLVM::ConstantOp::create(eb, loc, i32(), eb.getI32IntegerAttr(1));
-    Value acc = LLVM::AllocaOp::create(eb, loc, ptr(),
-                                       LLVM::LLVMArrayType::get(b_.getF32Type(), count), one);
-    for (int64_t i = 0; i < count; ++i) {
-      Value at = LLVM::GEPOp::create(b_, loc, ptr(), b_.getF32Type(), acc,
-                                     ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
-      LLVM::StoreOp::create(
-          b_, loc, LLVM::ExtractValueOp::create(b_, loc, mma.getInouts(), ArrayRef<int64_t>{i}),
-          at);
-    }
+    SmallVector<Value> registers;
+    for (int64_t i = 0; i < count; ++i)
+      registers.push_back(
+          LLVM::ExtractValueOp::create(b_, loc, mma.getInouts(), ArrayRef<int64_t>{i}));
+    Value acc = storeOnStack(mma, b_.getF32Type(), registers);
     call(loc, "pallas_emu_wgmma", Type(),
          {acc, constI32(loc, mma.getShape().getN()), mma.getDescriptorA(), mma.getDescriptorB(),
           constI32(loc, mma.getTypeA() == NVVM::WGMMATypes::bf16 ? 1 : 0),
           constI32(loc, mma.getLayoutA() == NVVM::MMALayout::row ? 0 : 1),
           constI32(loc, mma.getLayoutB() == NVVM::MMALayout::col ? 0 : 1),
           constI32(loc, mma.getScaleD() == NVVM::WGMMAScaleOut::one ? 1 : 0)});
-    Value result = LLVM::UndefOp::create(b_, loc, type);
-    for (int64_t i = 0; i < count; ++i) {
-      Value at = LLVM::GEPOp::create(b_, loc, ptr(), b_.getF32Type(), acc,
-                                     ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
-      result = LLVM::InsertValueOp::create(b_, loc, result,
-                                           LLVM::LoadOp::create(b_, loc, b_.getF32Type(), at),
-                                           ArrayRef<int64_t>{i});
-    }
-    replace(mma, result);
+    replace(mma, structFromStack(loc, acc, type, b_.getF32Type(), count));
     return success();
   }
 
@@ -464,45 +450,54 @@ class Rewriter {
     const int64_t count = params && params.size() == 3 ? params[0] / 2 : -1;
     if (count <= 0 || static_cast<int64_t>(mma.getOperands().size()) != count + 5)
       return mma.emitOpError("wgmma with A in registers: malformed ") << kWgmmaRegisterAAttrName;
-    OpBuilder eb(mma->getParentOfType<LLVM::LLVMFuncOp>().getBody());
-    Value one = LLVM::ConstantOp::create(eb, loc, i32(), eb.getI32IntegerAttr(1));
-    Value acc = LLVM::AllocaOp::create(eb, loc, ptr(),
-                                       LLVM::LLVMArrayType::get(b_.getF32Type(), count), one);
-    Value words = LLVM::AllocaOp::create(eb, loc, ptr(), LLVM::LLVMArrayType::get(i32(), 4), one);
-    auto slot = [&](Value array, Type et, int64_t i) {
-      return LLVM::GEPOp::create(b_, loc, ptr(), et, array,
-                                 ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
-    };
-    for (int64_t i = 0; i < count; ++i)
-      LLVM::StoreOp::create(b_, loc, mma.getOperands()[i], slot(acc, b_.getF32Type(), i));
-    for (int64_t w = 0; w < 4; ++w)
-      LLVM::StoreOp::create(b_, loc, mma.getOperands()[count + w], slot(words, i32(), w));
+    // Operands: the accumulator's registers, A's four words, B's descriptor.
+    Value acc = storeOnStack(mma, b_.getF32Type(), mma.getOperands().take_front(count));
+    Value words = storeOnStack(mma, i32(), mma.getOperands().slice(count, 4));
     call(loc, "pallas_emu_wgmma_register_a", Type(),
          {acc, constI32(loc, static_cast<int32_t>(params[0])), words, mma.getOperands()[count + 4],
           constI32(loc, static_cast<int32_t>(params[1])),
           constI32(loc, static_cast<int32_t>(params[2])), constI32(loc, 1)});
-    Value result = LLVM::UndefOp::create(b_, loc, mma.getResult(0).getType());
-    for (int64_t i = 0; i < count; ++i)
-      result = LLVM::InsertValueOp::create(
-          b_, loc, result,
-          LLVM::LoadOp::create(b_, loc, b_.getF32Type(), slot(acc, b_.getF32Type(), i)),
-          ArrayRef<int64_t>{i});
-    replace(mma, result);
+    replace(mma, structFromStack(loc, acc, mma.getResult(0).getType(), b_.getF32Type(), count));
     return success();
   }
 
-  /// A stack array of `count` words at the start of the kernel.
-  Value wordsOnStack(Operation* op, int64_t count) {
+  /// A stack array of `count` elements of type `type` at the start of `op`'s
+  /// kernel: registers the runtime reads or writes go through one.
+  Value arrayOnStack(Operation* op, Type type, int64_t count) {
     OpBuilder eb(op->getParentOfType<LLVM::LLVMFuncOp>().getBody());
     Value one = LLVM::ConstantOp::create(eb, op->getLoc(), i32(), eb.getI32IntegerAttr(1));
-    return LLVM::AllocaOp::create(eb, op->getLoc(), ptr(), LLVM::LLVMArrayType::get(i32(), count),
+    return LLVM::AllocaOp::create(eb, op->getLoc(), ptr(), LLVM::LLVMArrayType::get(type, count),
                                   one);
   }
 
-  Value wordAt(Location loc, Value words, int64_t i) {
-    return LLVM::GEPOp::create(b_, loc, ptr(), i32(), words,
+  Value elementAt(Location loc, Value array, Type type, int64_t i) {
+    return LLVM::GEPOp::create(b_, loc, ptr(), type, array,
                                ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
   }
+
+  /// A new stack array holding `values` (of type `type`), stored before `op`.
+  Value storeOnStack(Operation* op, Type type, ValueRange values) {
+    Value array = arrayOnStack(op, type, values.size());
+    for (auto [i, v] : llvm::enumerate(values))
+      LLVM::StoreOp::create(b_, op->getLoc(), v, elementAt(op->getLoc(), array, type, i));
+    return array;
+  }
+
+  /// The struct of type `structType` whose `count` members (of type `type`)
+  /// are read back from `array`.
+  Value structFromStack(Location loc, Value array, Type structType, Type type, int64_t count) {
+    Value result = LLVM::UndefOp::create(b_, loc, structType);
+    for (int64_t i = 0; i < count; ++i)
+      result = LLVM::InsertValueOp::create(
+          b_, loc, result, LLVM::LoadOp::create(b_, loc, type, elementAt(loc, array, type, i)),
+          ArrayRef<int64_t>{i});
+    return result;
+  }
+
+  /// A stack array of `count` words at the start of the kernel.
+  Value wordsOnStack(Operation* op, int64_t count) { return arrayOnStack(op, i32(), count); }
+
+  Value wordAt(Location loc, Value words, int64_t i) { return elementAt(loc, words, i32(), i); }
 
   /// ldmatrix -> pallas_emu_ldmatrix(num, trans, row, out): the lane's words
   /// through a stack array.
