@@ -303,10 +303,12 @@ int codegenMain(int argc, char** argv) {
       global->setAlignment(llvm::Align(16));  // ELF images are read in place
     }
   std::string object, error;
-  llvm::TimeTraceScope hostObjectScope("Host object", op);
-  if (!emitHostObject(*host, object, error)) {
-    std::cerr << "pallas-codegen: " << op << ": " << error << "\n";
-    return 1;
+  {
+    llvm::TimeTraceScope scope("Host object", op);
+    if (!emitHostObject(*host, object, error)) {
+      std::cerr << "pallas-codegen: " << op << ": " << error << "\n";
+      return 1;
+    }
   }
 
   bool ok = writeIfChanged(outDir + "/include/pallas/kernels/" + op + ".h",

@@ -116,10 +116,12 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
   // inline PTX; the emulator instead rewrites them before this step.
   std::string pipeline = gpuToNVVMPipeline(/*gridConstant=*/true, options.cp_async) +
                          ",gpu.module(convert-nvvm-to-llvm,reconcile-unrealized-casts)";
-  llvm::TimeTraceScope lowerScope("Lower to NVVM");
-  if (mlir::failed(mlir::parsePassPipeline(pipeline, lower)) || mlir::failed(lower.run(module))) {
-    error = "GPU lowering failed:\n" + diagnostics.text();
-    return false;
+  {
+    llvm::TimeTraceScope scope("Lower to NVVM");
+    if (mlir::failed(mlir::parsePassPipeline(pipeline, lower)) || mlir::failed(lower.run(module))) {
+      error = "GPU lowering failed:\n" + diagnostics.text();
+      return false;
+    }
   }
 
   // The shared-memory plan's size (convert-pallas-to-gpu), requested at launch,
@@ -150,12 +152,14 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
   module.walk(
       [&](mlir::gpu::GPUModuleOp m) { m.setTargetsAttr(mlir::ArrayAttr::get(ctx, targets)); });
   mlir::PassManager serialize(ctx);
-  llvm::TimeTraceScope serializeScope("NVPTX to PTX");
-  if (mlir::failed(mlir::parsePassPipeline(
-          "gpu-module-to-binary{format=isa toolkit=" + options.cuda_root + "}", serialize)) ||
-      mlir::failed(serialize.run(module))) {
-    error = "PTX generation failed:\n" + diagnostics.text();
-    return false;
+  {
+    llvm::TimeTraceScope scope("NVPTX to PTX");
+    if (mlir::failed(mlir::parsePassPipeline(
+            "gpu-module-to-binary{format=isa toolkit=" + options.cuda_root + "}", serialize)) ||
+        mlir::failed(serialize.run(module))) {
+      error = "PTX generation failed:\n" + diagnostics.text();
+      return false;
+    }
   }
   mlir::gpu::BinaryOp binary;
   module.walk([&](mlir::gpu::BinaryOp b) { binary = b; });
