@@ -89,6 +89,33 @@ TEST_F(Layouts, WgmmaAccumulatorOfTwoInstructionsStacksRegisters) {
                   });
 }
 
+// Two consumer warpgroups: warpgroup w (warps 4 w .. 4 w + 3) holds rows
+// [64 w, 64 w + 64) in PTX's order, as if it were alone with a [64, N]
+// accumulator; a [64, N] or [256, N] block does not fit it.
+TEST_F(Layouts, WgmmaAccumulatorOfTwoWarpgroupsSplitsTheRows) {
+  for (int64_t n : {8, 256})
+    expectMatches(TiledLayoutAttr::getWgmmaAccumulator(&ctx, 2), {128, n}, 8, n / 2,
+                  [](int64_t w, int64_t l, int64_t i) {
+                    return Element{64 * (w / 4) + 16 * (w % 4) + l / 4 + 8 * ((i / 2) % 2),
+                                   8 * (i / 4) + 2 * (l % 4) + i % 2};
+                  });
+  auto layout = TiledLayoutAttr::getWgmmaAccumulator(&ctx, 2);
+  auto o = layout.owner({128, 256}, {81, 10});  // PallasLayouts.td's worked example
+  EXPECT_EQ(o.warp, 5);
+  EXPECT_EQ(o.lane, 5);
+  EXPECT_EQ(o.reg, 4);
+  EXPECT_EQ(layout.threads({64, 64}), 128);  // not the program's 256: rejected by the lowering
+  EXPECT_EQ(layout.threads({256, 64}), 512);
+  auto row = TiledLayoutAttr::getWgmmaRow(&ctx, 2);
+  for (int64_t r = 0; r < 128; ++r) {
+    auto a = layout.owner({128, 8}, {r, 0});
+    auto ro = row.owner({128}, {r});
+    EXPECT_EQ(ro.warp, a.warp) << "row " << r;
+    EXPECT_EQ(ro.lane, a.lane & ~3) << "row " << r;
+    EXPECT_EQ(ro.reg, (a.reg / 2) % 2) << "row " << r;
+  }
+}
+
 // The worked example in PallasLayouts.td: thread 37 (warp 1, lane 5).
 TEST_F(Layouts, WgmmaAccumulatorWorkedExample) {
   auto layout = TiledLayoutAttr::getWgmmaAccumulator(&ctx);

@@ -546,29 +546,36 @@ PALLAS_KERNEL(pipelined_row_scale) {
 // late (delay_release(1)). Planted twin: `_nodelay` refills step k's buffers
 // at the end of step k, while its multiply may still read them. `_ws` is
 // warp-specialized: a producer warpgroup issues the copies, waiting for the
-// consumer's releases on mbarriers. The direct instance (strides TMA cannot
+// consumer's releases on mbarriers. `_ws2` has two consumer warpgroups
+// (256 threads, CUTLASS's cooperative schedule): a 128 x 64 tile, each
+// warpgroup multiplying its 64 rows. The direct instance (strides TMA cannot
 // copy) multiplies loaded blocks with dot.
-template <bool kDelay, bool kWarpSpecialized = false>
+template <bool kDelay, bool kWarpSpecialized = false, int kConsumers = 1>
 void pipelined_wgmma(KernelSpec& spec) {
+  constexpr int64_t kTileM = 64 * kConsumers;
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
   Operand a = spec.input("a", bf16, {m, k});
   Operand b = spec.input("b", bf16, {n, k});
   Operand d = spec.output("d", f32, {m, n});
-  spec.accumulator("acc", {64, 64});
-  spec.grid({cdiv(m, 64), cdiv(n, 64), cdiv(k, 64)});
+  spec.threads(128 * kConsumers);
+  spec.accumulator("acc", {kTileM, 64});
+  spec.grid({cdiv(m, kTileM), cdiv(n, 64), cdiv(k, 64)});
   spec.dimension_semantics({parallel, parallel, arbitrary});
   spec.max_concurrent_steps(3);
   if (kDelay) spec.delay_release(1);
   if (kWarpSpecialized) spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
   const InShared swizzled{.swizzle = 128};
   spec.block(
-      a, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[2]); }, swizzled);
+      a, {Blocked{kTileM}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[2]); },
+      swizzled);
   spec.block(
       b, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[1], p[2]); }, swizzled);
-  spec.block(d, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[1]); });
+  spec.block(d, {Blocked{kTileM}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[1]); });
   const bool staged = !spec.direct();
   spec.body([staged](Ref a, Ref b, Ref d, Ref acc) {
-    when(program_id(2) == index(0), [&] { acc.store(broadcast_to(constant(0, f32), {64, 64})); });
+    when(program_id(2) == index(0), [&] {
+      acc.store(broadcast_to(constant(0, f32), {kTileM, 64}));
+    });
     if (staged) {
       // The [64 K, 64 N] view of b's [N, K] tile (Pallas' transpose_ref):
       // a @ view = a @ b^T, read in place K-major. The _ws forms say the
@@ -588,6 +595,7 @@ PALLAS_KERNEL(pipelined_wgmma) { pipelined_wgmma<true>(spec); }
 PALLAS_KERNEL(pipelined_wgmma_nodelay) { pipelined_wgmma<false>(spec); }  // planted
 PALLAS_KERNEL(pipelined_wgmma_ws) { pipelined_wgmma<true, true>(spec); }
 PALLAS_KERNEL(pipelined_wgmma_ws_nodelay) { pipelined_wgmma<false, true>(spec); }  // planted
+PALLAS_KERNEL(pipelined_wgmma_ws2) { pipelined_wgmma<true, true, 2>(spec); }
 
 // Two products chained through registers, wgmma's `a` a value (attention's
 // P @ V, a fused MLP's down-projection): for each chunk c of 64 hidden units,

@@ -35,6 +35,7 @@
 #include <pallas/kernels/pipelined_wgmma.h>
 #include <pallas/kernels/pipelined_wgmma_nodelay.h>
 #include <pallas/kernels/pipelined_wgmma_ws.h>
+#include <pallas/kernels/pipelined_wgmma_ws2.h>
 #include <pallas/kernels/pipelined_wgmma_ws_nodelay.h>
 #include <pallas/kernels/power.h>
 #include <pallas/kernels/row_sums_sequential.h>
@@ -1028,8 +1029,8 @@ TEST_P(FeaturesTest, WgmmaTakesOperandAFromRegisters) {
   }
 }
 
-// Pallas' pipelined wgmma (pipelined_wgmma, and its warp-specialized form
-// pipelined_wgmma_ws): d = a @ b^T against a float64
+// Pallas' pipelined wgmma (pipelined_wgmma, and its warp-specialized forms
+// pipelined_wgmma_ws and _ws2, two consumer warpgroups): d = a @ b^T against a float64
 // reference, K from one step to five (the refills of delay_release), edges
 // in every dim, a row stride TMA cannot copy (the direct twin), and the
 // sm_80 form (multiplies on the spot) on the emulator.
@@ -1049,13 +1050,16 @@ TEST_P(FeaturesTest, PipelinedWgmmaMatchesTheReference) {
   struct Shape {
     int64_t m, n, k, stride;
   };
-  for (WgmmaMatmul kernel : {kernels::pipelined_wgmma, kernels::pipelined_wgmma_ws})
+  for (WgmmaMatmul kernel :
+       {kernels::pipelined_wgmma, kernels::pipelined_wgmma_ws, kernels::pipelined_wgmma_ws2})
     for (int cc : {90, 80}) {
       if (cc == 80 && GetParam() != Backend::kEmulator) continue;
       for (Shape sh : {Shape{64, 64, 64, 64}, Shape{65, 130, 320, 320}, Shape{7, 9, 200, 200},
-                       Shape{128, 64, 136, 139}}) {
+                       Shape{128, 64, 136, 139}, Shape{193, 70, 72, 72}}) {
         const uint32_t seed = fresh_seed();
-        SCOPED_TRACE(std::string(kernel == kernels::pipelined_wgmma ? "" : "warp-specialized ") +
+        SCOPED_TRACE(std::string(kernel == kernels::pipelined_wgmma      ? ""
+                                 : kernel == kernels::pipelined_wgmma_ws ? "warp-specialized "
+                                                                         : "two consumers ") +
                      "sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) + " n " +
                      std::to_string(sh.n) + " k " + std::to_string(sh.k) + " stride " +
                      std::to_string(sh.stride) + " seed " + std::to_string(seed));

@@ -273,11 +273,18 @@ static TiledLayoutAttr tiled(MLIRContext* ctx, ArrayRef<ArrayRef<int64_t>> tilin
 }
 
 // The named instances; PallasLayouts.td has the worked example of each.
-TiledLayoutAttr TiledLayoutAttr::getWgmmaAccumulator(MLIRContext* ctx) {
-  return tiled(ctx, {{64, 8}, {16, 8}, {8, 8}, {1, 2}}, {-8}, {-4, -3}, -1);
+// With W > 1 warpgroups the 64-row tile index (dim -10 of the accumulator,
+// -5 of the rows) becomes the most significant warp digit, so warpgroup w
+// holds rows [64 w, 64 w + 64): the layout then spans exactly [64 W, N].
+TiledLayoutAttr TiledLayoutAttr::getWgmmaAccumulator(MLIRContext* ctx, int64_t warpgroups) {
+  SmallVector<int64_t> warps =
+      warpgroups > 1 ? SmallVector<int64_t>{-10, -8} : SmallVector<int64_t>{-8};
+  return tiled(ctx, {{64, 8}, {16, 8}, {8, 8}, {1, 2}}, warps, {-4, -3}, -1);
 }
-TiledLayoutAttr TiledLayoutAttr::getWgmmaRow(MLIRContext* ctx) {
-  return tiled(ctx, {{64}, {16}, {8}, {1}}, {-4}, {-2, 4}, -1);
+TiledLayoutAttr TiledLayoutAttr::getWgmmaRow(MLIRContext* ctx, int64_t warpgroups) {
+  SmallVector<int64_t> warps =
+      warpgroups > 1 ? SmallVector<int64_t>{-5, -4} : SmallVector<int64_t>{-4};
+  return tiled(ctx, {{64}, {16}, {8}, {1}}, warps, {-2, 4}, -1);
 }
 TiledLayoutAttr TiledLayoutAttr::getMmaSyncA(MLIRContext* ctx) {
   return tiled(ctx, {{16, 16}, {16, 8}, {8, 8}, {1, 2}}, {}, {-4, -3}, -1);

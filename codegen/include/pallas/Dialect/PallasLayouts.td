@@ -122,6 +122,17 @@ def Pallas_TiledLayoutAttr : Pallas_Attr<"TiledLayout", "tiled"> {
     warp r / 16, lanes 4 (r % 8) .. 4 (r % 8) + 3, register (r % 16) / 8:
     the reduction of an accumulator row needs only 2 shuffles (xor 1, 2).
 
+    Several consumer warpgroups (a program of 128 W threads, W > 1; CUTLASS's
+    cooperative schedule): `getWgmmaAccumulator(ctx, W)` adds the 64-row
+    tile index (tiled dim -10) as the most significant warp digit, warp_dims
+    [-10, -8], so warpgroup w holds rows [64 w, 64 w + 64) of a [64 W, N]
+    accumulator in the registers one m64 instruction writes: each warpgroup
+    issues its own wgmma on its rows. Worked example, [128, 256] over 256
+    threads: thread 165 (warp 5 = warpgroup 1's warp 1, lane 5) holds
+    (81, 2), (81, 3) in registers 0, 1 and (81, 10) in 4: 128 registers
+    a thread, where one warpgroup would need 256. `getWgmmaRow(ctx, W)`
+    likewise: warp_dims [-5, -4].
+
     `mmaSyncA` (m16n8k16 A, [16, 16] f16/bf16, one warp): tiling (16, 16),
     (16, 8), (8, 8), (1, 2); warp_dims []; lane_dims [-4, -3]; vector_dim -1.
     Lane l holds (l / 4, 2 (l % 4) + {0, 1}) in registers 0, 1; row + 8 in 2, 3;
@@ -166,8 +177,9 @@ def Pallas_TiledLayoutAttr : Pallas_Attr<"TiledLayout", "tiled"> {
     ::llvm::SmallVector<Digit> warpDigits(::llvm::ArrayRef<int64_t> shape) const;
     ::llvm::SmallVector<Digit> laneDigits(::llvm::ArrayRef<int64_t> shape) const;
 
-    static TiledLayoutAttr getWgmmaAccumulator(::mlir::MLIRContext* ctx);
-    static TiledLayoutAttr getWgmmaRow(::mlir::MLIRContext* ctx);
+    /// `warpgroups` > 1: the warpgroups split the rows, 64 each (see above).
+    static TiledLayoutAttr getWgmmaAccumulator(::mlir::MLIRContext* ctx, int64_t warpgroups = 1);
+    static TiledLayoutAttr getWgmmaRow(::mlir::MLIRContext* ctx, int64_t warpgroups = 1);
     static TiledLayoutAttr getMmaSyncA(::mlir::MLIRContext* ctx);
     static TiledLayoutAttr getMmaSyncB(::mlir::MLIRContext* ctx);
     static TiledLayoutAttr getMmaSyncC(::mlir::MLIRContext* ctx);

@@ -222,11 +222,11 @@ DenseSet<Value> inferAccumulatorLayout(func::FuncOp kernel) {
 class LayoutAssignment {
  public:
   LayoutAssignment(func::FuncOp kernel, WarpgroupStridedLayoutAttr strided,
-                   DenseSet<Value> replicated, DenseSet<Value> tiled)
+                   TiledLayoutAttr accumulator, DenseSet<Value> replicated, DenseSet<Value> tiled)
       : kernel_(kernel),
         strided_(strided),
         replicated_(ReplicatedLayoutAttr::get(kernel.getContext())),
-        accumulator_(TiledLayoutAttr::getWgmmaAccumulator(kernel.getContext())),
+        accumulator_(accumulator),
         replicatedValues_(std::move(replicated)),
         tiledValues_(std::move(tiled)) {}
 
@@ -498,14 +498,27 @@ struct PallasAssignLayoutsPass : impl::PallasAssignLayoutsBase<PallasAssignLayou
       FailureOr<int64_t> vec = chooseVec(k, threads, replicated);
       if (failed(vec)) return signalPassFailure();
       DenseSet<Value> tiled = inferAccumulatorLayout(k);
-      if (!tiled.empty() && threads != 128) {
+      if (!tiled.empty() && threads % 128 != 0) {
         k.emitError() << "the kernel has " << threads
                       << " threads per program, but dot and accumulators need the WGMMA "
-                         "accumulator layout of one warpgroup (128 threads)";
+                         "accumulator layout of whole warpgroups (a multiple of 128 threads)";
         return signalPassFailure();
       }
+      // W warpgroups split an accumulator's rows, 64 each: every value in
+      // the layout must have exactly 64 W rows (PallasLayouts.td).
+      auto accumulator = TiledLayoutAttr::getWgmmaAccumulator(&getContext(), threads / 128);
+      for (Value v : tiled) {
+        auto type = cast<VectorType>(v.getType());
+        if (threads > 128 && (type.getRank() != 2 || type.getShape()[0] != threads / 2)) {
+          Operation* at = v.getDefiningOp() ? v.getDefiningOp() : k.getOperation();
+          at->emitError() << "a " << type << " in the WGMMA accumulator layout of " << threads / 128
+                          << " warpgroups; each warpgroup holds 64 rows, so it needs "
+                          << threads / 2 << " rows";
+          return signalPassFailure();
+        }
+      }
       LayoutAssignment(k, WarpgroupStridedLayoutAttr::get(&getContext(), threads, *vec),
-                       std::move(replicated), std::move(tiled))
+                       accumulator, std::move(replicated), std::move(tiled))
           .run();
     }
   }

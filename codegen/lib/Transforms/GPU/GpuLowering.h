@@ -40,6 +40,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/IRMapping.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -222,6 +223,13 @@ class GpuLowering {
   bool isReplicated(Value v) const { return isa_and_nonnull<ReplicatedLayoutAttr>(layoutOf(v)); }
   /// The kernel's strided layout (every distributed block value has it).
   WarpgroupStridedLayoutAttr strided() const { return strided_; }
+  /// Warpgroups of the kernel's own threads (a warp-specialized producer
+  /// not counted): the consumer warpgroups that split an accumulator's rows.
+  int64_t warpgroups() const { return std::max<int64_t>(1, strided_.getThreads() / 128); }
+  /// The WGMMA accumulator layout over those warpgroups (PallasLayouts.td).
+  TiledLayoutAttr accumulatorLayout() const {
+    return TiledLayoutAttr::getWgmmaAccumulator(strided_.getContext(), warpgroups());
+  }
   /// The per-thread type of a block value of type `block` in `layout`.
   VectorType threadType(VectorType block, Attribute layout) const;
 

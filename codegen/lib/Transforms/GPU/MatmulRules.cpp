@@ -47,6 +47,16 @@
 // 128 columns: tiles 0 and 1) starts at 0x400 + 16 * 128 = 0xc00, i.e.
 // descriptor 0x4000_0040_0200_00c0.
 //
+// Several warpgroups (a program of 128 W threads, W > 1: CUTLASS's
+// cooperative consumers): the accumulator layout gives warpgroup w rows
+// [64 w, 64 w + 64) (PallasLayouts.td), so each warpgroup issues the
+// instructions of its own rows, `a`'s descriptors starting 64 w rows
+// further (K-major: 64 w S bytes), and its registers are those of one m64
+// instruction. Worked example, [128, 256] = a [128, 64] @ b^T over 256
+// threads: warpgroup 1 issues four m64n256k16, rows 64..127, its first
+// descriptor starting at a + 64 * 128 bytes; 128 accumulator registers a
+// thread. On sm_80 warp 4 w + v multiplies rows 64 w + 16 v .. + 15.
+//
 // Accumulators (spec.accumulator) are a per-thread alloca of the fragment,
 // loaded and stored whole, which LLVM promotes to registers.
 //
@@ -78,6 +88,16 @@ struct SharedOperand {
     const int64_t tile = (k0 / tileK) * (rows / span) + row0 / span;
     return tile * tileK * swizzle + (k0 % tileK) * swizzle + (row0 % span) * 2;
   }
+  /// This K-major operand from row `row` on (a multiple of 8): one swizzle
+  /// span per row further, whatever the K block (offset is linear in row0).
+  SharedOperand fromRow(OpBuilder& b, Location loc, Value row) const {
+    assert(!nMajor && "only a K-major operand is split by rows");
+    SharedOperand op = *this;
+    op.base = arith::AddIOp::create(
+        b, loc, base,
+        arith::MulIOp::create(b, loc, row, arith::ConstantIndexOp::create(b, loc, swizzle)));
+    return op;
+  }
   /// The descriptor's leading byte offset: unused K-major (16 bytes by
   /// convention), from one tile to the next along N N-major.
   int64_t leadingBytes() const { return nMajor ? tileK * swizzle : 16; }
@@ -103,6 +123,14 @@ Value idx(OpBuilder& b, Location loc, int64_t v) {
 /// The shared address of element 0 of `memref` (a workgroup memref), as index.
 Value sharedAddress(OpBuilder& b, Location loc, Value memref) {
   return memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref);
+}
+
+/// The first of the `m` accumulator rows this thread's warpgroup holds:
+/// 0 with one warpgroup, else (tid / 128) * m / W (the file comment).
+Value warpgroupFirstRow(OpBuilder& b, Location loc, const GpuLowering& g, int64_t m) {
+  if (g.warpgroups() == 1) return idx(b, loc, 0);
+  Value wg = arith::DivUIOp::create(b, loc, g.tid, idx(b, loc, 128));
+  return arith::MulIOp::create(b, loc, wg, idx(b, loc, m / g.warpgroups()));
 }
 
 /// Whether wgmma reads the whole staged block `st` (ref shape `shape`) in
@@ -292,7 +320,8 @@ Value fenceOperands(OpBuilder& b, Location loc, Value frag) {
 
 /// The wgmma instructions of frag += a @ b (a [m, k], b [n, k] K-major in
 /// shared memory), one per 64 rows, 16 of K and at most 256 columns; no
-/// fence, commit or wait.
+/// fence, commit or wait. With several warpgroups `a` starts at the
+/// warpgroup's rows and `m` is its share (64).
 Value issueWgmma(OpBuilder& b, Location loc, const SharedOperand& a, const SharedOperand& bOp,
                  Value frag, int64_t m, int64_t n, int64_t k, bool bf16) {
   MLIRContext* ctx = b.getContext();
@@ -391,8 +420,9 @@ Value multiplyWithWgmma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   }
   frag = fenceOperands(b, loc, frag);
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
-  frag = issueWgmma(b, loc, a, bOp, frag, dot.getM(), dot.getN(), dot.getK(),
-                    dot.getA().getType().getElementType().isBF16());
+  const int64_t rows = dot.getM() / g.warpgroups();  // this warpgroup's share
+  frag = issueWgmma(b, loc, a.fromRow(b, loc, warpgroupFirstRow(b, loc, g, dot.getM())), bOp, frag,
+                    rows, dot.getN(), dot.getK(), dot.getA().getType().getElementType().isBF16());
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
   NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
   frag = fenceOperands(b, loc, frag);
@@ -440,15 +470,17 @@ PaddedOperand storePadded(Value v, GpuLowering& g, OpBuilder& b, StringRef purpo
 /// acc + a @ b with mma.sync m16n8k16 (sm_80), into the same WGMMA
 /// accumulator layout: a warp's 16 rows of a 64-row block, 8 columns at a
 /// time, are exactly mma.sync's 16 x 8 D fragment (lane l holds rows l / 4
-/// and l / 4 + 8, columns 2 (l % 4) + {0, 1}), so warp w multiplies rows
-/// 16 w.. of each 64-row block by all of b. Fragments come from the padded
+/// and l / 4 + 8, columns 2 (l % 4) + {0, 1}), so warp w of a warpgroup
+/// multiplies rows 16 w.. of each of its warpgroup's 64-row blocks by all of
+/// b. Fragments come from the padded
 /// shared copies by ldmatrix: a's 16 x 16 as .x4 (matrices: rows 0-7 / 8-15
 /// x K 0-7 / 8-15, lane l addressing row l % 8 + 8 ((l / 8) % 2), K 8 (l / 16));
-/// b's for two 8-column tiles as one .x4, transposed when b is [K, N].
+/// b's for two 8-column tiles as one .x4, transposed when b is [K, N], used
+/// at once by every 64-row block (a few b registers live, not all of N's).
 Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   Location loc = dot.getLoc();
   MLIRContext* ctx = b.getContext();
-  const int64_t m = dot.getM(), n = dot.getN(), k = dot.getK();
+  const int64_t m = dot.getM() / g.warpgroups(), n = dot.getN(), k = dot.getK();
   const bool bt = dot.getTransposeB();
   const bool bf16 = dot.getA().getType().getElementType().isBF16();
   // Operands a pipeline staged are read where they are (their loads only
@@ -462,6 +494,7 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   PaddedOperand bm = operand(dot.getB(), "mma.sync operand b");
   const bool stored = !a.stage || !bm.stage;
   if (stored) gpu::BarrierOp::create(b, loc);
+  Value firstRow = warpgroupFirstRow(b, loc, g, dot.getM());  // of this warpgroup's m rows
   Value lane = arith::RemUIOp::create(b, loc, g.tid, idx(b, loc, 32));
   Value warp = arith::RemUIOp::create(
       b, loc, arith::DivUIOp::create(b, loc, g.tid, idx(b, loc, 32)), idx(b, loc, 4));
@@ -500,9 +533,16 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   const NVVM::MMATypes type = bf16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
   auto resultType = LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(4, b.getF32Type()));
   for (int64_t k0 = 0; k0 < k; k0 += 16) {
+    // a's words for each 64-row block of this warpgroup.
+    SmallVector<SmallVector<Value>> aWords;
+    for (int64_t m0 = 0; m0 < m; m0 += 64) {
+      Value row =
+          add(add(firstRow, idx(b, loc, m0)), add(scaled(warp, 16), add(lane8, scaled(half, 8))));
+      aWords.push_back(
+          ldmatrix(rowAddress(a, row, add(idx(b, loc, k0), scaled(quarter, 8))), 4, false));
+    }
     // b's two words per 8-column tile, 16 columns per ldmatrix (.x2 for a
     // last tile of 8): matrices (tile 0, K 0-7), (tile 0, K 8-15), (tile 1, ...).
-    SmallVector<Value> bWords;
     for (int64_t n0 = 0; n0 < n; n0 += 16) {
       const int num = n - n0 >= 16 ? 4 : 2;
       Value tile = num == 4 ? quarter : idx(b, loc, 0);
@@ -510,28 +550,24 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
                                   add(idx(b, loc, k0), scaled(half, 8)))
                      : rowAddress(bm, add(idx(b, loc, k0), add(lane8, scaled(half, 8))),
                                   add(idx(b, loc, n0), scaled(tile, 8)));
-      llvm::append_range(bWords, ldmatrix(ptr, num, /*trans=*/!bt));
-    }
-    for (int64_t m0 = 0; m0 < m; m0 += 64) {
-      Value row = add(idx(b, loc, m0), add(scaled(warp, 16), add(lane8, scaled(half, 8))));
-      SmallVector<Value> aWords =
-          ldmatrix(rowAddress(a, row, add(idx(b, loc, k0), scaled(quarter, 8))), 4, false);
-      for (int64_t j = 0; j < n / 8; ++j) {
-        // Registers of rows m0.. and columns 8 j..: ((m0 / 64) * n / 8 + j) * 4 on.
-        const int64_t first = ((m0 / 64) * (n / 8) + j) * 4;
-        SmallVector<Value> c;
-        for (int64_t i = 0; i < 4; ++i)
-          c.push_back(vector::ExtractOp::create(b, loc, frag, first + i));
-        auto mma = NVVM::MmaOp::create(
-            b, loc, resultType, aWords, ValueRange{bWords[2 * j], bWords[2 * j + 1]}, c,
-            ArrayRef<int64_t>{16, 8, 16}, std::nullopt, std::nullopt,
-            std::array<NVVM::MMATypes, 2>{type, type},
-            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
-        for (int64_t i = 0; i < 4; ++i)
-          frag = vector::InsertOp::create(
-              b, loc, LLVM::ExtractValueOp::create(b, loc, mma.getResult(), ArrayRef<int64_t>{i}),
-              frag, first + i);
-      }
+      SmallVector<Value> bWords = ldmatrix(ptr, num, /*trans=*/!bt);
+      for (int64_t j = n0 / 8; j < n0 / 8 + num / 2; ++j)
+        for (int64_t m0 = 0; m0 < m; m0 += 64) {
+          // Registers of rows m0.. and columns 8 j..: ((m0 / 64) * n / 8 + j) * 4 on.
+          const int64_t first = ((m0 / 64) * (n / 8) + j) * 4, jj = j - n0 / 8;
+          SmallVector<Value> c;
+          for (int64_t i = 0; i < 4; ++i)
+            c.push_back(vector::ExtractOp::create(b, loc, frag, first + i));
+          auto mma = NVVM::MmaOp::create(
+              b, loc, resultType, aWords[m0 / 64], ValueRange{bWords[2 * jj], bWords[2 * jj + 1]},
+              c, ArrayRef<int64_t>{16, 8, 16}, std::nullopt, std::nullopt,
+              std::array<NVVM::MMATypes, 2>{type, type},
+              std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
+          for (int64_t i = 0; i < 4; ++i)
+            frag = vector::InsertOp::create(
+                b, loc, LLVM::ExtractValueOp::create(b, loc, mma.getResult(), ArrayRef<int64_t>{i}),
+                frag, first + i);
+        }
     }
   }
   // Rule buffers are dead after the rule: no thread may reuse the bytes
@@ -541,11 +577,13 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
 }
 
 /// Whether register ((m0 / 64) * n / 8 + j) * 4 + i of thread 0 in `layout`
-/// holds element (m0 + 8 (i / 2), 8 j + i % 2): mma.sync's D fragment order,
-/// which multiplyWithMmaSync and multiplyWithWgmma assume.
-bool fragmentOrderMatches(TiledLayoutAttr layout, int64_t m, int64_t n) {
+/// holds element (m0 + 8 (i / 2), 8 j + i % 2) for m0 < m / warpgroups (its
+/// warpgroup's rows): mma.sync's D fragment order, which
+/// multiplyWithMmaSync and multiplyWithWgmma assume.
+bool fragmentOrderMatches(TiledLayoutAttr layout, int64_t m, int64_t n, int64_t warpgroups) {
   SmallVector<int64_t> shape{m, n};
-  for (int64_t m0 = 0; m0 < m; m0 += 64)
+  if (layout.threads(shape) != 128 * warpgroups) return false;
+  for (int64_t m0 = 0; m0 < m / warpgroups; m0 += 64)
     for (int64_t j = 0; j < n / 8; ++j)
       for (int64_t i = 0; i < 4; ++i) {
         SmallVector<int64_t> at = layout.elementAt(shape, 0, 0, ((m0 / 64) * (n / 8) + j) * 4 + i);
@@ -564,7 +602,7 @@ LogicalResult lowerDot(DotOp dot, GpuLowering& g, OpBuilder& b) {
   Attribute layout = g.layoutOf(dot.getResult());
   if (!isa_and_nonnull<TiledLayoutAttr>(layout))
     return dot.emitOpError("the result must be in the WGMMA accumulator layout, not ") << layout;
-  if (!fragmentOrderMatches(cast<TiledLayoutAttr>(layout), m, n))
+  if (!fragmentOrderMatches(cast<TiledLayoutAttr>(layout), m, n, g.warpgroups()))
     return dot.emitOpError("the accumulator layout ")
            << layout << " does not hold mma.sync's fragments in the order the rule assumes";
   const int64_t vec = g.strided().getVec();
@@ -633,7 +671,8 @@ LogicalResult lowerWgmma(WgmmaOp op, GpuLowering& g, OpBuilder& b) {
     return op.emitOpError("multiplies [")
            << m << ", " << k << "] by [" << k << ", " << n
            << "]; wgmma needs M a multiple of 64, N of 8 and K of 16";
-  auto layout = TiledLayoutAttr::getWgmmaAccumulator(b.getContext());
+  TiledLayoutAttr layout = g.accumulatorLayout();
+  const int64_t rows = m / g.warpgroups();  // this warpgroup's share (the file comment)
   const bool bf16 = cast<RefType>(op.getB().getType()).getElementType().isBF16();
   Value aWords;  // a in registers: its fragment as 32-bit words
   if (aValue) {
@@ -651,8 +690,9 @@ LogicalResult lowerWgmma(WgmmaOp op, GpuLowering& g, OpBuilder& b) {
   Value storage = g.accumulators.at(op.getAcc());
   Value frag = fenceOperands(b, loc, LLVM::LoadOp::create(b, loc, fragType, storage));
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
-  frag = aValue ? issueWgmmaRegisterA(b, loc, aWords, *bOp, frag, m, n, k, bf16)
-                : issueWgmma(b, loc, *a, *bOp, frag, m, n, k, bf16);
+  frag = aValue ? issueWgmmaRegisterA(b, loc, aWords, *bOp, frag, rows, n, k, bf16)
+                : issueWgmma(b, loc, a->fromRow(b, loc, warpgroupFirstRow(b, loc, g, m)), *bOp,
+                             frag, rows, n, k, bf16);
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
   LLVM::StoreOp::create(b, loc, frag, storage);
   return success();
@@ -681,13 +721,18 @@ bool waitForWgmmas(Operation* access, OpBuilder& b) {
 // --- Accumulators -------------------------------------------------------------
 
 LogicalResult lowerAccumulatorBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
-  auto layout = TiledLayoutAttr::getWgmmaAccumulator(b.getContext());
+  TiledLayoutAttr layout = g.accumulatorLayout();
   auto type = cast<RefType>(blk.getResult().getType());
   std::string error;
   if (failed(layout.tiledShape(type.getShape(), &error)))
     return blk.emitOpError("accumulator of shape [")
            << type.getShape()[0] << ", " << type.getShape()[1]
            << "] does not fit the WGMMA accumulator layout: " << error;
+  if (g.warpgroups() > 1 && type.getShape()[0] != 64 * g.warpgroups())
+    return blk.emitOpError("accumulator of shape [")
+           << type.getShape()[0] << ", " << type.getShape()[1] << "] in a program of "
+           << g.warpgroups() << " warpgroups: each holds 64 rows, so it needs "
+           << 64 * g.warpgroups() << " rows";
   auto fragType = VectorType::get({layout.registersPerThread(type.getShape())}, b.getF32Type());
   // One alloca per accumulator, however many blocks of it the body takes.
   Value storage = g.accumulators.lookup(blk.getArray());
@@ -712,7 +757,7 @@ LogicalResult lowerAccumulatorLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
 }
 
 LogicalResult lowerAccumulatorStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
-  auto layout = TiledLayoutAttr::getWgmmaAccumulator(b.getContext());
+  TiledLayoutAttr layout = g.accumulatorLayout();
   const bool waited = waitForWgmmas(store, b);
   FailureOr<Value> frag = g.operandIn(b, store.getLoc(), store.getValue(), layout);
   if (failed(frag))
