@@ -129,13 +129,14 @@ func.func @small_block(%x: memref<?xf32>, %y: memref<?xf32>) attributes {pallas.
 // A matmul epilogue (linear_bias): the bias row, loaded broadcast to the
 // accumulator's shape, and its cast take the accumulator's tiled layout, so
 // each thread loads the elements its registers hold and the add needs no
-// conversion; only the store converts (to the strided layout).
+// conversion; the store to y's block writes the registers as they are
+// (LoadStoreRules' storeTiled), so nothing goes through shared memory.
 // CHECK-LABEL: func.func @bias_epilogue
 // CHECK:         pallas.dot {{.*}} {pallas.layouts = [#pallas.tiled
 // CHECK-NEXT:    pallas.load {{.*}} {pallas.layouts = [#pallas.tiled
 // CHECK-NEXT:    arith.extf {{.*}} {pallas.layouts = [#pallas.tiled
-// CHECK-NEXT:    arith.addf {{.*}} {pallas.layouts = [#pallas.tiled
-// CHECK-NEXT:    pallas.convert_layout {{.*}} to = #pallas.strided
+// CHECK-NEXT:    %[[S:.*]] = arith.addf {{.*}} {pallas.layouts = [#pallas.tiled
+// CHECK-NEXT:    pallas.store %[[S]], %{{[0-9]+}}{{\[\[}}0, 0]]
 func.func @bias_epilogue(%a: memref<?x?xbf16, strided<[?, 1]>>, %b: memref<?x?xbf16, strided<[?, 1]>>, %bias: memref<?xbf16>, %y: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 2 : i32, pallas.threads = 128 : i64} {
   %i = pallas.program_id 0
   %j = pallas.program_id 1
@@ -238,5 +239,25 @@ func.func @tile4_long_runs(%x: memref<?x?xbf16, strided<[?, 1]>>, %y: memref<?x?
   %m = vector.multi_reduction <maximumf>, %v, %ninf [1] : vector<4x512xf32> to vector<4xf32>
   %mc = vector.shape_cast %m : vector<4xf32> to vector<4x1xf32>
   pallas.store %mc, %ry[[0, 0]] : vector<4x1xf32>, !pallas.ref<4x1xf32>
+  return
+}
+
+// -----
+
+// Two warpgroups (256 threads) split an accumulator's rows, 64 each: a
+// 64-row product cannot be spread over them.
+func.func @dot_rows_for_two_warpgroups(%a: memref<?x?xbf16, strided<[?, 1]>>, %b: memref<?x?xbf16, strided<[?, 1]>>, %y: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 2 : i32, pallas.threads = 256 : i64} {
+  %i = pallas.program_id 0
+  %j = pallas.program_id 1
+  %c0 = arith.constant 0 : index
+  %ra = pallas.block %a[%i, %c0] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<64x64xbf16>
+  %rb = pallas.block %b[%j, %c0] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<64x64xbf16>
+  %ry = pallas.block %y[%i, %j] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<64x64xf32>
+  %va = pallas.load %ra[[0, 0]] [[64, 64]] : !pallas.ref<64x64xbf16> -> vector<64x64xbf16>
+  %vb = pallas.load %rb[[0, 0]] [[64, 64]] : !pallas.ref<64x64xbf16> -> vector<64x64xbf16>
+  %zero = arith.constant dense<0.0> : vector<64x64xf32>
+  // expected-error @+1 {{a 'vector<64x64xf32>' in the WGMMA accumulator layout of 2 warpgroups; each warpgroup holds 64 rows, so it needs 128 rows}}
+  %acc = pallas.dot %va, %vb, %zero {transpose_b} : vector<64x64xbf16>, vector<64x64xbf16>, vector<64x64xf32> -> vector<64x64xf32>
+  pallas.store %acc, %ry[[0, 0]] : vector<64x64xf32>, !pallas.ref<64x64xf32>
   return
 }

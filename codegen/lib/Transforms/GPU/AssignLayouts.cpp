@@ -394,8 +394,9 @@ class LayoutAssignment {
   }
 
   /// Uses of accumulator-layout values: a dot's accumulator, a store to an
-  /// accumulator, a wgmma's value operand a and elementwise ops computing in that layout take it
-  /// (their other operands are converted to it); a dot's a and b are read from strided fragments
+  /// accumulator or to a kernel operand's unstaged block (from the registers
+  /// to global memory), a wgmma's value operand a and elementwise ops computing in that layout take
+  /// it (their other operands are converted to it); a dot's a and b are read from strided fragments
   /// (or in place in shared memory); every other use converts the value to the strided layout
   /// first. Returns true for the uses it handled.
   bool convertAccumulatorUses(Operation* op) {
@@ -414,6 +415,12 @@ class LayoutAssignment {
         convert(store.getValueMutable(), accumulator_, op);
         return true;
       }
+      // An epilogue's result goes from its registers straight to a kernel
+      // operand's block in global memory (LoadStoreRules' storeTiled).
+      auto blk = store.getRef().getDefiningOp<BlockOp>();
+      if (blk && !blk.getStaged() && isa<BlockArgument>(blk.getArray()) &&
+          tiledValues_.contains(store.getValue()))
+        return true;
     }
     if (isa<scf::ForOp, scf::WhileOp, scf::YieldOp, scf::ConditionOp>(op)) return false;
     if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
@@ -507,15 +514,20 @@ struct PallasAssignLayoutsPass : impl::PallasAssignLayoutsBase<PallasAssignLayou
       // W warpgroups split an accumulator's rows, 64 each: every value in
       // the layout must have exactly 64 W rows (PallasLayouts.td).
       auto accumulator = TiledLayoutAttr::getWgmmaAccumulator(&getContext(), threads / 128);
-      for (Value v : tiled) {
-        auto type = cast<VectorType>(v.getType());
-        if (threads > 128 && (type.getRank() != 2 || type.getShape()[0] != threads / 2)) {
-          Operation* at = v.getDefiningOp() ? v.getDefiningOp() : k.getOperation();
-          at->emitError() << "a " << type << " in the WGMMA accumulator layout of " << threads / 128
-                          << " warpgroups; each warpgroup holds 64 rows, so it needs "
-                          << threads / 2 << " rows";
-          return signalPassFailure();
-        }
+      if (threads > 128) {
+        WalkResult fits = k.walk([&](Operation* op) {  // in program order: the first one is named
+          for (Value v : op->getResults()) {
+            auto type = dyn_cast<VectorType>(v.getType());
+            if (!tiled.contains(v) || (type.getRank() == 2 && type.getShape()[0] == threads / 2))
+              continue;
+            op->emitError() << "a " << type << " in the WGMMA accumulator layout of "
+                            << threads / 128 << " warpgroups; each warpgroup holds 64 rows, so it "
+                            << "needs " << threads / 2 << " rows";
+            return WalkResult::interrupt();
+          }
+          return WalkResult::advance();
+        });
+        if (fits.wasInterrupted()) return signalPassFailure();
       }
       LayoutAssignment(k, WarpgroupStridedLayoutAttr::get(&getContext(), threads, *vec),
                        accumulator, std::move(replicated), std::move(tiled))

@@ -367,6 +367,75 @@ LogicalResult storeStrided(StoreOp store, GpuLowering& g, OpBuilder& b) {
   return success();
 }
 
+/// A value in the WGMMA accumulator layout stored straight from its
+/// registers into a block of a kernel operand (an epilogue's D;
+/// pallas-assign-layouts keeps the layout for it): no conversion through
+/// shared memory, which for a [128, 256] tile would take 64 KiB (bf16) to
+/// 128 KiB (f32) beside the pipeline's stages. A thread's registers come in
+/// runs along the last dim (the layout's vector dim: 2 for the accumulator),
+/// each one vector store when inside the array and aligned, else element by
+/// element, masked. Worked example: D [128, 256] bf16, thread 37 of one
+/// warpgroup: registers 0, 1 are (17, 2), (17, 3): one 4-byte store at
+/// D[i0 + 17, j0 + 2] when both are inside the array and the address is
+/// 4-byte aligned; the 4 lanes of a row group write 16 contiguous bytes.
+LogicalResult storeTiled(StoreOp store, GpuLowering& g, OpBuilder& b) {
+  Location loc = store.getLoc();
+  auto layout = cast<TiledLayoutAttr>(g.layoutOf(store.getValue()));
+  const BlockRef& ref = g.refs.at(store.getRef());
+  auto type = cast<VectorType>(store.getValue().getType());
+  ArrayRef<int64_t> shape = type.getShape();
+  FailureOr<Value> frag = g.operandIn(b, loc, store.getValue(), layout);
+  if (failed(frag)) return store.emitOpError("stores a value that is not in its tiled layout");
+  const int64_t registers = layout.registersPerThread(shape);
+  // Runs: registers r .. r + vec - 1 holding consecutive elements of a row.
+  int64_t vec = layout.getVectorDim() == -1 ? (*layout.tiledShape(shape)).back() : 1;
+  for (int64_t r = 0; r < registers && vec > 1; r += vec)
+    for (int64_t j = 1; j < vec; ++j) {
+      SmallVector<int64_t> first = layout.elementAt(shape, 0, 0, r);
+      first.back() += j;
+      if (layout.elementAt(shape, 0, 0, r + j) != first) vec = 1;
+    }
+  const int64_t bytes = vec * type.getElementType().getIntOrFloatBitWidth() / 8;
+  SmallVector<Value> origin = g.tiledThreadOrigin(b, loc, layout, shape);
+  for (int64_t r = 0; r < registers; r += vec) {
+    SmallVector<Value> rc;
+    for (auto [o, c] : llvm::zip(origin, layout.elementAt(shape, 0, 0, r)))
+      rc.push_back(arith::AddIOp::create(b, loc, o, g.index(b, loc, c)));
+    SmallVector<Value> coords = arrayCoords(b, loc, ref, store.getOffsets(),
+                                            g.mapped(store.getDynamicOffsets()), shape, shape, rc);
+    Value run = vector::ExtractStridedSliceOp::create(b, loc, *frag, ArrayRef<int64_t>{r},
+                                                      ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
+    auto elementwise = [&](OpBuilder& eb, Location l) {
+      for (int64_t j = 0; j < vec; ++j) {
+        SmallVector<Value> cj = plus(eb, l, coords, j);
+        scf::IfOp::create(eb, l, inBounds(eb, l, ref, cj), [&](OpBuilder& ib, Location il) {
+          Value v = vector::ExtractOp::create(ib, il, run, ArrayRef<int64_t>{j});
+          memref::StoreOp::create(ib, il, v, ref.array, cj);
+          scf::YieldOp::create(ib, il);
+        });
+      }
+    };
+    if (vec == 1) {
+      elementwise(b, loc);
+      continue;
+    }
+    Value fast = arith::AndIOp::create(b, loc, inBounds(b, loc, ref, coords, vec),
+                                       aligned(b, loc, ref, coords, bytes));
+    scf::IfOp::create(
+        b, loc, fast,
+        [&](OpBuilder& tb, Location l) {
+          vector::StoreOp::create(tb, l, run, ref.array, coords, /*nontemporal=*/false,
+                                  llvm::MaybeAlign(bytes));
+          scf::YieldOp::create(tb, l);
+        },
+        [&](OpBuilder& eb, Location l) {
+          elementwise(eb, l);
+          scf::YieldOp::create(eb, l);
+        });
+  }
+  return success();
+}
+
 /// A store to scratch is fenced by barriers: the one before lets every
 /// thread finish reading the old contents, the one after makes the new
 /// contents visible to every thread (any thread may load any element).
@@ -377,6 +446,8 @@ LogicalResult lowerStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
   if (shared) gpu::BarrierOp::create(b, store.getLoc());
   LogicalResult done = !isa<VectorType>(store.getValue().getType()) ? storeScalar(store, g, b)
                        : g.isReplicated(store.getValue())           ? storeReplicated(store, g, b)
+                       : isa_and_nonnull<TiledLayoutAttr>(g.layoutOf(store.getValue()))
+                           ? storeTiled(store, g, b)
                        : isa_and_nonnull<StridedRowsLayoutAttr>(g.layoutOf(store.getValue()))
                            ? storeRows(store, g, b)
                            : storeStrided(store, g, b);
