@@ -27,7 +27,7 @@
 //
 // Split-K (the `splitk` instance of each non-batched product, which the
 // entry point picks at run time): when D has few tiles and K is long (a
-// decode step: M of 1..128 against a 4096-wide weight gives 32 programs on
+// decode step: M of 1..128 against a 4096-wide weight gives 16 programs on
 // 132 SMs), the grid is (i, j, s, k): split s multiplies K steps
 // [s * per, (s + 1) * per), stores its f32 tile to a workspace and adds one
 // to the tile's semaphore; the split that brings it to S sums the S partial
@@ -36,14 +36,14 @@
 // to zero (the pattern of sum_all and the split row reductions). Steps past
 // K read zeros (TMA's fill, masked loads), so any split is exact. The
 // entry point splits when the tiles schedule would have too few programs:
-// counted in its 128 x 128 tiles (128 x 64 with C or R), S > 1 below. The
+// counted in its 128 x 256 tiles (128 x 64 with C or R), S > 1 below. The
 // split instance then uses 128 x 64 tiles and its own S. Worked example,
-// M = 16, N = 4096, K = 4096: 32 tiles of 128 x 128 and 64 K steps want
-// min(cdiv(64, 4), cdiv(264, 32)) = 9, i.e. cdiv(64, cdiv(64, 9)) = 8 > 1
+// M = 16, N = 4096, K = 4096: 16 tiles of 128 x 256 and 64 K steps want
+// min(cdiv(64, 4), cdiv(264, 16)) = 16, i.e. cdiv(64, cdiv(64, 16)) = 16 > 1
 // splits: split-K. In its 64 tiles
 // of 128 x 64: min(16, cdiv(264, 64)) = 5 wanted, per = cdiv(64, 5) = 13
 // steps, S = cdiv(64, 13) = 5 splits (the last one 12 steps and one past K):
-// 320 programs instead of 32.
+// 320 programs instead of 16.
 //
 // `linear_*` take the weight as a linear layer stores it, [N, K], and keep
 // the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
@@ -141,7 +141,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // a direct twin agrees with its TMA instance.
   Schedule schedule = Schedule::kTiles;
   if (!form.batched) {
-    const int64_t chooser_n = extra_operand(epilogue) == Extra::kMatrix ? 64 : 128;
+    const int64_t chooser_n = extra_operand(epilogue) == Extra::kMatrix ? 64 : 256;
     Splits chosen = splits_for(cdiv(m, 128) * cdiv(n, chooser_n), cdiv(k, kTileK));
     schedule = spec.variant("schedule", {"tiles", "splitk"}, DimExpr(1) - le(chosen.count, 1)) == 1
                    ? Schedule::kSplitK
@@ -151,17 +151,21 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // The accumulator's registers decide the tile (no spills on any target;
   // the instance also serves sm_80, whose mma.sync form holds the same
   // accumulator plus a and b fragments):
-  //  - 128 x 128 (128 registers a thread) where wgmma reads both tiles in
-  //    place and the warp-specialized consumer has 232 registers;
-  //  - 128 x 64 there when the epilogue also holds an [M, N] tile of C or R
-  //    in registers, or the product is batched or split-K (their sm_80
-  //    forms spill at 128 x 128; decode shapes gain programs);
+  //  - 128 x 256 over two consumer warpgroups (CUTLASS's cooperative
+  //    schedule: each multiplies its 64 rows by all 256 columns, 128
+  //    registers a thread) where wgmma reads both tiles in place: half the
+  //    shared-memory traffic per multiply of a 128 x 128 tile, and
+  //    m64n256k16, wgmma's widest;
+  //  - 128 x 64 on one warpgroup when the epilogue also holds an [M, N]
+  //    tile of C or R in registers, or the product is batched or split-K
+  //    (their sm_80 forms spill at 128 x 128; decode shapes gain programs);
   //  - 64 x 64 where the threads first store the operands into wgmma's
   //    layout (the direct twin).
   const bool in_place = !spec.direct();
   const bool wide =
       in_place && extra_operand(epilogue) != Extra::kMatrix && !form.batched && !split;
-  const int64_t kTileM = in_place ? 128 : 64, kTileN = wide ? 128 : 64;
+  const int64_t kTileM = in_place ? 128 : 64, kTileN = wide ? 256 : 64;
+  if (wide) spec.threads(256);
   // Batched: a leading dim on every matrix and on the grid, (batch, i, j, k);
   // blocks squeeze it. `mat` prefixes it to a shape, `blk` a squeezed dim to
   // a block, `idx` the program's batch entry to an index map's result.
@@ -220,7 +224,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // Pallas' pipelined wgmma: step k's multiply stays in flight while step
     // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
     // are released one step later (delay_release) and refilled with step
-    // k + 3 - 1: three buffers keep two steps' copies ahead.
+    // k + 3 - 1: three buffers keep two steps' copies ahead. (At 128 x 256
+    // a stage is 48 KiB: three fit sm_80's 164 KiB as well as sm_90's 227.)
     spec.max_concurrent_steps(3);
     spec.delay_release(1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
@@ -249,10 +254,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     spec.block(e, {Blocked{kTileN}}, [o](const ProgramIds& p) { return at(p[o + 1]); });
   spec.block(d, blk({Blocked{kTileM}, Blocked{kTileN}}), tile(0, 1));
 
-  // Rows [r0, r0 + rows) of D = epilogue(r), r those rows of the product.
-  auto store_rows = [=](const Value& r, const Ref* e, const Ref& d, int64_t r0, int64_t rows) {
+  // Rows [r0, r0 + rows) and columns [c0, c0 + cols) of D = epilogue(r),
+  // r that part of the product.
+  auto store_part = [=](const Value& r, const Ref* e, const Ref& d, int64_t r0, int64_t rows,
+                        int64_t c0, int64_t cols) {
     auto extra_f32 = [&] {
-      return (extra == Extra::kMatrix ? e->load({r0, 0}, {rows, kTileN}) : e->load()).cast(f32);
+      return (extra == Extra::kMatrix ? e->load({r0, c0}, {rows, cols}) : e->load({c0}, {cols}))
+          .cast(f32);
     };
     Value y = r;
     switch (epilogue) {
@@ -272,12 +280,25 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
       case Epilogue::kNone:
         break;
     }
-    d.store(y.cast(out), {r0, 0});
+    d.store(y.cast(out), {r0, c0});
   };
+  auto store_rows = [=](const Value& r, const Ref* e, const Ref& d, int64_t r0, int64_t rows) {
+    store_part(r, e, d, r0, rows, 0, kTileN);
+  };
+  // The tiles schedule's epilogue reads the accumulator in column chunks
+  // (slices of its registers): at 128 x 256 a bias epilogue on all 256
+  // columns at once keeps 128 accumulator and 64 bias registers live beside
+  // its temporaries, and spilled; in two chunks of 128 it does not.
+  const int64_t kEpilogueCols = wide ? 128 : kTileN;
   // The tile's product r is complete: D = epilogue(r), or with split-K this
   // split's part of it, summed by the split that completes the tile.
-  auto finish = [=](const Value& r, const Ref* e, const Ref& d, const Ref* partials) {
-    if (!split) return store_rows(r, e, d, 0, kTileM);
+  auto finish = [=](const Ref& acc, const Ref* e, const Ref& d, const Ref* partials) {
+    if (!split) {
+      for (int64_t c0 = 0; c0 < kTileN; c0 += kEpilogueCols)
+        store_part(acc.load({0, c0}, {kTileM, kEpilogueCols}), e, d, 0, kTileM, c0, kEpilogueCols);
+      return;
+    }
+    const Value r = acc.load();
     const int64_t tile_elements = kTileM * kTileN, slab = 16;
     Value tile = program_id(0) * num_programs(1) + program_id(1);
     Value count = num_programs(2);
@@ -299,7 +320,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   };
 
   // One K step: acc += a @ b; at the last step the tile is finished
-  // (loading the accumulator waits for every multiply in flight).
+  // (loading the accumulator waits for every multiply in flight; `done`
+  // reads it).
   auto step = [=](Ref a, Ref b, Ref acc, auto&& done) {
     when(program_id(k_axis) == index(0), [&] {
       acc.store(broadcast_to(constant(0, f32), {kTileM, kTileN}));
@@ -310,19 +332,19 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     } else {
       acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));
     }
-    when(program_id(k_axis) == num_programs(k_axis) - index(1), [&] { done(acc.load()); });
+    when(program_id(k_axis) == num_programs(k_axis) - index(1), [&] { done(acc); });
   };
   if (form.batched) {  // no epilogue operand, no split
     spec.body([=](Ref a, Ref b, Ref d, Ref acc) {
-      step(a, b, acc, [&](const Value& r) { finish(r, nullptr, d, nullptr); });
+      step(a, b, acc, [&](const Ref& r) { finish(r, nullptr, d, nullptr); });
     });
   } else if (extra == Extra::kNone) {
     spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref partials) {
-      step(a, b, acc, [&](const Value& r) { finish(r, nullptr, d, &partials); });
+      step(a, b, acc, [&](const Ref& r) { finish(r, nullptr, d, &partials); });
     });
   } else {
     spec.body([=](Ref a, Ref b, Ref e, Ref d, Ref acc, Ref partials) {
-      step(a, b, acc, [&](const Value& r) { finish(r, &e, d, &partials); });
+      step(a, b, acc, [&](const Ref& r) { finish(r, &e, d, &partials); });
     });
   }
 }

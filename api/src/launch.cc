@@ -243,6 +243,7 @@ Status launch_cuda(const KernelImage& image, void** args, const std::array<int64
   }
 
   cudaKernel_t kernel = nullptr;
+  int threads = image.threads;
   {
     LoadCache& cache = load_cache();
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -251,12 +252,20 @@ Status launch_cuda(const KernelImage& image, void** args, const std::array<int64
     const Cubin* cubin = select_cubin(image.cubins, info.sm);
     if (cubin == nullptr) return no_binary(image, device, info.sm);
     if (Status s = load_kernel(cache, image, *cubin, device, info, kernel); !s.ok()) return s;
+    if (cubin->threads < 0 || cubin->threads > 1024) {
+      return Status::Error(StatusCode::kInvalidArgument,
+                           std::string(name) + ": its " +
+                               arch_name(cubin->sm, cubin->arch_specific) + " cubin has " +
+                               std::to_string(cubin->threads) +
+                               " threads per program; CUDA allows 1 to 1024");
+    }
+    if (cubin->threads != 0) threads = cubin->threads;  // e.g. no producer warpgroup on sm_80
   }
 
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
                         static_cast<unsigned>(grid[2]));
-  config.blockDim = dim3(static_cast<unsigned>(image.threads), 1, 1);
+  config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
   config.dynamicSmemBytes = static_cast<size_t>(image.dynamic_shared_bytes);
   config.stream = stream;
   config.attrs = nullptr;
@@ -360,13 +369,15 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
   config.kernel = name;
   config.entry = image.emulator_entry;
   const int64_t* static_shared = image.emulator_shared_bytes;
+  int threads = image.threads;
   if (options.compute_capability < 90 && image.emulator_cp_async_entry != nullptr) {
     config.entry = image.emulator_cp_async_entry;  // a staged kernel's sm_80 form
     static_shared = image.emulator_cp_async_shared_bytes;
+    if (image.cp_async_threads != 0) threads = image.cp_async_threads;
   }
   config.args = args;
   config.grid = grid;
-  config.block = {image.threads, 1, 1};
+  config.block = {threads, 1, 1};
   config.shared_bytes = (static_shared ? *static_shared : 0) + image.dynamic_shared_bytes;
   config.buffers = buffers;
   config.options.concurrent_ctas = options.concurrent_programs;

@@ -214,7 +214,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   if (!inst.gpu.empty()) os << "constexpr pallas::detail::Cubin " << name << "_cubins[] = {\n";
   for (const GpuBinary& bin : inst.gpu)
     os << "    {" << bin.sm << ", " << (bin.arch_specific ? "true" : "false") << ", "
-       << cubinSymbol(name, bin.arch) << ", " << bin.cubin.size() << "},\n";
+       << cubinSymbol(name, bin.arch) << ", " << bin.cubin.size() << ", " << bin.threads << "},\n";
   if (!inst.gpu.empty()) os << "};\n\n";
   // One launch size for every target: the largest plan (a staged kernel's
   // sm_80 form needs no buffers for its outputs).
@@ -227,7 +227,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
      << ", &pallas_emu_kernel_" << name << "_shared_bytes";
   if (staged)
     os << ", &pallas_emu_kernel_" << name << "_cp_async, &pallas_emu_kernel_" << name
-       << "_cp_async_shared_bytes";
+       << "_cp_async_shared_bytes, " << spec.launch_threads(/*tma_copies=*/false);
   os << "};\n\n}  // namespace\n\n";
 
   // The typed entry point.

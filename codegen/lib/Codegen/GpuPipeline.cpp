@@ -144,6 +144,22 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
     g.setAlignment(std::max<uint64_t>(g.getAlignment().value_or(0), sharedAlign));
   });
 
+  // The block size the kernel was lowered for (convert-pallas-to-gpu's
+  // known_block_size, now the function's nvvm.maxntid): a warp-specialized
+  // kernel launches its producer warpgroup only where copies are TMA's.
+  int threads = 0;
+  module.walk([&](mlir::LLVM::LLVMFuncOp f) {
+    for (llvm::StringRef name : {"nvvm.reqntid", "nvvm.maxntid"})
+      if (auto dims = f->getAttrOfType<mlir::DenseI32ArrayAttr>(name); dims && !threads) {
+        threads = 1;
+        for (int32_t d : dims.asArrayRef()) threads *= d;
+      }
+  });
+  if (threads == 0) {
+    error = "the lowered kernel has no block size (nvvm.maxntid)";
+    return false;
+  }
+
   // 2. One NVVM target per arch, then LLVM's NVPTX backend to PTX.
   llvm::SmallVector<mlir::Attribute> targets;
   for (const std::string& arch : options.archs)
@@ -181,6 +197,7 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
     if (!runPtxas(options, bin, error)) return false;
     bin.dynamic_shared_bytes = dynamicSharedBytes;
     bin.shared_bytes += dynamicSharedBytes;
+    bin.threads = threads;
     binaries.push_back(std::move(bin));
   }
   return true;

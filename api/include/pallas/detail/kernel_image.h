@@ -30,14 +30,17 @@ struct Cubin {
   bool arch_specific;  // an 'a' target: runs only on exactly this architecture
   const unsigned char* data;
   size_t size;
+  // The block size this cubin was compiled for (a warp-specialized kernel launches its
+  // producer warpgroup only where it copies with TMA); 0: KernelImage::threads.
+  int threads = 0;
 };
 
 struct KernelImage {
   const KernelMetadata* metadata;
   const char* symbol;  // the entry symbol in each cubin
   std::span<const Cubin> cubins;
-  HostEntry host_entry;      // null when the kernel has no host form
-  int threads;               // threads per program (CUDA block size, x)
+  HostEntry host_entry;  // null when the kernel has no host form
+  int threads;           // threads per program (CUDA block size, x), unless a cubin says otherwise
   int dynamic_shared_bytes;  // raised once per device when above the 48 KiB default
   // Backend::kEmulator: one GPU thread of the kernel's NVVM-level code, compiled for the host
   // and run by the SIMT runtime (emulator/), and its static shared memory; null when not built.
@@ -47,6 +50,8 @@ struct KernelImage {
   // TMA), which the emulator runs when EmulatorOptions::compute_capability is below 90.
   ThreadEntry emulator_cp_async_entry = nullptr;
   const int64_t* emulator_cp_async_shared_bytes = nullptr;
+  // The sm_80 form's block size (no producer warpgroup); 0: threads.
+  int cp_async_threads = 0;
 };
 
 // The cubin to run on a device of compute capability sm / 10 . sm % 10, or null when there is

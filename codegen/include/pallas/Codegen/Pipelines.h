@@ -39,6 +39,7 @@ struct GpuBinary {
   int spill_loads = 0;
   int shared_bytes = 0;          // static + dynamic shared memory per program
   int dynamic_shared_bytes = 0;  // the kernel's shared-memory plan, passed at launch
+  int threads = 0;               // the block size it was compiled for, launched with
 };
 
 /// The pass pipeline from kernel IR to gpu.modules of NVVM-dialect kernels:

@@ -873,13 +873,16 @@ class KernelSpec {
   /// the consumer to release each stage buffer, while the spec's warpgroup
   /// (the consumer) runs the body; setmaxnreg moves registers from the
   /// producer to the consumer. Applies to the staged instance (its `_direct`
-  /// twin runs one warpgroup; on sm_80 the producer idles and the consumer
-  /// copies with cp.async). One arbitrary axis; staged blocks are inputs.
+  /// twin runs one warpgroup; the sm_80 form launches no producer: the
+  /// consumers copy with cp.async). One arbitrary axis; staged blocks are inputs.
   void warp_specialize(WarpSpecialization ws);
   const std::optional<WarpSpecialization>& warp_specialization() const { return ws_; }
   /// Threads a program launches with: threads(), plus the producer warpgroup
-  /// of a warp-specialized staged instance.
-  int launch_threads() const { return threads_ + (ws_ && !direct_ ? 128 : 0); }
+  /// of a warp-specialized staged instance where it copies with TMA (sm_90
+  /// on; `tma_copies` false: the sm_80 form, which has none).
+  int launch_threads(bool tma_copies = true) const {
+    return threads_ + (tma_copies && ws_ && !direct_ ? 128 : 0);
+  }
   /// Used by the tracer (emit_pipeline): blocks of `operand`, of the extents
   /// `block` (per array dim), are staged in shared memory by a pipeline in
   /// the body. Checks TMA's rules as block(..., InShared) does.

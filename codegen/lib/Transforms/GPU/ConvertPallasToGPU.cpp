@@ -305,10 +305,11 @@ LogicalResult GpuLowering::run() {
     f->setAttr(kTmaParamsAttrName, mb.getI64IntegerAttr(static_cast<int64_t>(tmaArrays.size())));
   f->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), mb.getUnitAttr());
   // A warp-specialized pipeline launches its producer warpgroup after the
-  // kernel's (PipelineRules.cpp); layouts span the kernel's own threads.
+  // kernel's (PipelineRules.cpp) where TMA copies; layouts span the kernel's
+  // own threads. The cp.async form has no producer.
   bool warpSpecialized = false;
   kernel.walk([&](scf::ForOp loop) { warpSpecialized |= loop->hasAttr(kWarpSpecializedAttrName); });
-  const int64_t launched = threads + (warpSpecialized ? 128 : 0);
+  const int64_t launched = threads + (warpSpecialized && !cpAsync ? 128 : 0);
   f.setKnownBlockSizeAttr(mb.getDenseI32ArrayAttr({static_cast<int32_t>(launched), 1, 1}));
   // At least kMinThreadsPerSM resident threads (.minnctapersm): with four 16-byte loads
   // per thread per chunk, 384 threads keep 24 KiB in flight per SM, about what covers

@@ -372,12 +372,15 @@ LogicalResult storeStrided(StoreOp store, GpuLowering& g, OpBuilder& b) {
 /// pallas-assign-layouts keeps the layout for it): no conversion through
 /// shared memory, which for a [128, 256] tile would take 64 KiB (bf16) to
 /// 128 KiB (f32) beside the pipeline's stages. A thread's registers come in
-/// runs along the last dim (the layout's vector dim: 2 for the accumulator),
-/// each one vector store when inside the array and aligned, else element by
-/// element, masked. Worked example: D [128, 256] bf16, thread 37 of one
-/// warpgroup: registers 0, 1 are (17, 2), (17, 3): one 4-byte store at
-/// D[i0 + 17, j0 + 2] when both are inside the array and the address is
-/// 4-byte aligned; the 4 lanes of a row group write 16 contiguous bytes.
+/// runs along the last dim (the layout's vector dim: 2 for the accumulator).
+/// One test per thread picks the path: when the whole block is inside the
+/// array and every run start is aligned (the thread's first element, and
+/// every row stride a multiple of the run's bytes), each run is one
+/// unconditional vector store at a constant offset from the thread's first
+/// element; otherwise every element is stored on its own, masked. Worked
+/// example: D [128, 256] bf16, thread 37 of one warpgroup: registers 0, 1 are
+/// (17, 2), (17, 3): one 4-byte store at D[i0 + 17, j0 + 2]; the 4 lanes of
+/// a row group write 16 contiguous bytes.
 LogicalResult storeTiled(StoreOp store, GpuLowering& g, OpBuilder& b) {
   Location loc = store.getLoc();
   auto layout = cast<TiledLayoutAttr>(g.layoutOf(store.getValue()));
@@ -387,52 +390,81 @@ LogicalResult storeTiled(StoreOp store, GpuLowering& g, OpBuilder& b) {
   FailureOr<Value> frag = g.operandIn(b, loc, store.getValue(), layout);
   if (failed(frag)) return store.emitOpError("stores a value that is not in its tiled layout");
   const int64_t registers = layout.registersPerThread(shape);
-  // Runs: registers r .. r + vec - 1 holding consecutive elements of a row.
+  // Runs: registers r .. r + vec - 1 holding consecutive elements of a row,
+  // starting at a multiple of vec along it.
   int64_t vec = layout.getVectorDim() == -1 ? (*layout.tiledShape(shape)).back() : 1;
-  for (int64_t r = 0; r < registers && vec > 1; r += vec)
+  for (int64_t r = 0; r < registers && vec > 1; r += vec) {
+    SmallVector<int64_t> first = layout.elementAt(shape, 0, 0, r);
+    if (first.back() % vec != 0) vec = 1;
     for (int64_t j = 1; j < vec; ++j) {
-      SmallVector<int64_t> first = layout.elementAt(shape, 0, 0, r);
-      first.back() += j;
-      if (layout.elementAt(shape, 0, 0, r + j) != first) vec = 1;
+      SmallVector<int64_t> next = first;
+      next.back() += j;
+      if (layout.elementAt(shape, 0, 0, r + j) != next) vec = 1;
     }
-  const int64_t bytes = vec * type.getElementType().getIntOrFloatBitWidth() / 8;
-  SmallVector<Value> origin = g.tiledThreadOrigin(b, loc, layout, shape);
-  for (int64_t r = 0; r < registers; r += vec) {
-    SmallVector<Value> rc;
-    for (auto [o, c] : llvm::zip(origin, layout.elementAt(shape, 0, 0, r)))
-      rc.push_back(arith::AddIOp::create(b, loc, o, g.index(b, loc, c)));
-    SmallVector<Value> coords = arrayCoords(b, loc, ref, store.getOffsets(),
-                                            g.mapped(store.getDynamicOffsets()), shape, shape, rc);
-    Value run = vector::ExtractStridedSliceOp::create(b, loc, *frag, ArrayRef<int64_t>{r},
-                                                      ArrayRef<int64_t>{vec}, ArrayRef<int64_t>{1});
-    auto elementwise = [&](OpBuilder& eb, Location l) {
-      for (int64_t j = 0; j < vec; ++j) {
-        SmallVector<Value> cj = plus(eb, l, coords, j);
-        scf::IfOp::create(eb, l, inBounds(eb, l, ref, cj), [&](OpBuilder& ib, Location il) {
-          Value v = vector::ExtractOp::create(ib, il, run, ArrayRef<int64_t>{j});
-          memref::StoreOp::create(ib, il, v, ref.array, cj);
-          scf::YieldOp::create(ib, il);
-        });
-      }
-    };
-    if (vec == 1) {
-      elementwise(b, loc);
-      continue;
-    }
-    Value fast = arith::AndIOp::create(b, loc, inBounds(b, loc, ref, coords, vec),
-                                       aligned(b, loc, ref, coords, bytes));
-    scf::IfOp::create(
-        b, loc, fast,
-        [&](OpBuilder& tb, Location l) {
-          vector::StoreOp::create(tb, l, run, ref.array, coords, /*nontemporal=*/false,
-                                  llvm::MaybeAlign(bytes));
-          scf::YieldOp::create(tb, l);
-        },
-        [&](OpBuilder& eb, Location l) {
-          elementwise(eb, l);
-          scf::YieldOp::create(eb, l);
-        });
   }
+  const int64_t elementBytes = type.getElementType().getIntOrFloatBitWidth() / 8;
+  const int64_t bytes = vec * elementBytes;
+  SmallVector<Value> origin = g.tiledThreadOrigin(b, loc, layout, shape);
+  auto coordsOf = [&](OpBuilder& at, Location l, ArrayRef<int64_t> blockCoords) {
+    SmallVector<Value> rc;
+    for (auto [o, c] : llvm::zip(origin, blockCoords))
+      rc.push_back(arith::AddIOp::create(at, l, o, g.index(at, l, c)));
+    return arrayCoords(at, l, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()), shape,
+                       shape, rc);
+  };
+  auto run = [&](OpBuilder& at, Location l, int64_t r, int64_t count) {
+    return vector::ExtractStridedSliceOp::create(at, l, *frag, ArrayRef<int64_t>{r},
+                                                 ArrayRef<int64_t>{count}, ArrayRef<int64_t>{1});
+  };
+  auto elementwise = [&](OpBuilder& eb, Location l) {
+    for (int64_t r = 0; r < registers; ++r) {
+      SmallVector<Value> coords = coordsOf(eb, l, layout.elementAt(shape, 0, 0, r));
+      scf::IfOp::create(eb, l, inBounds(eb, l, ref, coords), [&](OpBuilder& ib, Location il) {
+        Value v = vector::ExtractOp::create(ib, il, *frag, ArrayRef<int64_t>{r});
+        memref::StoreOp::create(ib, il, v, ref.array, coords);
+        scf::YieldOp::create(ib, il);
+      });
+    }
+  };
+  if (vec == 1) {
+    elementwise(b, loc);
+    return success();
+  }
+  // The block's last element inside the array: all of it is. Runs aligned:
+  // the thread's first element, and every stride but the last a multiple of
+  // `bytes` (the runs start at multiples of vec along the row).
+  SmallVector<int64_t> last;
+  for (int64_t extent : shape) last.push_back(extent - 1);
+  SmallVector<Value> lastCoords = arrayCoords(
+      b, loc, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()), shape, shape, [&] {
+        SmallVector<Value> c;
+        for (int64_t e : last) c.push_back(g.index(b, loc, e));
+        return c;
+      }());
+  Value fast = arith::AndIOp::create(
+      b, loc, inBounds(b, loc, ref, lastCoords),
+      aligned(b, loc, ref, coordsOf(b, loc, SmallVector<int64_t>(shape.size(), 0)), bytes));
+  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, ref.array);
+  for (Value stride : llvm::drop_end(meta.getStrides())) {
+    Value rowBytes = arith::MulIOp::create(b, loc, stride, g.index(b, loc, elementBytes));
+    Value rem = arith::RemUIOp::create(b, loc, rowBytes, g.index(b, loc, bytes));
+    fast = arith::AndIOp::create(
+        b, loc, fast,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rem, g.index(b, loc, 0)));
+  }
+  scf::IfOp::create(
+      b, loc, fast,
+      [&](OpBuilder& tb, Location l) {
+        for (int64_t r = 0; r < registers; r += vec)
+          vector::StoreOp::create(tb, l, run(tb, l, r, vec), ref.array,
+                                  coordsOf(tb, l, layout.elementAt(shape, 0, 0, r)),
+                                  /*nontemporal=*/false, llvm::MaybeAlign(bytes));
+        scf::YieldOp::create(tb, l);
+      },
+      [&](OpBuilder& eb, Location l) {
+        elementwise(eb, l);
+        scf::YieldOp::create(eb, l);
+      });
   return success();
 }
 

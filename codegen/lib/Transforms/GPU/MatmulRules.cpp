@@ -747,12 +747,38 @@ LogicalResult lowerAccumulatorBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
   return success();
 }
 
+/// A load of the accumulator: its registers, or for a column slice of whole
+/// rows (offsets (0, c0), 8-column aligned; the EDSL checks) the registers
+/// holding it. Register r of the slice's layout holds the element its
+/// thread's register s of the whole holds, s = owner(elementAt(r) + (0, c0))
+/// (the warp and lane digits do not depend on N). Worked example: columns
+/// [128, 256) of a [128, 256] accumulator over two warpgroups are registers
+/// 64..127, in order.
 LogicalResult lowerAccumulatorLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
+  Location loc = load.getLoc();
   const bool waited = waitForWgmmas(load, b);
-  Attribute layout = g.layoutOf(load.getResult());
-  VectorType fragType = g.threadType(load.getResult().getType(), layout);
-  Value frag = LLVM::LoadOp::create(b, load.getLoc(), fragType, g.accumulators.at(load.getRef()));
-  g.map.map(load.getResult(), waited ? fenceOperands(b, load.getLoc(), frag) : frag);
+  auto layout = dyn_cast_or_null<TiledLayoutAttr>(g.layoutOf(load.getResult()));
+  if (!layout) return load.emitOpError("an accumulator is loaded in its tiled layout");
+  auto refType = cast<RefType>(load.getRef().getType());
+  VectorType type = load.getResult().getType();
+  Value frag = LLVM::LoadOp::create(
+      b, loc, g.threadType(VectorType::get(refType.getShape(), type.getElementType()), layout),
+      g.accumulators.at(load.getRef()));
+  if (type.getShape() != refType.getShape()) {
+    SmallVector<int64_t> picks;
+    for (int64_t r = 0; r < layout.registersPerThread(type.getShape()); ++r) {
+      SmallVector<int64_t> at = layout.elementAt(type.getShape(), 0, 0, r);
+      for (auto [c, offset] : llvm::zip(at, load.getOffsets())) c += offset;
+      TiledLayoutAttr::Owner owner = layout.owner(refType.getShape(), at);
+      if (owner.warp != 0 || owner.lane != 0)
+        return load.emitOpError(
+            "a slice of the accumulator that its threads do not hold at "
+            "the same place (columns must start at a multiple of 8)");
+      picks.push_back(owner.reg);
+    }
+    frag = vector::ShuffleOp::create(b, loc, frag, frag, picks);
+  }
+  g.map.map(load.getResult(), waited ? fenceOperands(b, loc, frag) : frag);
   return success();
 }
 

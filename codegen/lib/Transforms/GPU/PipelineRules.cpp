@@ -45,10 +45,11 @@
 //
 // Warp specialization (`pallas.warp_specialized` = [producer, launch,
 // consumer] registers per thread; the loop is the kernel's outermost op and
-// stages inputs only): a producer warpgroup (threads 128..255) runs beside
-// the body's 128 consumer threads, and each slot also gets a release mbarrier
-// of 128 arrivals (one set for all inputs when they have as many slots, else
-// one per input). With d = delay_release:
+// stages inputs only): a producer warpgroup (threads C..C + 127) runs beside
+// the body's C = 128 W consumer threads (W consumer warpgroups), and each
+// slot also gets a release mbarrier of C arrivals (one set for all inputs
+// when they have as many slots, else one per input). With d =
+// delay_release, C = 128:
 //
 //   thread 0: mbarrier.init of the full (1 arrival) and release (128) barriers
 //   bar.sync 0 (all 256 threads)
@@ -63,9 +64,10 @@
 // (ConvertPallasToGPU), since the producer never reaches them. Worked example,
 // n = 3, d = 1: the producer copies steps 0, 1, 2 at once; step 3 (slot 0)
 // waits for phase 0 of release[0], which the consumers complete at the end of
-// step 1 (releasing step 0, whose wgmma step 1's wgmma_wait(1) retired). On
-// sm_80 (no setmaxnreg, cp.async copies by every thread) the producer idles
-// and the consumer runs the pipeline above.
+// step 1 (releasing step 0, whose wgmma step 1's wgmma_wait(1) retired). The
+// sm_80 form (no setmaxnreg, cp.async copies by every thread) launches no
+// producer (ConvertPallasToGPU): its C threads run the pipeline above, and
+// keep every register of the SM for themselves.
 //
 //===----------------------------------------------------------------------===//
 
@@ -180,44 +182,43 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
   // both warpgroups; then the producer's branch, and `b` moves into the
   // consumer's, where the rest of this function and of the kernel go.
   auto wsAttr = loop->getAttrOfType<DenseI64ArrayAttr>(kWarpSpecializedAttrName);
-  const bool producer = wsAttr && !g.cpAsync;  // sm_80: the producer warpgroup idles
+  // sm_80 (cp.async, no setmaxnreg) launches no producer warpgroup: the
+  // consumers run the pipeline themselves, as without warp specialization.
+  const bool producer = wsAttr && !g.cpAsync;
   // Release barriers (producer only): one per slot, shared by every staged
   // input when they all have the same number of slots (the consumer arrives
   // once a step, the producer waits once); else one set per input.
   SmallVector<Value> empties;
   const bool sharedRelease =
       llvm::all_of(stages, [&](const Stage& s) { return s.st.slots == stages.front().st.slots; });
-  if (wsAttr) {
+  if (producer) {
     ArrayRef<int64_t> regs = wsAttr.asArrayRef();  // producer, launch, consumer
     if (!isa<func::FuncOp>(loop->getParentOp()) || minOutputSlots)
       return loop.emitOpError(
           "a warp-specialized pipeline is the kernel's outermost loop and stages inputs only");
     const int64_t consumers = g.strided().getThreads();
-    if (producer) {
-      for (const Stage& s : stages)
-        if (!sharedRelease || empties.empty())
-          empties.push_back(g.sharedBuffer(b, loc, s.st.slots, b.getI64Type(),
-                                           SharedLifetime::kKernel, 8,
-                                           "stage buffers' release barriers"));
-      onThread0(b, [&](OpBuilder& tb, Location l) {
-        for (const Stage& s : stages) initStageBarriers(tb, l, g, s.st);
-        for (auto [empty, s] : llvm::zip_first(empties, stages))
-          for (int64_t k = 0; k < s.st.slots; ++k)
-            NVVM::MBarrierInitOp::create(tb, l, barrierPointer(tb, l, empty, indexConst(tb, l, k)),
-                                         constI32(tb, l, consumers), Value());
-        NVVM::FenceMbarrierInitOp::create(tb, l);
-      });
-      gpu::BarrierOp::create(b, loc);  // every thread of both warpgroups
-    }
+    for (const Stage& s : stages)
+      if (!sharedRelease || empties.empty())
+        empties.push_back(g.sharedBuffer(b, loc, s.st.slots, b.getI64Type(),
+                                         SharedLifetime::kKernel, 8,
+                                         "stage buffers' release barriers"));
+    onThread0(b, [&](OpBuilder& tb, Location l) {
+      for (const Stage& s : stages) initStageBarriers(tb, l, g, s.st);
+      for (auto [empty, s] : llvm::zip_first(empties, stages))
+        for (int64_t k = 0; k < s.st.slots; ++k)
+          NVVM::MBarrierInitOp::create(tb, l, barrierPointer(tb, l, empty, indexConst(tb, l, k)),
+                                       constI32(tb, l, consumers), Value());
+      NVVM::FenceMbarrierInitOp::create(tb, l);
+    });
+    gpu::BarrierOp::create(b, loc);  // every thread of every warpgroup
     Value isConsumer = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.tid,
                                              indexConst(b, loc, consumers));
     auto branch = scf::IfOp::create(b, loc, isConsumer, /*withElseRegion=*/true);
     branch->setAttr("pallas.consumer", b.getUnitAttr());
     OpBuilder pb = OpBuilder::atBlockTerminator(branch.elseBlock());
-    if (producer)  // setmaxnreg is sm_90a's
-      NVVM::SetMaxRegisterOp::create(pb, loc, static_cast<int32_t>(regs[0]),
-                                     NVVM::SetMaxRegisterAction::decrease);
-    if (producer) {
+    NVVM::SetMaxRegisterOp::create(pb, loc, static_cast<int32_t>(regs[0]),
+                                   NVVM::SetMaxRegisterAction::decrease);
+    {
       // The producer's first thread: step k waits until the consumer released
       // its buffer's previous use (step k - n: phase (i / n - 1) of the
       // release barrier), then copies step k into it.
@@ -251,9 +252,8 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
       }
     }
     b.setInsertionPoint(branch.thenBlock()->getTerminator());
-    if (producer)
-      NVVM::SetMaxRegisterOp::create(b, loc, static_cast<int32_t>(regs[2]),
-                                     NVVM::SetMaxRegisterAction::increase);
+    NVVM::SetMaxRegisterOp::create(b, loc, static_cast<int32_t>(regs[2]),
+                                   NVVM::SetMaxRegisterAction::increase);
   }
 
   // Prologue: the barriers, then steps lo .. lo + n - 1 of each input in flight.
