@@ -379,6 +379,63 @@ TEST(Validator, TransposedViewsAreOf2DBlocksAndWgmmaOperandB) {
             "2-D block");
 }
 
+// Warp specialization with W consumer warpgroups: threads(128 W), and
+// registers that fit the pool the kernel launches with (else the consumers'
+// setmaxnreg.inc would wait forever). An accumulator is read whole or in
+// column slices of whole rows.
+void declare_ws(KernelSpec& spec, int threads, int consumer_registers,
+                std::vector<int64_t> slice = {}) {
+  DimExpr m = spec.dim("m"), k = spec.dim("k");
+  Operand a = spec.input("a", bf16, {m, k});
+  Operand b = spec.input("b", bf16, {m, k});
+  Operand d = spec.output("d", f32, {m, m});
+  spec.threads(threads);
+  spec.accumulator("acc", {128, 64});
+  spec.grid({cdiv(m, 128), cdiv(k, 64)});
+  spec.dimension_semantics({parallel, arbitrary});
+  spec.max_concurrent_steps(2);
+  spec.warp_specialize({.producer_registers = 40, .consumer_registers = consumer_registers});
+  auto rows = [](const ProgramIds& p) { return at(p[0], p[1]); };
+  spec.block(a, {Blocked{128}, Blocked{64}}, rows, InShared{.swizzle = 128});
+  spec.block(b, {Blocked{64}, Blocked{64}}, rows, InShared{.swizzle = 128});
+  spec.block(d, {Blocked{128}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[0]); });
+  const bool direct = spec.direct();
+  spec.body([slice, direct](Ref a, Ref b, Ref d, Ref acc) {
+    if (direct)
+      acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = true}));
+    else
+      wgmma(acc, a, b, {.transpose_b = true});
+    if (slice.empty()) return d.store(acc.load());
+    d.store(acc.load({0, slice[0]}, {128, slice[1]}), {0, slice[0]});
+  });
+}
+
+TEST(Validator, WarpSpecializationFitsWholeWarpgroupsAndTheRegisterPool) {
+  EXPECT_EQ(trace_error("two", [](KernelSpec& spec) { declare_ws(spec, 256, 232); }), "<no error>");
+  EXPECT_EQ(trace_error("odd", [](KernelSpec& spec) { declare_ws(spec, 1024, 232); }),
+            "spec 'odd': warp_specialize with threads(1024); the consumers are 1 to 4 whole "
+            "warpgroups (128 to 512 threads)");
+  EXPECT_EQ(trace_error("pool", [](KernelSpec& spec) { declare_ws(spec, 256, 240); }),
+            "spec 'pool': warp_specialize: the producer's 40 and 2 consumer warpgroup(s)' 240 "
+            "registers a thread must sum to 3 times a multiple of 8 (the launch count) within "
+            "the SM's 65536 registers; they sum to 520");
+}
+
+TEST(Validator, AccumulatorSlicesAreWholeRowsOfEightColumns) {
+  EXPECT_EQ(trace_error("cols",
+                        [](KernelSpec& spec) {
+                          declare_ws(spec, 256, 232, {32, 32});
+                        }),
+            "<no error>");
+  EXPECT_EQ(trace_error("odd_cols",
+                        [](KernelSpec& spec) {
+                          declare_ws(spec, 256, 232, {4, 8});
+                        }),
+            "spec 'odd_cols': load of accumulator 'acc': slice [0:128, 4:12]; its registers "
+            "hold whole rows, columns in multiples of 8 (a slice [0:128, c0:c0 + n], c0 and n "
+            "multiples of 8)");
+}
+
 TEST(Validator, DelayedReleaseNeedsMoreBuffersThanTheDelay) {
   EXPECT_EQ(trace_error("delay_two", [](KernelSpec& spec) { declare_wgmma(spec, true, 2); }),
             "spec 'delay_two': delay_release(2) but staged input 'a' has 2 stage buffers; it "

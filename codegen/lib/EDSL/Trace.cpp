@@ -267,10 +267,13 @@ Value Ref::load(std::vector<int64_t> offsets, std::vector<int64_t> sizes,
   const bool column_slice = type.getRank() == 2 && offsets[0] == 0 &&
                             sizes[0] == type.getShape()[0] && offsets[1] % 8 == 0 &&
                             sizes[1] % 8 == 0;
-  require_whole_accumulator(
-      s, "a slice load (other than whole rows of 8-column-aligned columns)",
-      column_slice || (llvm::equal(sizes, type.getShape()) &&
-                       llvm::all_of(offsets, [](int64_t o) { return o == 0; })));
+  if (s.operand >= 0 && !column_slice &&
+      trace().spec->operands()[static_cast<size_t>(s.operand)].accumulator)
+    fail("load of accumulator '" + name() + "': slice [" + std::to_string(offsets[0]) + ":" +
+         std::to_string(offsets[0] + sizes[0]) + ", " + std::to_string(offsets[1]) + ":" +
+         std::to_string(offsets[1] + sizes[1]) +
+         "]; its registers hold whole rows, columns in multiples of 8 (a slice [0:" +
+         std::to_string(type.getShape()[0]) + ", c0:c0 + n], c0 and n multiples of 8)");
   auto result = VectorType::get(sizes, type.getElementType());
   return wrap(mlir::pallas::LoadOp::create(b(), loc(), result, s.ref, mlir::ValueRange{}, offsets,
                                            sizes,
