@@ -153,9 +153,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // accumulator plus a and b fragments):
   //  - 128 x 256 over two consumer warpgroups (CUTLASS's cooperative
   //    schedule: each multiplies its 64 rows by all 256 columns, 128
-  //    registers a thread) where wgmma reads both tiles in place: half the
-  //    shared-memory traffic per multiply of a 128 x 128 tile, and
-  //    m64n256k16, wgmma's widest;
+  //    registers a thread) where wgmma reads both tiles in place:
+  //    m64n256k16, wgmma's widest (17 % fewer shared-memory bytes per
+  //    multiply-add than m64n128k16), and 25 % fewer global bytes per flop
+  //    than 128 x 128;
   //  - 128 x 64 on one warpgroup when the epilogue also holds an [M, N]
   //    tile of C or R in registers, or the product is batched or split-K
   //    (their sm_80 forms spill at 128 x 128; decode shapes gain programs);
