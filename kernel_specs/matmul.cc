@@ -36,7 +36,7 @@
 // to zero (the pattern of sum_all and the split row reductions). Steps past
 // K read zeros (TMA's fill, masked loads), so any split is exact. The
 // entry point splits when the tiles schedule would have too few programs:
-// counted in its 128 x 256 tiles (128 x 64 with C or R), S > 1 below. The
+// counted in its 128 x 256 tiles (128 x 128 with C or R), S > 1 below. The
 // split instance then uses 128 x 64 tiles and its own S. Worked example,
 // M = 16, N = 4096, K = 4096: 16 tiles of 128 x 256 and 64 K steps want
 // min(cdiv(64, 4), cdiv(264, 16)) = 16, i.e. cdiv(64, cdiv(64, 16)) = 16 > 1
@@ -141,7 +141,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // a direct twin agrees with its TMA instance.
   Schedule schedule = Schedule::kTiles;
   if (!form.batched) {
-    const int64_t chooser_n = extra_operand(epilogue) == Extra::kMatrix ? 64 : 256;
+    const int64_t chooser_n = extra_operand(epilogue) == Extra::kMatrix ? 128 : 256;
     Splits chosen = splits_for(cdiv(m, 128) * cdiv(n, chooser_n), cdiv(k, kTileK));
     schedule = spec.variant("schedule", {"tiles", "splitk"}, DimExpr(1) - le(chosen.count, 1)) == 1
                    ? Schedule::kSplitK
@@ -157,16 +157,20 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //    m64n256k16, wgmma's widest (17 % fewer shared-memory bytes per
   //    multiply-add than m64n128k16), and 25 % fewer global bytes per flop
   //    than 128 x 128;
-  //  - 128 x 64 on one warpgroup when the epilogue also holds an [M, N]
-  //    tile of C or R in registers, or the product is batched or split-K
-  //    (their sm_80 forms spill at 128 x 128; decode shapes gain programs);
+  //  - 128 x 128 over two consumer warpgroups (64 accumulator registers a
+  //    thread) when the epilogue also holds an [M, N] tile of C or R in
+  //    registers, or the product is batched (at 128 x 256 the sm_80 form of
+  //    batched_matmul_bt spilled 16 bytes);
+  //  - 128 x 64 on one warpgroup for split-K (decode shapes gain programs;
+  //    its sm_80 form spilled at 128 x 128 on one warpgroup);
   //  - 64 x 64 where the threads first store the operands into wgmma's
   //    layout (the direct twin).
   const bool in_place = !spec.direct();
-  const bool wide =
-      in_place && extra_operand(epilogue) != Extra::kMatrix && !form.batched && !split;
-  const int64_t kTileM = in_place ? 128 : 64, kTileN = wide ? 256 : 64;
-  if (wide) spec.threads(256);
+  const bool two_consumers = in_place && !split;
+  const bool wide = two_consumers && extra_operand(epilogue) != Extra::kMatrix && !form.batched;
+  const int64_t kTileM = in_place ? 128 : 64;
+  const int64_t kTileN = wide ? 256 : two_consumers ? 128 : 64;
+  if (two_consumers) spec.threads(256);
   // Batched: a leading dim on every matrix and on the grid, (batch, i, j, k);
   // blocks squeeze it. `mat` prefixes it to a shape, `blk` a squeezed dim to
   // a block, `idx` the program's batch entry to an index map's result.
@@ -289,8 +293,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // The tiles schedule's epilogue reads the accumulator in column chunks
   // (slices of its registers): at 128 x 256 a bias epilogue on all 256
   // columns at once keeps 128 accumulator and 64 bias registers live beside
-  // its temporaries, and spilled; in two chunks of 128 it does not.
-  const int64_t kEpilogueCols = wide ? 128 : kTileN;
+  // its temporaries, and spilled; in two chunks of 128 it does not. A C or R
+  // tile is read 64 columns at a time beside it.
+  const int64_t kEpilogueCols = two_consumers ? (wide ? 128 : 64) : kTileN;
   // The tile's product r is complete: D = epilogue(r), or with split-K this
   // split's part of it, summed by the split that completes the tile.
   auto finish = [=](const Ref& acc, const Ref* e, const Ref& d, const Ref* partials) {
