@@ -261,3 +261,33 @@ func.func @dot_rows_for_two_warpgroups(%a: memref<?x?xbf16, strided<[?, 1]>>, %b
   pallas.store %acc, %ry[[0, 0]] : vector<64x64xf32>, !pallas.ref<64x64xf32>
   return
 }
+
+// -----
+
+// Two products chained through registers (a fused MLP, attention's P @ V):
+// p is computed from the first product's accumulator layout, and the second
+// dot takes it in that layout as its a (the MMA's A register fragment, no
+// conversion through shared memory); only b is strided.
+// CHECK-LABEL: func.func @chained_dots
+// CHECK:         pallas.dot {{.*}} {pallas.layouts = [#pallas.tiled
+// CHECK-NEXT:    %[[P:.*]] = arith.truncf {{.*}} {pallas.layouts = [#pallas.tiled
+// CHECK-NOT:     pallas.convert_layout
+// CHECK:         pallas.dot %[[P]], {{.*}} {pallas.layouts = [#pallas.tiled
+func.func @chained_dots(%x: memref<?x?xbf16, strided<[?, 1]>>, %w1: memref<?x?xbf16, strided<[?, 1]>>, %w2: memref<?x?xbf16, strided<[?, 1]>>, %y: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.kernel, pallas.grid_rank = 2 : i32, pallas.threads = 128 : i64} {
+  %i = pallas.program_id 0
+  %j = pallas.program_id 1
+  %c0 = arith.constant 0 : index
+  %rx = pallas.block %x[%i, %c0] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<64x64xbf16>
+  %r1 = pallas.block %w1[%c0, %c0] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<64x64xbf16>
+  %r2 = pallas.block %w2[%c0, %j] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xbf16, strided<[?, 1]>> -> !pallas.ref<64x64xbf16>
+  %ry = pallas.block %y[%i, %j] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> !pallas.ref<64x64xf32>
+  %vx = pallas.load %rx[[0, 0]] [[64, 64]] : !pallas.ref<64x64xbf16> -> vector<64x64xbf16>
+  %v1 = pallas.load %r1[[0, 0]] [[64, 64]] : !pallas.ref<64x64xbf16> -> vector<64x64xbf16>
+  %v2 = pallas.load %r2[[0, 0]] [[64, 64]] : !pallas.ref<64x64xbf16> -> vector<64x64xbf16>
+  %zero = arith.constant dense<0.0> : vector<64x64xf32>
+  %s = pallas.dot %vx, %v1, %zero {transpose_b} : vector<64x64xbf16>, vector<64x64xbf16>, vector<64x64xf32> -> vector<64x64xf32>
+  %p = arith.truncf %s : vector<64x64xf32> to vector<64x64xbf16>
+  %d = pallas.dot %p, %v2, %zero : vector<64x64xbf16>, vector<64x64xbf16>, vector<64x64xf32> -> vector<64x64xf32>
+  pallas.store %d, %ry[[0, 0]] : vector<64x64xf32>, !pallas.ref<64x64xf32>
+  return
+}

@@ -395,13 +395,16 @@ class LayoutAssignment {
 
   /// Uses of accumulator-layout values: a dot's accumulator, a store to an
   /// accumulator or to a kernel operand's unstaged block (from the registers
-  /// to global memory), a wgmma's value operand a and elementwise ops computing in that layout take
-  /// it (their other operands are converted to it); a dot's a and b are read from strided fragments
-  /// (or in place in shared memory); every other use converts the value to the strided layout
-  /// first. Returns true for the uses it handled.
+  /// to global memory), a wgmma's value operand a, a dot's a and elementwise
+  /// ops computing in that layout take it (their other operands are
+  /// converted to it); a dot's other a and its b are read from strided
+  /// fragments (or in place in shared memory); every other use converts the
+  /// value to the strided layout first. Returns true for the uses it handled.
   bool convertAccumulatorUses(Operation* op) {
     if (auto dot = dyn_cast<DotOp>(op)) {
-      convert(dot.getAMutable(), strided_, op);
+      // An a already in the accumulator layout (P from an accumulator) is
+      // the MMA's A register fragment as it is (MatmulRules' registerWordsOfA).
+      if (!tiledValues_.contains(dot.getA())) convert(dot.getAMutable(), strided_, op);
       convert(dot.getBMutable(), strided_, op);
       if (dot.getAcc()) convert(dot.getAccMutable()[0], accumulator_, op);
       return true;

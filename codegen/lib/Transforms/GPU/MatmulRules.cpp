@@ -406,23 +406,44 @@ Value issueWgmmaRegisterA(OpBuilder& b, Location loc, Value aWords, const Shared
   return frag;
 }
 
-/// acc + a @ b with wgmma (see the file comment).
+/// Operand a of `dot` as 32-bit words of its registers when it is already
+/// in the accumulator layout (P computed from an accumulator), else null.
+/// In that layout the words ((m0 / 64) * K / 8 + k0 / 8) * 2 .. + 3 of rows
+/// m0.. and K k0..k0 + 15 are both wgmma's A register fragment
+/// (issueWgmmaRegisterA) and, per warp, mma.sync m16n8k16's a0..a7 (lane l:
+/// rows l / 4 and l / 4 + 8, K 2 (l % 4) + {0, 1} and + 8): no shared memory.
+Value registerWordsOfA(DotOp dot, GpuLowering& g, OpBuilder& b) {
+  auto layout = dyn_cast_or_null<TiledLayoutAttr>(g.layoutOf(dot.getA()));
+  if (!layout) return Value();
+  FailureOr<Value> frag = g.operandIn(b, dot.getLoc(), dot.getA(), layout);
+  if (failed(frag)) return Value();
+  auto type = cast<VectorType>(frag->getType());
+  return vector::BitCastOp::create(
+      b, dot.getLoc(), VectorType::get({type.getNumElements() / 2}, b.getI32Type()), *frag);
+}
+
+/// acc + a @ b with wgmma (see the file comment); `a` from its registers
+/// when registerWordsOfA has them.
 Value multiplyWithWgmma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   Location loc = dot.getLoc();
   MLIRContext* ctx = b.getContext();
-  SharedOperand a = operandInShared(dot, 0, g, b);
+  Value aWords = registerWordsOfA(dot, g, b);
+  SharedOperand a = aWords ? SharedOperand{} : operandInShared(dot, 0, g, b);
   SharedOperand bOp = operandInShared(dot, 1, g, b);
-  bool stored = !dotReadsStagedOperand(dot, 0, g) || !dotReadsStagedOperand(dot, 1, g);
+  bool stored = (!aWords && !dotReadsStagedOperand(dot, 0, g)) || !dotReadsStagedOperand(dot, 1, g);
   if (stored) {  // the threads' writes, then the async proxy (wgmma) reads them
     NVVM::FenceProxyOp::create(b, loc, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
                                NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
     gpu::BarrierOp::create(b, loc);
   }
   frag = fenceOperands(b, loc, frag);
+  if (aWords) aWords = fenceOperands(b, loc, aWords);
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
   const int64_t rows = dot.getM() / g.warpgroups();  // this warpgroup's share
-  frag = issueWgmma(b, loc, a.fromRow(b, loc, warpgroupFirstRow(b, loc, g, dot.getM())), bOp, frag,
-                    rows, dot.getN(), dot.getK(), dot.getA().getType().getElementType().isBF16());
+  const bool bf16 = dot.getA().getType().getElementType().isBF16();
+  frag = aWords ? issueWgmmaRegisterA(b, loc, aWords, bOp, frag, rows, dot.getN(), dot.getK(), bf16)
+                : issueWgmma(b, loc, a.fromRow(b, loc, warpgroupFirstRow(b, loc, g, dot.getM())),
+                             bOp, frag, rows, dot.getN(), dot.getK(), bf16);
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
   NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
   frag = fenceOperands(b, loc, frag);
@@ -490,9 +511,10 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
       return PaddedOperand{sharedAddress(b, loc, st->buffer), 0, st};
     return storePadded(v, g, b, purpose);
   };
-  PaddedOperand a = operand(dot.getA(), "mma.sync operand a");
+  Value aRegisters = registerWordsOfA(dot, g, b);  // a's fragments, already in registers
+  PaddedOperand a = aRegisters ? PaddedOperand{} : operand(dot.getA(), "mma.sync operand a");
   PaddedOperand bm = operand(dot.getB(), "mma.sync operand b");
-  const bool stored = !a.stage || !bm.stage;
+  const bool stored = (!aRegisters && !a.stage) || !bm.stage;
   if (stored) gpu::BarrierOp::create(b, loc);
   Value firstRow = warpgroupFirstRow(b, loc, g, dot.getM());  // of this warpgroup's m rows
   Value lane = arith::RemUIOp::create(b, loc, g.tid, idx(b, loc, 32));
@@ -536,6 +558,16 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
     // a's words for each 64-row block of this warpgroup.
     SmallVector<SmallVector<Value>> aWords;
     for (int64_t m0 = 0; m0 < m; m0 += 64) {
+      if (aRegisters) {  // words ((m0 / 64) * k / 8 + k0 / 8) * 2 on (registerWordsOfA)
+        const int64_t first = ((m0 / 64) * (k / 8) + k0 / 8) * 2;
+        SmallVector<Value> words;
+        for (int64_t w = 0; w < 4; ++w) {
+          Value x = vector::ExtractOp::create(b, loc, aRegisters, first + w);
+          words.push_back(bf16 ? x : LLVM::BitcastOp::create(b, loc, word, x).getResult());
+        }
+        aWords.push_back(words);
+        continue;
+      }
       Value row =
           add(add(firstRow, idx(b, loc, m0)), add(scaled(warp, 16), add(lane8, scaled(half, 8))));
       aWords.push_back(
