@@ -230,7 +230,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
     // are released one step later (delay_release) and refilled with step
     // k + 3 - 1: three buffers keep two steps' copies ahead. (At 128 x 256
-    // a stage is 48 KiB: three fit sm_80's 164 KiB as well as sm_90's 227.)
+    // a stage is 48 KiB: three fit sm_80's 164 KiB as well as sm_90's 227;
+    // sm_86 / sm_89, 99 KiB, run the direct twin: tma_path_available.)
     spec.max_concurrent_steps(3);
     spec.delay_release(1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});

@@ -141,14 +141,19 @@ bool tma_path_available(const KernelImage& image, const Launch& launch) {
     case Backend::kCuda:
       break;
   }
-  int device = 0, major = 0, minor = 0;
+  int device = 0, major = 0, minor = 0, shared = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
     (void)cudaGetLastError();  // the direct instance's launch reports the error
     return false;
   }
-  return select_cubin(image.cubins, 10 * major + minor) != nullptr;
+  // A device with less shared memory than the staged instance's plan (sm_86 / sm_89:
+  // 99 KiB against a 144 KiB matmul pipeline) runs the direct instance instead.
+  return select_cubin(image.cubins, 10 * major + minor) != nullptr &&
+         image.dynamic_shared_bytes <= shared;
 }
 
 const char* tma_rule_broken(const TmaOperand& op) {

@@ -415,10 +415,13 @@ TEST(Validator, WarpSpecializationFitsWholeWarpgroupsAndTheRegisterPool) {
   EXPECT_EQ(trace_error("odd", [](KernelSpec& spec) { declare_ws(spec, 1024, 232); }),
             "spec 'odd': warp_specialize with threads(1024); the consumers are 1 to 4 whole "
             "warpgroups (128 to 512 threads)");
+  // 40 + 2 * 224 = 488 fits a launch of 168 (504) a thread.
+  EXPECT_EQ(trace_error("roomy", [](KernelSpec& spec) { declare_ws(spec, 256, 224); }),
+            "<no error>");
   EXPECT_EQ(trace_error("pool", [](KernelSpec& spec) { declare_ws(spec, 256, 240); }),
             "spec 'pool': warp_specialize: the producer's 40 and 2 consumer warpgroup(s)' 240 "
-            "registers a thread must sum to 3 times a multiple of 8 (the launch count) within "
-            "the SM's 65536 registers; they sum to 520");
+            "registers a thread launch with 176 each: 67584 registers, more than the SM's "
+            "65536");
 }
 
 TEST(Validator, AccumulatorSlicesAreWholeRowsOfEightColumns) {

@@ -318,6 +318,18 @@ TEST(Metadata, EveryKernelHasSpillFreeCubinsForBothTargets) {
       EXPECT_EQ(t.spill_loads, 0) << t.arch;
     }
   }
+  // Each cubin says the block it launches with: the warp-specialized matmul (two consumer
+  // warpgroups) adds its producer warpgroup where TMA copies (sm_90a), not on sm_80; its
+  // direct twin is one warpgroup everywhere.
+  {
+    const KernelMetadata& m = kernels::matmul_bt_bf16_bf16_tiles_metadata();
+    EXPECT_EQ(m.threads_per_program, 384);
+    ASSERT_EQ(m.targets.size(), 2u);
+    EXPECT_EQ(m.targets[0].threads, 384);
+    EXPECT_EQ(m.targets[1].threads, 256);
+    for (const TargetMetadata& t : kernels::matmul_bt_bf16_bf16_tiles_direct_metadata().targets)
+      EXPECT_EQ(t.threads, 128) << t.arch;
+  }
   // Messages name what the user called, not the instance.
   EXPECT_STREQ(kernels::row_sum_f32_rows_metadata().entry, "row_sum_f32");
   EXPECT_STREQ(kernels::row_sum_f32_rows_direct_metadata().entry, "row_sum_f32");

@@ -44,13 +44,14 @@ struct TargetMetadata {
   int spill_loads;     // bytes
   int shared_bytes;    // static + dynamic shared memory per program
   size_t cubin_bytes;
+  int threads;  // the block this cubin launches with (an sm_80 form has no producer warpgroup)
 };
 
 struct KernelMetadata {
-  const char* name;  // the instance, "add_f32"
-  const char* op;    // the op family, "add"
-  const char* grid;  // the grid as text, "[cdiv(n, 1024)]"
-  int threads_per_program;
+  const char* name;         // the instance, "add_f32"
+  const char* op;           // the op family, "add"
+  const char* grid;         // the grid as text, "[cdiv(n, 1024)]"
+  int threads_per_program;  // sm_90 on; TargetMetadata::threads is each cubin's own
   std::span<const OperandMetadata> operands;
   std::span<const TargetMetadata> targets;
   // What each run-time check of the kernel (spec.check) reports, "{0}".."{2}" standing for

@@ -201,7 +201,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     os << "    {\"" << bin.arch << "\", " << bin.sm << ", "
        << (bin.arch_specific ? "true" : "false") << ", " << bin.registers << ", "
        << bin.spill_stores << ", " << bin.spill_loads << ", " << bin.shared_bytes << ", "
-       << bin.cubin.size() << "},\n";
+       << bin.cubin.size() << ", " << bin.threads << "},\n";
   if (!inst.gpu.empty()) os << "};\n\n";
   // The messages of spec.check(), by check number (see pallas.check).
   os << "constexpr const char* " << name << "_checks[] = {";
@@ -511,6 +511,8 @@ std::string emitHeader(const std::string& op, const std::string& spec_file,
     const std::string& name = inst.kernel->instance;
     os << "/// " << name << ": grid " << gridText(spec) << ", " << spec.launch_threads()
        << " threads per program";
+    if (spec.launch_threads(/*tma_copies=*/false) != spec.launch_threads())
+      os << " (" << spec.launch_threads(false) << " in its sm_80 form: no producer warpgroup)";
     if (spec.variant_chooser())
       os << "; launched when " << spec.variant_chooser()->to_string() << " is "
          << spec.variant_index();

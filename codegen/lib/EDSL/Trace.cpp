@@ -704,23 +704,22 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
       if (d.staged && d.role == Role::kOutput)
         spec.fail("warp_specialize with staged output '" + d.name +
                   "'; the producer copies inputs only (store outputs from registers)");
-    // The kernel launches every warpgroup with the mean (a multiple of 8);
-    // setmaxnreg then moves registers from the producer to the W consumer
-    // warpgroups within that pool, so their counts must fit it exactly
-    // (setmaxnreg.inc waits for registers the pool does not have: a hang).
-    // Worked example, W = 2: (40 + 2 * 232) / 3 = 168 a thread at launch,
-    // 3 * 128 * 168 = 64512 of the SM's 65536.
+    // The kernel launches every warpgroup with the mean rounded up to a
+    // multiple of 8; setmaxnreg then moves registers from the producer to
+    // the W consumer warpgroups within that pool, which must hold what they
+    // ask for (setmaxnreg.inc waits for registers the pool does not have: a
+    // hang) and fit the SM. Worked example, W = 2: (40 + 2 * 232) / 3 = 168
+    // a thread at launch, 3 * 128 * 168 = 64512 of the SM's 65536.
     const int consumers = spec.threads() / 128;
     const int wanted = ws->producer_registers + consumers * ws->consumer_registers;
-    const int launch = wanted / (8 * (consumers + 1)) * 8;
-    if (launch * (consumers + 1) < wanted || launch * (consumers + 1) * 128 > 65536)
+    const int launch = (wanted + 8 * (consumers + 1) - 1) / (8 * (consumers + 1)) * 8;
+    if (launch * (consumers + 1) * 128 > 65536)
       spec.fail("warp_specialize: the producer's " + std::to_string(ws->producer_registers) +
                 " and " + std::to_string(consumers) + " consumer warpgroup(s)' " +
-                std::to_string(ws->consumer_registers) + " registers a thread must sum to " +
-                std::to_string(consumers + 1) +
-                " times a multiple of 8 (the launch count) within the SM's 65536 registers; "
-                "they sum to " +
-                std::to_string(wanted));
+                std::to_string(ws->consumer_registers) + " registers a thread launch with " +
+                std::to_string(launch) +
+                " each: " + std::to_string(launch * (consumers + 1) * 128) +
+                " registers, more than the SM's 65536");
     func->setAttr("pallas.max_registers", builder.getI64IntegerAttr(launch));
     innermost->setAttr(
         mlir::pallas::kWarpSpecializedAttrName,

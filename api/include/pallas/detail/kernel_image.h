@@ -206,8 +206,9 @@ struct TmaOperand {
 };
 
 // Whether the TMA instance `image` can run for `launch`: CUDA when the current device has one
-// of its cubins (sm_90a), the emulator always, the host never (it runs the direct instance,
-// whose block semantics are the same).
+// of its cubins (sm_90a, or its cp.async form) and the shared memory its pipeline needs, the
+// emulator always, the host never (it runs the direct instance, whose block semantics are the
+// same).
 bool tma_path_available(const KernelImage& image, const Launch& launch);
 
 // TMA's rules for an operand: data 16-byte aligned, every stride but the last a multiple of 16

@@ -430,19 +430,20 @@ LogicalResult storeTiled(StoreOp store, GpuLowering& g, OpBuilder& b) {
     elementwise(b, loc);
     return success();
   }
-  // The block's last element inside the array: all of it is. Runs aligned:
-  // the thread's first element, and every stride but the last a multiple of
-  // `bytes` (the runs start at multiples of vec along the row).
-  SmallVector<int64_t> last;
-  for (int64_t extent : shape) last.push_back(extent - 1);
-  SmallVector<Value> lastCoords = arrayCoords(
-      b, loc, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()), shape, shape, [&] {
-        SmallVector<Value> c;
-        for (int64_t e : last) c.push_back(g.index(b, loc, e));
-        return c;
-      }());
+  // The block's first and last elements inside the array: all of it is
+  // (the first can be outside: store_at's run-time offsets may be negative).
+  // Runs aligned: the thread's first element, and every stride but the last
+  // a multiple of `bytes` (the runs start at multiples of vec along the row).
+  auto corner = [&](bool last) {
+    SmallVector<Value> c;
+    for (int64_t extent : shape) c.push_back(g.index(b, loc, last ? extent - 1 : 0));
+    return arrayCoords(b, loc, ref, store.getOffsets(), g.mapped(store.getDynamicOffsets()), shape,
+                       shape, c);
+  };
+  Value inside = arith::AndIOp::create(b, loc, inBounds(b, loc, ref, corner(false)),
+                                       inBounds(b, loc, ref, corner(true)));
   Value fast = arith::AndIOp::create(
-      b, loc, inBounds(b, loc, ref, lastCoords),
+      b, loc, inside,
       aligned(b, loc, ref, coordsOf(b, loc, SmallVector<int64_t>(shape.size(), 0)), bytes));
   auto meta = memref::ExtractStridedMetadataOp::create(b, loc, ref.array);
   for (Value stride : llvm::drop_end(meta.getStrides())) {
