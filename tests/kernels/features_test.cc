@@ -1039,11 +1039,12 @@ using WgmmaMatmul = Status (*)(TensorView<const bfloat16, 2>, TensorView<const b
 
 Status run_pipelined_wgmma(Backend backend, int cc, WgmmaMatmul kernel, int64_t m, int64_t n,
                            int64_t k, int64_t stride, Array<bfloat16>& a, Array<bfloat16>& b,
-                           Array<float>& d) {
+                           Array<float>& d, uint64_t schedule = 0) {
   TensorView<const bfloat16, 2> av(a.data(), {m, k}, {stride, 1});
   TensorView<const bfloat16, 2> bv(b.data(), {n, k}, {stride, 1});
   TensorView<float, 2> dv(d.data(), {m, n}, {n, 1});
-  return kernel(av, bv, dv, Launch{backend, nullptr, {.compute_capability = cc}});
+  return kernel(av, bv, dv,
+                Launch{backend, nullptr, {.schedule_seed = schedule, .compute_capability = cc}});
 }
 
 TEST_P(FeaturesTest, PipelinedWgmmaMatchesTheReference) {
@@ -1056,30 +1057,33 @@ TEST_P(FeaturesTest, PipelinedWgmmaMatchesTheReference) {
       if (cc == 80 && GetParam() != Backend::kEmulator) continue;
       for (Shape sh : {Shape{64, 64, 64, 64}, Shape{65, 130, 320, 320}, Shape{7, 9, 200, 200},
                        Shape{128, 64, 136, 139}, Shape{193, 70, 72, 72}}) {
-        const uint32_t seed = fresh_seed();
-        SCOPED_TRACE(std::string(kernel == kernels::pipelined_wgmma      ? ""
-                                 : kernel == kernels::pipelined_wgmma_ws ? "warp-specialized "
-                                                                         : "two consumers ") +
-                     "sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) + " n " +
-                     std::to_string(sh.n) + " k " + std::to_string(sh.k) + " stride " +
-                     std::to_string(sh.stride) + " seed " + std::to_string(seed));
-        std::mt19937 rng(seed);
-        Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
-        Array<float> d(GetParam(), sh.m * sh.n);
-        a.fill_random(rng, -2, 2);
-        b.fill_random(rng, -2, 2);
-        d.poison();
-        a.upload();
-        b.upload();
-        d.upload();
-        Status st =
-            run_pipelined_wgmma(GetParam(), cc, kernel, sh.m, sh.n, sh.k, sh.stride, a, b, d);
-        ASSERT_TRUE(st.ok()) << st.message();
-        d.download();
-        expect_product(
-            d, sh.m, sh.n, sh.k,
-            [&](int64_t i, int64_t kk) { return a.host()[i * sh.stride + kk]; },
-            [&](int64_t kk, int64_t j) { return b.host()[j * sh.stride + kk]; });
+        for (uint64_t schedule : {0, 7}) {  // the emulator's thread order: round-robin, random
+          const uint32_t seed = fresh_seed();
+          SCOPED_TRACE(std::string(kernel == kernels::pipelined_wgmma      ? ""
+                                   : kernel == kernels::pipelined_wgmma_ws ? "warp-specialized "
+                                                                           : "two consumers ") +
+                       "sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) + " n " +
+                       std::to_string(sh.n) + " k " + std::to_string(sh.k) + " stride " +
+                       std::to_string(sh.stride) + " schedule " + std::to_string(schedule) +
+                       " seed " + std::to_string(seed));
+          std::mt19937 rng(seed);
+          Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
+          Array<float> d(GetParam(), sh.m * sh.n);
+          a.fill_random(rng, -2, 2);
+          b.fill_random(rng, -2, 2);
+          d.poison();
+          a.upload();
+          b.upload();
+          d.upload();
+          Status st = run_pipelined_wgmma(GetParam(), cc, kernel, sh.m, sh.n, sh.k, sh.stride, a, b,
+                                          d, schedule);
+          ASSERT_TRUE(st.ok()) << st.message();
+          d.download();
+          expect_product(
+              d, sh.m, sh.n, sh.k,
+              [&](int64_t i, int64_t kk) { return a.host()[i * sh.stride + kk]; },
+              [&](int64_t kk, int64_t j) { return b.host()[j * sh.stride + kk]; });
+        }
       }
     }
 }
