@@ -250,6 +250,15 @@ int codegenMain(int argc, char** argv) {
         return 1;
       }
     }
+    // The lowering's block size (read from each cubin) and the spec's, which
+    // the emulator's sm_80 form launches with, must agree.
+    for (const GpuBinary& bin : inst.gpu)
+      if (bin.threads != k.spec->launch_threads(/*tma_copies=*/!staged || bin.sm >= 90)) {
+        std::cerr << "pallas-codegen: " << k.instance << ": the " << bin.arch
+                  << " cubin is built for " << bin.threads << " threads, the spec launches "
+                  << k.spec->launch_threads(!staged || bin.sm >= 90) << "\n";
+        return 1;
+      }
     mlir::OwningOpRef<mlir::ModuleOp> hostModule(mlir::ModuleOp(*k.module).clone());
     std::unique_ptr<llvm::Module> lowered = [&] {
       llvm::TimeTraceScope scope("Host form");

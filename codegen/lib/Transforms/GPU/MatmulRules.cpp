@@ -406,6 +406,14 @@ Value issueWgmmaRegisterA(OpBuilder& b, Location loc, Value aWords, const Shared
   return frag;
 }
 
+/// An f16/bf16 register fragment as 32-bit words (two elements each, low
+/// half first): how wgmma and mma.sync take operand a from registers.
+Value asWords(OpBuilder& b, Location loc, Value frag) {
+  auto type = cast<VectorType>(frag.getType());
+  return vector::BitCastOp::create(
+      b, loc, VectorType::get({type.getNumElements() / 2}, b.getI32Type()), frag);
+}
+
 /// Operand a of `dot` as 32-bit words of its registers when it is already
 /// in the accumulator layout (P computed from an accumulator), else null.
 /// In that layout the words ((m0 / 64) * K / 8 + k0 / 8) * 2 .. + 3 of rows
@@ -416,10 +424,7 @@ Value registerWordsOfA(DotOp dot, GpuLowering& g, OpBuilder& b) {
   auto layout = dyn_cast_or_null<TiledLayoutAttr>(g.layoutOf(dot.getA()));
   if (!layout) return Value();
   FailureOr<Value> frag = g.operandIn(b, dot.getLoc(), dot.getA(), layout);
-  if (failed(frag)) return Value();
-  auto type = cast<VectorType>(frag->getType());
-  return vector::BitCastOp::create(
-      b, dot.getLoc(), VectorType::get({type.getNumElements() / 2}, b.getI32Type()), *frag);
+  return succeeded(frag) ? asWords(b, dot.getLoc(), *frag) : Value();
 }
 
 /// acc + a @ b with wgmma (see the file comment); `a` from its registers
@@ -712,11 +717,7 @@ LogicalResult lowerWgmma(WgmmaOp op, GpuLowering& g, OpBuilder& b) {
     if (failed(aFrag))
       return op.emitOpError("operand a is a value in layout ")
              << g.layoutOf(aValue) << "; wgmma reads registers in " << layout;
-    auto fragType = cast<VectorType>(aFrag->getType());
-    aWords = fenceOperands(
-        b, loc,
-        vector::BitCastOp::create(
-            b, loc, VectorType::get({fragType.getNumElements() / 2}, b.getI32Type()), *aFrag));
+    aWords = fenceOperands(b, loc, asWords(b, loc, *aFrag));
   }
   auto fragType = VectorType::get({layout.registersPerThread(accType.getShape())}, b.getF32Type());
   Value storage = g.accumulators.at(op.getAcc());
