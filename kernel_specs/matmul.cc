@@ -1,7 +1,8 @@
 // The matrix products: f16 or bf16 inputs summed in f32. The grid is Pallas'
-// matmul grid (i, j, k), one program per tile of D, its K axis a sequential
-// (arbitrary) loop pipelined by TMA, the sum kept in registers in an
-// accumulator (Pallas' ACC):
+// matmul grid (i, j, k), each tile of D a K loop (the arbitrary axis)
+// pipelined by TMA, the sum kept in registers in an accumulator (Pallas'
+// ACC); the tiles schedule is a persistent grid, each program walking
+// several tiles with one pipeline (see spec.persistent below):
 //
 //   acc  = 0                              at k == 0
 //   acc += A[i, k] @ B[k, j]              one warpgroup MMA per step
@@ -225,6 +226,17 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   spec.grid(std::move(grid));
   spec.dimension_semantics(std::move(semantics));
   spec.max_registers(255);  // instances without warp specialization may take every register
+  // The tiles schedule is persistent (CUTLASS's persistent tile scheduler):
+  // one program per resident CTA walks tiles, so the next tile's first K
+  // steps are copied while this tile's last multiply and epilogue run, and
+  // the 132 tiles in flight at once are grouped: bands of G tile rows swept
+  // column by column share rows of A and columns of B in L2. Per K step the
+  // programs in flight read distinct A and B tiles from DRAM: with 128 x 256
+  // tiles (B's twice A's) and N = 8192, row-major order (one band of 1)
+  // reads 5 A + 32 B tiles = 1.1 MiB; G = 16 reads 16 A + 9 B = 544 KiB
+  // (G = 8: 672 KiB). Square 128 x 128 tiles take G = 8 (8 A + 17 B tiles of 16 KiB).
+  // (Split-K has few tiles and many short programs: not persistent.)
+  if (!split) spec.persistent({.group_rows = wide ? 16 : 8});
   if (in_place) {
     // Pallas' pipelined wgmma: step k's multiply stays in flight while step
     // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
@@ -292,11 +304,14 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     store_part(r, e, d, r0, rows, 0, kTileN);
   };
   // The tiles schedule's epilogue reads the accumulator in column chunks
-  // (slices of its registers): at 128 x 256 a bias epilogue on all 256
-  // columns at once keeps 128 accumulator and 64 bias registers live beside
-  // its temporaries, and spilled; in two chunks of 128 it does not. A C or R
-  // tile is read 64 columns at a time beside it.
-  const int64_t kEpilogueCols = two_consumers ? (wide ? 128 : 64) : kTileN;
+  // (slices of its registers). In a persistent program the epilogue is
+  // inside the K loop, so the loop's invariants (the sm_80 form's ldmatrix
+  // addresses) stay live through it: the sm_80 forms, at 255 registers
+  // (128 of them accumulator), spilled 116 bytes with a bias epilogue in
+  // chunks of 128 columns and 8-12 bytes without one. Chunks of 64 columns
+  // (16 values a thread), 32 with a bias (whose values and masks ride
+  // beside them) spill nothing (sass.no_spills checks every instance).
+  const int64_t kEpilogueCols = !two_consumers ? kTileN : extra == Extra::kBiasRow ? 32 : 64;
   // The tile's product r is complete: D = epilogue(r), or with split-K this
   // split's part of it, summed by the split that completes the tile.
   auto finish = [=](const Ref& acc, const Ref* e, const Ref& d, const Ref* partials) {
@@ -328,11 +343,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
 
   // One K step: acc += a @ b; at the last step the tile is finished
   // (loading the accumulator waits for every multiply in flight; `done`
-  // reads it).
+  // reads it). The accumulator starts every tile at zero (spec.accumulator;
+  // a persistent program's is zeroed after each tile's epilogue, where its
+  // registers die: a zeroing branch at each tile's first step instead kept
+  // them live beside the epilogue, and the sm_80 forms spilled).
   auto step = [=](Ref a, Ref b, Ref acc, auto&& done) {
-    when(program_id(k_axis) == index(0), [&] {
-      acc.store(broadcast_to(constant(0, f32), {kTileM, kTileN}));
-    });
     if (in_place) {  // both tiles are read where TMA put them
       wgmma(acc, a, b, {.transpose_b = b_transposed});
       wgmma_wait(1);  // the previous step's multiply is done: its buffers may be refilled

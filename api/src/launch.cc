@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -100,11 +101,13 @@ struct DeviceInfo {
   bool known = false;
   int sm = 0;                // 10 * major + minor
   int max_shared_optin = 0;  // bytes of shared memory per block with opt-in
+  int sms = 0;               // multiprocessors
 };
 
 struct LoadedKernel {
   cudaKernel_t kernel = nullptr;
   int shared_bytes_raised = kDefaultDynamicSharedBytes;  // on this device
+  int resident_per_sm = 0;  // a persistent grid's programs per SM (0: not asked yet)
 };
 
 // Process-lifetime cache of devices, libraries and kernels. Never destroyed: the handles stay
@@ -141,7 +144,7 @@ Status device_info(LoadCache& cache, const char* kernel, int device, DeviceInfo&
   if (index >= cache.devices.size()) cache.devices.resize(index + 1);
   DeviceInfo& cached = cache.devices[index];
   if (!cached.known) {
-    int major = 0, minor = 0, optin = 0;
+    int major = 0, minor = 0, optin = 0, sms = 0;
     cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (err == cudaSuccess) {
       err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
@@ -149,8 +152,11 @@ Status device_info(LoadCache& cache, const char* kernel, int device, DeviceInfo&
     if (err == cudaSuccess) {
       err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     }
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    }
     if (err != cudaSuccess) return cuda_failure(kernel, "cudaDeviceGetAttribute", err);
-    cached = DeviceInfo{true, 10 * major + minor, optin};
+    cached = DeviceInfo{true, 10 * major + minor, optin, sms};
   }
   info = cached;
   return Status::Ok();
@@ -208,7 +214,7 @@ Status load_kernel(LoadCache& cache, const KernelImage& image, const Cubin& cubi
   return Status::Ok();
 }
 
-Status launch_cuda(const KernelImage& image, void** args, const std::array<int64_t, 3>& grid,
+Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
                    Stream stream) {
   const char* name = kernel_name(image);
   static constexpr const char* kAxisNames[3] = {"x", "y", "z"};
@@ -260,6 +266,27 @@ Status launch_cuda(const KernelImage& image, void** args, const std::array<int64
                                " threads per program; CUDA allows 1 to 1024");
     }
     if (cubin->threads != 0) threads = cubin->threads;  // e.g. no producer warpgroup on sm_80
+    if (image.persistent) {  // one program per resident CTA, at most one per tile
+      LoadedKernel& loaded = cache.kernels[{cubin->data, image.symbol, device}];
+      if (loaded.resident_per_sm == 0) {
+        int per_sm = 0;
+        if (const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &per_sm, reinterpret_cast<const void*>(kernel), threads,
+                static_cast<size_t>(image.dynamic_shared_bytes));
+            err != cudaSuccess) {
+          return cuda_failure(name, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
+        }
+        if (per_sm < 1) {
+          return Status::Error(StatusCode::kNoBinaryForArch,
+                               std::string(name) + ": no program of " + std::to_string(threads) +
+                                   " threads and " + std::to_string(image.dynamic_shared_bytes) +
+                                   " bytes of dynamic shared memory fits an SM of " +
+                                   device_name(device));
+        }
+        loaded.resident_per_sm = per_sm;
+      }
+      grid[0] = std::min<int64_t>(grid[0], int64_t{loaded.resident_per_sm} * info.sms);
+    }
   }
 
   cudaLaunchConfig_t config{};
@@ -413,6 +440,11 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
     }
   }
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return Status::Ok();
+  // A persistent grid's programs walk its grid[0] tiles: as many as run at once (CUDA: the
+  // device's count, in launch_cuda), so that each walks several on the emulator too.
+  if (image.persistent && launch.backend == Backend::kHost) grid[0] = 1;
+  if (image.persistent && launch.backend == Backend::kEmulator)
+    grid[0] = std::min<int64_t>(grid[0], launch.emulator.concurrent_programs);
 
   switch (launch.backend) {
     case Backend::kHost:

@@ -90,6 +90,15 @@ Status encode_cuda(const char* kernel, const TmaOperand& op, TmaDescriptor& out)
     element_strides[d] = 1;
     if (d > 0) strides[d - 1] = static_cast<cuuint64_t>(op.strides[from] * op.element_bytes);
   }
+  // A dim of extent 1 is never stepped along, so tma_rule_broken lets its stride be anything
+  // (one row of 2050 floats: a row stride of 8200 bytes), but the driver wants every stride
+  // a multiple of 16: give it the span of the dims inside, rounded up to 16 bytes.
+  for (int d = 1; d < op.rank; ++d) {
+    if (dims[d] != 1) continue;
+    const cuuint64_t inside =
+        d == 1 ? dims[0] * static_cast<cuuint64_t>(op.element_bytes) : strides[d - 2] * dims[d - 1];
+    strides[d - 1] = (inside + 15) / 16 * 16;
+  }
   // Copies move bits; a reduction (copy_smem_to_gmem with add) adds by this type.
   const CUtensorMapDataType type =
       op.element == TmaOperand::Element::kF32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
@@ -175,6 +184,16 @@ Status encode_tma(const char* kernel, const TmaOperand& op, const Launch& launch
   if (const char* why = tma_rule_broken(op)) return invalid(kernel, op, why);
   if (launch.backend == Backend::kHost) return invalid(kernel, op, "the host backend has no TMA");
   ++handed_out;
+  // An sm_8x device runs the kernel's cp.async form, which takes the descriptor parameters but
+  // never reads them; tensor maps are defined from sm_90 only, so none is encoded (nor cached:
+  // the next launch may be on another device).
+  int device = 0, major = 0;
+  if (launch.backend == Backend::kCuda && cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      major < 9) {
+    std::memset(&out, 0, sizeof out);
+    return Status::Ok();
+  }
   CacheKey k = key(op, launch.backend);
   Cache& c = cache();
   {

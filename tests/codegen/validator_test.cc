@@ -424,6 +424,36 @@ TEST(Validator, WarpSpecializationFitsWholeWarpgroupsAndTheRegisterPool) {
             "65536");
 }
 
+// A persistent grid fuses the tiles with one arbitrary axis: none, or two,
+// is an error, as is a band of no rows. (Axis 0 is parallel unless both are
+// arbitrary; axis 1 is arbitrary unless none is.)
+template <int kArbitrary, int kGroupRows>
+void declare_persistent(KernelSpec& spec) {
+  DimExpr m = spec.dim("m");
+  Operand x = spec.input("x", f32, {m, m});
+  Operand out = spec.output("out", f32, {m, m});
+  spec.grid({cdiv(m, 16), cdiv(m, 16)});
+  spec.dimension_semantics({kArbitrary == 2 ? arbitrary : parallel,
+                            kArbitrary == 0 ? parallel : arbitrary});
+  spec.persistent({.group_rows = kGroupRows});
+  auto tile = [](const ProgramIds& p) { return at(p[0], p[1]); };
+  spec.block(x, {Blocked{16}, Blocked{16}}, tile);
+  spec.block(out, {Blocked{16}, Blocked{16}}, tile);
+  spec.body([](Ref x, Ref out) { out.store(x.load()); });
+}
+
+TEST(Validator, PersistentGridsHaveOneArbitraryAxis) {
+  EXPECT_EQ(trace_error("one", declare_persistent<1, 4>), "<no error>");
+  EXPECT_EQ(trace_error("none", declare_persistent<0, 4>),
+            "spec 'none': persistent needs exactly one arbitrary grid axis (each tile's loop); "
+            "the grid has 0");
+  EXPECT_EQ(trace_error("two", declare_persistent<2, 4>),
+            "spec 'two': persistent needs exactly one arbitrary grid axis (each tile's loop); "
+            "the grid has 2");
+  EXPECT_EQ(trace_error("band", declare_persistent<1, 0>),
+            "spec 'band': persistent: group_rows 0; bands of at least 1 row");
+}
+
 TEST(Validator, AccumulatorSlicesAreWholeRowsOfEightColumns) {
   EXPECT_EQ(trace_error("cols",
                         [](KernelSpec& spec) {

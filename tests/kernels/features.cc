@@ -597,6 +597,50 @@ PALLAS_KERNEL(pipelined_wgmma_ws) { pipelined_wgmma<true, true>(spec); }
 PALLAS_KERNEL(pipelined_wgmma_ws_nodelay) { pipelined_wgmma<false, true>(spec); }  // planted
 PALLAS_KERNEL(pipelined_wgmma_ws2) { pipelined_wgmma<true, true, 2>(spec); }
 
+// A persistent grid (spec.persistent) over the warp-specialized pipeline of
+// _ws2: d += a @ b^T in place (d is also the input c, so a tile done twice
+// or never shows), each program walking tiles in bands of 2 tile rows with
+// one pipeline across them: the producer copies the next tile's first steps
+// while the consumers finish this one. The body never zeroes the
+// accumulator: it is zero when each tile starts (spec.accumulator).
+PALLAS_KERNEL(persistent_wgmma) {
+  constexpr int64_t kTileM = 128, kTileN = 64;
+  DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
+  Operand a = spec.input("a", bf16, {m, k});
+  Operand b = spec.input("b", bf16, {n, k});
+  Operand c = spec.input("c", f32, {m, n});
+  Operand d = spec.output("d", f32, {m, n});
+  spec.alias(c, d);
+  spec.threads(256);
+  spec.accumulator("acc", {kTileM, kTileN});
+  spec.grid({cdiv(m, kTileM), cdiv(n, kTileN), cdiv(k, 64)});
+  spec.dimension_semantics({parallel, parallel, arbitrary});
+  spec.persistent({.group_rows = 2});
+  spec.max_concurrent_steps(3);
+  spec.delay_release(1);
+  spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
+  const InShared swizzled{.swizzle = 128};
+  auto tile = [](const ProgramIds& p) { return at(p[0], p[1]); };
+  spec.block(
+      a, {Blocked{kTileM}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[2]); },
+      swizzled);
+  spec.block(
+      b, {Blocked{kTileN}, Blocked{64}}, [](const ProgramIds& p) { return at(p[1], p[2]); },
+      swizzled);
+  spec.block(c, {Blocked{kTileM}, Blocked{kTileN}}, tile);
+  spec.block(d, {Blocked{kTileM}, Blocked{kTileN}}, tile);
+  const bool staged = !spec.direct();
+  spec.body([staged](Ref a, Ref b, Ref c, Ref d, Ref acc) {
+    if (staged) {
+      wgmma(acc, a, b, {.transpose_b = true});
+      wgmma_wait(1);
+    } else {
+      acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = true}));
+    }
+    when(program_id(2) == num_programs(2) - index(1), [&] { d.store(c.load() + acc.load()); });
+  });
+}
+
 // Two products chained through registers, wgmma's `a` a value (attention's
 // P @ V, a fused MLP's down-projection): for each chunk c of 64 hidden units,
 //   p = bf16(silu(x @ w1[c]^T))   computed in the accumulator layout,

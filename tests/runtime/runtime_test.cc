@@ -628,6 +628,19 @@ TEST_F(LaunchKernel, HostCallsEntryWithArgsAndGrid) {
   EXPECT_EQ(z_, (std::vector<float>{11, 22, 33}));
 }
 
+// A persistent image's grid[0] is its tile count: the host runs one program that walks them
+// all (the emulator launches EmulatorOptions::concurrent_programs of them, CUDA SMs x
+// occupancy: persistent_wgmma in tests/kernels covers both).
+TEST_F(LaunchKernel, HostRunsOnePersistentProgram) {
+  KernelImage image = make_image();
+  image.persistent = true;
+  ASSERT_TRUE(launch_kernel(image, args_, {40, 1, 1}, {Backend::kHost}).ok());
+  EXPECT_EQ(g_host_call.grid, (std::array<int64_t, 3>{1, 1, 1}));
+  g_host_call = {};
+  ASSERT_TRUE(launch_kernel(image, args_, {0, 1, 1}, {Backend::kHost}).ok());
+  EXPECT_EQ(g_host_call.calls, 0);  // no tiles: nothing to launch
+}
+
 TEST_F(LaunchKernel, HostHasNoCudaGridLimits) {
   const KernelImage image = make_image();
   ASSERT_TRUE(launch_kernel(image, args_, {int64_t{1} << 33, 70000, 1}, {Backend::kHost}).ok());

@@ -98,7 +98,7 @@ std::string shapeText(const OperandDecl& d) {
 
 /// "[rows, arbitrary cdiv(cols, 512)]": arbitrary axes run in order inside a program.
 std::string gridText(const edsl::KernelSpec& spec) {
-  std::string s = "[";
+  std::string s = spec.persistence() ? "persistent [" : "[";
   for (size_t i = 0; i < spec.grid_axes().size(); ++i)
     s += (i ? ", " : "") +
          std::string(spec.semantics(i) == edsl::Semantics::kArbitrary ? "arbitrary " : "") +
@@ -108,7 +108,18 @@ std::string gridText(const edsl::KernelSpec& spec) {
 
 /// The extent of launched axis `a` (CUDA's x, y, z) as C++: the a-th parallel
 /// grid axis (arbitrary axes loop inside the kernel); "1" past the last one.
+/// A persistent grid launches one axis of programs, at most its tiles (the
+/// product of the parallel axes), which launch_kernel caps at what the
+/// device keeps resident.
 std::string launchedExtent(const edsl::KernelSpec& spec, size_t a) {
+  if (spec.persistence()) {
+    if (a != 0) return "1";
+    std::string tiles = "int64_t{1}";
+    for (size_t axis = 0; axis < spec.grid_axes().size(); ++axis)
+      if (spec.semantics(axis) != edsl::Semantics::kArbitrary)
+        tiles += " * (" + spec.grid_axes()[axis].to_cpp() + ")";
+    return tiles;
+  }
   size_t launched = 0;
   for (size_t axis = 0; axis < spec.grid_axes().size(); ++axis) {
     if (spec.semantics(axis) == edsl::Semantics::kArbitrary) continue;
@@ -228,7 +239,9 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   if (staged)
     os << ", &pallas_emu_kernel_" << name << "_cp_async, &pallas_emu_kernel_" << name
        << "_cp_async_shared_bytes, " << spec.launch_threads(/*tma_copies=*/false);
-  os << "};\n\n}  // namespace\n\n";
+  else
+    os << ", nullptr, nullptr, 0";
+  os << ", " << (spec.persistence() ? "true" : "false") << "};\n\n}  // namespace\n\n";
 
   // The typed entry point.
   // An instance of a variant is launched by the op's entry point (emitDispatch).
@@ -427,6 +440,18 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   os << "  const std::array<int64_t, 3> grid = {";
   for (size_t a = 0; a < 3; ++a) os << (a ? ", " : "") << launchedExtent(spec, a);
   os << "};\n";
+  if (spec.persistence()) {  // its programs count tiles x steps in 32 bits
+    std::string steps;
+    for (size_t axis = 0; axis < spec.grid_axes().size(); ++axis)
+      if (spec.semantics(axis) == edsl::Semantics::kArbitrary)
+        steps = spec.grid_axes()[axis].to_cpp();
+    os << "  if (const int64_t steps = " << steps
+       << "; steps > 0 && grid[0] > INT32_MAX / steps)\n"
+       << "    return pallas::Status::Error(pallas::StatusCode::kInvalidArgument, "
+          "std::string(kKernel) + \": a persistent grid of \" + std::to_string(grid[0]) + "
+          "\" tiles x \" + std::to_string(steps) + \" steps; its programs count at most \" "
+          "+ std::to_string(INT32_MAX) + \" steps (32-bit)\");\n";
+  }
   if (errors_slot < 0) {
     os << "  return pallas::detail::launch_kernel(" << name
        << "_image, args, grid, launch);\n}\n\n";

@@ -461,6 +461,12 @@ void KernelSpec::warp_specialize(WarpSpecialization ws) {
   ws_ = ws;
 }
 
+void KernelSpec::persistent(Persistent p) {
+  if (p.group_rows < 1)
+    fail("persistent: group_rows " + std::to_string(p.group_rows) + "; bands of at least 1 row");
+  persistent_ = p;
+}
+
 void KernelSpec::delay_release(int steps) {
   if (steps < 0 || steps > 3)
     fail("delay_release(" + std::to_string(steps) + "): a pipeline delays 0 to 3 steps");

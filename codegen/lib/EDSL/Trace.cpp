@@ -542,6 +542,103 @@ mlir::MemRefType array_type(const OperandDecl& d, mlir::MLIRContext& ctx) {
   return mlir::MemRefType::get(shape, element, layout);
 }
 
+/// A persistent grid's loop (KernelSpec::persistent): program w of W runs
+/// steps u in [0, cdiv(P - w, W) * K) of its tiles' arbitrary axis, tile
+/// t = w + (u / K) W, step u % K, and sets every axis's program id and
+/// extent to the tile's. The tile's indices: the parallel axes before the
+/// last two are outermost (t / (R C), row-major), then the R x C tile plane
+/// in bands of G = group_rows rows, each swept column by column:
+///
+///   p = t % (R C), band = p / (G C), first = band G,
+///   rows = min(R - first, G), q = p - band G C,
+///   row = first + q % rows, col = q / rows.
+///
+/// The divisions are 32-bit (index is 64-bit on the GPU, where a 64-bit
+/// division is a long call), all by counts of at least 1: divisors are
+/// clamped so that the indices of steps past the end, which a pipeline
+/// computes for copies it then does not issue, stay finite.
+mlir::scf::ForOp persistent_loop(Trace& t) {
+  KernelSpec& spec = *t.spec;
+  OpBuilder& b = t.builder;
+  mlir::Location loc = t.loc;
+  auto index_type = b.getIndexType();
+  auto i32 = b.getI32Type();
+  auto c32 = [&](int64_t v) { return mlir::arith::ConstantIntOp::create(b, loc, i32, v); };
+  auto to32 = [&](mlir::Value v) { return mlir::arith::IndexCastUIOp::create(b, loc, i32, v); };
+  auto to_index = [&](mlir::Value v) {
+    return mlir::arith::IndexCastUIOp::create(b, loc, index_type, v).getResult();
+  };
+  auto at_least_1 = [&](mlir::Value v) { return mlir::arith::MaxSIOp::create(b, loc, v, c32(1)); };
+  auto div = [&](mlir::Value x, mlir::Value y) { return mlir::arith::DivUIOp::create(b, loc, x, y); };
+  auto rem = [&](mlir::Value x, mlir::Value y) { return mlir::arith::RemUIOp::create(b, loc, x, y); };
+  auto mul = [&](mlir::Value x, mlir::Value y) { return mlir::arith::MulIOp::create(b, loc, x, y); };
+  auto add = [&](mlir::Value x, mlir::Value y) { return mlir::arith::AddIOp::create(b, loc, x, y); };
+  auto sub = [&](mlir::Value x, mlir::Value y) { return mlir::arith::SubIOp::create(b, loc, x, y); };
+
+  std::vector<int> parallel;
+  int sequential = -1;
+  std::vector<mlir::Value> extents;
+  for (int axis = 0; axis < t.grid_rank; ++axis) {
+    extents.push_back(materialize(spec.grid_axes()[static_cast<size_t>(axis)]));
+    if (spec.semantics(static_cast<size_t>(axis)) == Semantics::kArbitrary)
+      sequential = axis;
+    else
+      parallel.push_back(axis);
+  }
+  // Before the loop: the tile count and this program's share, and the
+  // 32-bit divisors (each at least 1).
+  mlir::Value worker = mlir::pallas::ProgramIdOp::create(b, loc, index_type, 0);
+  mlir::Value workers = mlir::pallas::NumProgramsOp::create(b, loc, index_type, 0);
+  mlir::Value tiles = mlir::arith::ConstantIndexOp::create(b, loc, 1);
+  for (int axis : parallel) tiles = mlir::arith::MulIOp::create(b, loc, tiles, extents[axis]);
+  mlir::Value steps = extents[static_cast<size_t>(sequential)];
+  mlir::Value zero = mlir::arith::ConstantIndexOp::create(b, loc, 0);
+  mlir::Value left = mlir::arith::MaxSIOp::create(
+      b, loc, mlir::arith::SubIOp::create(b, loc, tiles, worker), zero);
+  mlir::Value mine = mlir::arith::CeilDivSIOp::create(b, loc, left, workers);
+  mlir::Value total = mlir::arith::MulIOp::create(b, loc, mine, steps);
+  const size_t n = parallel.size();
+  const int64_t group = spec.persistence()->group_rows;
+  mlir::Value steps32 = at_least_1(to32(steps)), worker32 = to32(worker),
+              workers32 = to32(workers);
+  std::vector<mlir::Value> extents32;
+  for (int axis : parallel) extents32.push_back(at_least_1(to32(extents[axis])));
+  mlir::Value plane, band_tiles;
+  if (n > 2) plane = mul(extents32[n - 2], extents32[n - 1]);
+  if (n >= 2) band_tiles = mul(c32(group), extents32[n - 1]);
+  mlir::Value one = mlir::arith::ConstantIndexOp::create(b, loc, 1);
+  auto loop = mlir::scf::ForOp::create(b, loc, zero, total, one);
+  b.setInsertionPoint(loop.getBody()->getTerminator());
+
+  // In the loop: step u's tile and indices.
+  mlir::Value u = to32(loop.getInductionVar());
+  mlir::Value tile = add(worker32, mul(div(u, steps32), workers32));
+  t.persistent_tile = to_index(tile);
+  t.sequential_ids.assign(static_cast<size_t>(t.grid_rank), mlir::Value());
+  t.sequential_extents = extents;
+  t.sequential_ids[static_cast<size_t>(sequential)] = to_index(rem(u, steps32));
+  mlir::Value inner = tile;  // the tile's index within its R x C plane (or line)
+  if (n > 2) {               // the outer axes, row-major, then the plane
+    mlir::Value outer = div(tile, plane);
+    inner = rem(tile, plane);
+    for (size_t i = n - 2; i-- > 0;) {
+      t.sequential_ids[static_cast<size_t>(parallel[i])] = to_index(rem(outer, extents32[i]));
+      outer = div(outer, extents32[i]);
+    }
+  }
+  if (n == 1) t.sequential_ids[static_cast<size_t>(parallel[0])] = to_index(inner);
+  if (n >= 2) {
+    mlir::Value band = div(inner, band_tiles);
+    mlir::Value first = mul(band, c32(group));
+    mlir::Value band_rows = at_least_1(
+        mlir::arith::MinSIOp::create(b, loc, sub(to32(extents[parallel[n - 2]]), first), c32(group)));
+    mlir::Value q = sub(inner, mul(band, band_tiles));
+    t.sequential_ids[static_cast<size_t>(parallel[n - 2])] = to_index(add(first, rem(q, band_rows)));
+    t.sequential_ids[static_cast<size_t>(parallel[n - 1])] = to_index(div(q, band_rows));
+  }
+  return loop;
+}
+
 /// Builds the kernel function once the body is declared.
 void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   mlir::MLIRContext& ctx = *module.getContext();
@@ -601,6 +698,13 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   int launched = 0;
   for (size_t axis = 0; axis < spec.grid_axes().size(); ++axis)
     launched_axis.push_back(spec.semantics(axis) == Semantics::kArbitrary ? -1 : launched++);
+  if (spec.persistence()) {  // one launched axis: the programs walking the tiles
+    if (launched_axis.size() - static_cast<size_t>(launched) != 1)
+      spec.fail("persistent needs exactly one arbitrary grid axis (each tile's loop); the grid "
+                "has " +
+                std::to_string(launched_axis.size() - static_cast<size_t>(launched)));
+    launched = 1;
+  }
   if (launched > 3)
     spec.fail("the grid has " + std::to_string(launched) +
               " parallel axes; at most 3 are launched (CUDA's x, y, z): mark the others "
@@ -665,7 +769,8 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   // stages are those blocks.
   OpBuilder::InsertPoint function_end = t.builder.saveInsertionPoint();
   mlir::scf::ForOp innermost;
-  for (int axis = 0; axis < t.grid_rank; ++axis) {
+  if (spec.persistence()) innermost = persistent_loop(t);
+  for (int axis = 0; axis < t.grid_rank && !spec.persistence(); ++axis) {
     if (spec.semantics(static_cast<size_t>(axis)) != Semantics::kArbitrary) continue;
     mlir::Value extent = materialize(spec.grid_axes()[static_cast<size_t>(axis)]);
     mlir::Value zero = mlir::arith::ConstantIndexOp::create(t.builder, loc, 0);
@@ -762,6 +867,21 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     refs.emplace_back(&t, static_cast<int>(i));
   }
   spec.body_fn()(refs);
+  // Accumulators start every tile at zero. A program's are zeroed when it
+  // starts (the lowerings); a persistent program's again after each tile's
+  // last step, where the epilogue has just read them, so their registers die
+  // as it does instead of living on beside it.
+  if (spec.persistence()) {
+    int sequential = 0;
+    for (int axis = 0; axis < t.grid_rank; ++axis)
+      if (spec.semantics(static_cast<size_t>(axis)) == Semantics::kArbitrary) sequential = axis;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].role != Role::kScratch || !ops[i].accumulator) continue;
+      Ref acc(&t, static_cast<int>(i));
+      when(program_id(sequential) == num_programs(sequential) - index(1),
+           [&] { acc.store(broadcast_to(constant(0, f32), ops[i].scratch_shape)); });
+    }
+  }
   for (size_t i = 0; i < ops.size(); ++i)
     if (ops[i].role == Role::kOutput && !t.refs[i].stored)
       spec.fail("output '" + ops[i].name + "' is never stored");

@@ -436,6 +436,7 @@ namespace {
 /// The program's linear index over the parallel grid axes, row-major.
 mlir::Value linear_program_id() {
   Trace& t = trace();
+  if (t.persistent_tile) return t.persistent_tile;
   mlir::Value linear = unwrap(index(0));
   for (int axis = 0; axis < t.grid_rank; ++axis) {
     if (t.sequential_ids[axis]) continue;

@@ -170,8 +170,16 @@ class HostLowering {
     }
     if (auto wait = dyn_cast<SemaphoreWaitOp>(op)) return lowerWait(wait, b);
     if (auto scratch = dyn_cast<ScratchOp>(op)) {  // one buffer, reused by every program
-      map_.map(scratch.getBuffer(),
-               memref::AllocaOp::create(allocas_, loc, scratch.getBuffer().getType()).getResult());
+      Value buffer = memref::AllocaOp::create(allocas_, loc, scratch.getBuffer().getType());
+      map_.map(scratch.getBuffer(), buffer);
+      if (scratch.getAccumulator()) {  // zero when each program starts
+        Value zero = arith::ConstantOp::create(
+            b, loc, b.getZeroAttr(scratch.getBuffer().getType().getElementType()));
+        loopNest(b, loc, scratch.getBuffer().getType().getShape(),
+                 [&](OpBuilder& nb, Location l, ValueRange ivs) {
+                   memref::StoreOp::create(nb, l, zero, buffer, ivs);
+                 });
+      }
       return success();
     }
     if (auto loop = dyn_cast<scf::WhileOp>(op)) return lowerWhile(loop, b);

@@ -52,6 +52,10 @@ struct KernelImage {
   const int64_t* emulator_cp_async_shared_bytes = nullptr;
   // The sm_80 form's block size (no producer warpgroup); 0: threads.
   int cp_async_threads = 0;
+  // A persistent grid (KernelSpec::persistent): grid[0] is its tile count, and launch_kernel
+  // launches min(tiles, resident programs) programs that walk the tiles (CUDA: SMs x the
+  // blocks per SM occupancy allows; emulator: EmulatorOptions::concurrent_programs; host: 1).
+  bool persistent = false;
 };
 
 // The cubin to run on a device of compute capability sm / 10 . sm % 10, or null when there is
@@ -62,6 +66,9 @@ const Cubin* select_cubin(std::span<const Cubin> cubins, int device_sm);
 
 // Launches `image` over `grid` programs with kernel parameters `args` (args[i] points at the
 // i-th parameter, as for cudaLaunchKernel).
+//
+// A persistent image (KernelImage::persistent) gets grid = {tiles, 1, 1} and launches at most
+// as many programs as the device keeps resident.
 //
 // A grid with an extent of 0 launches nothing and returns Ok; a negative extent is
 // kInvalidArgument. The host backend calls image.host_entry synchronously (the stream is

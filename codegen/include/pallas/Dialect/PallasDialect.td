@@ -235,7 +235,9 @@ def Pallas_ScratchOp : Pallas_Op<"scratch"> {
     A static buffer private to one program, uninitialised when the program
     starts (Pallas' scratch_shapes). The GPU lowering places it in shared
     memory and fences every store to it with barriers; the host lowering
-    places it on the stack.
+    places it on the stack. With `accumulator` it is an f32 matrix held in
+    registers (the WGMMA accumulator layout on the GPU), zero when the
+    program starts.
 
     ```mlir
     %acc = pallas.scratch : memref<8x128xf32>

@@ -353,6 +353,15 @@ struct WarpSpecialization {
   int consumer_registers = 232;
 };
 
+/// A persistent grid (spec.persistent): programs, one per resident CTA, each
+/// walk the tiles of the parallel axes. `group_rows` groups the tile plane
+/// (the last two parallel axes, rows and columns) into bands of that many
+/// rows, swept column by column, so that the programs running at once share
+/// rows of A and columns of B in L2 (Triton's GROUP_M). 1: row-major.
+struct Persistent {
+  int group_rows = 1;
+};
+
 /// How dot multiplies: `b` given as [N, K] (its rows are the columns of the
 /// product, Pallas' `dot(a, b.T)`).
 struct DotOptions {
@@ -834,8 +843,9 @@ class KernelSpec {
   Operand scratch(const std::string& name, DType dtype, std::vector<int64_t> shape);
   /// An f32 matrix accumulator of a static [M, N] `shape` held in the
   /// program's registers (Pallas' ACC, a WGMMA accumulator): kept across the
-  /// iterations of the arbitrary grid axes (a matmul's K axis), uninitialised
-  /// when the program starts. The body gets a Ref over it in declaration
+  /// iterations of the arbitrary grid axes (a matmul's K axis), zero when the
+  /// program starts (as Pallas allocates WGMMA accumulators) and, in a
+  /// persistent grid, when each of its tiles starts. The body gets a Ref over it in declaration
   /// order and loads and stores it whole; `dot(a, b, acc.load())` multiplies
   /// into it. On the GPU it lives in the WGMMA accumulator layout, so M must
   /// be a multiple of 64 and N a multiple of 8.
@@ -877,6 +887,21 @@ class KernelSpec {
   /// consumers copy with cp.async). One arbitrary axis; staged blocks are inputs.
   void warp_specialize(WarpSpecialization ws);
   const std::optional<WarpSpecialization>& warp_specialization() const { return ws_; }
+  /// A persistent grid (CUTLASS's persistent tile schedulers): the launch
+  /// has one program per CTA the device keeps resident (SMs x occupancy on
+  /// CUDA, EmulatorOptions::concurrent_programs on the emulator, one on the
+  /// host), never more than the parallel axes' P tiles, and program w walks
+  /// tiles w, w + W, w + 2 W, ... (W programs). Its arbitrary axis (exactly
+  /// one) and the tiles are one loop of my_tiles x K steps, so a pipeline
+  /// runs on across tiles: the next tile's first copies are in flight while
+  /// this tile's last step and epilogue run, and the stage barriers are set
+  /// up once per program. program_id / num_programs of every axis are the
+  /// tile's own (unchanged bodies). Worked example, a [3, 4] tile plane,
+  /// group_rows 2, W = 5: tiles in order (0,0) (1,0) (0,1) (1,1) (0,2) (1,2)
+  /// (0,3) (1,3) (2,0) (2,1) (2,2) (2,3); program 1 does tiles 1, 6, 11:
+  /// (1,0), (0,3), (2,3).
+  void persistent(Persistent p = {});
+  const std::optional<Persistent>& persistence() const { return persistent_; }
   /// Threads a program launches with: threads(), plus the producer warpgroup
   /// of a warp-specialized staged instance where it copies with TMA (sm_90
   /// on; `tma_copies` false: the sm_80 form, which has none).
@@ -983,6 +1008,7 @@ class KernelSpec {
   int max_concurrent_steps_ = kDefaultPipelineDepth;
   int delay_release_ = 0;
   std::optional<WarpSpecialization> ws_;
+  std::optional<Persistent> persistent_;
   std::vector<std::string> checks_;
   int errors_operand_ = -1;
   std::function<void(std::span<const Ref>)> body_;

@@ -774,6 +774,10 @@ LogicalResult lowerAccumulatorBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
     Value one = LLVM::ConstantOp::create(eb, blk.getLoc(), eb.getI32Type(), 1);
     storage = LLVM::AllocaOp::create(eb, blk.getLoc(), LLVM::LLVMPointerType::get(b.getContext()),
                                      fragType, one);
+    // Zero when the program starts (as Pallas allocates WGMMA accumulators).
+    LLVM::StoreOp::create(
+        eb, blk.getLoc(),
+        LLVM::ConstantOp::create(eb, blk.getLoc(), fragType, eb.getZeroAttr(fragType)), storage);
     g.accumulators[blk.getArray()] = storage;
   }
   g.accumulators[blk.getResult()] = storage;
