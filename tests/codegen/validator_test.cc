@@ -433,8 +433,8 @@ void declare_persistent(KernelSpec& spec) {
   Operand x = spec.input("x", f32, {m, m});
   Operand out = spec.output("out", f32, {m, m});
   spec.grid({cdiv(m, 16), cdiv(m, 16)});
-  spec.dimension_semantics({kArbitrary == 2 ? arbitrary : parallel,
-                            kArbitrary == 0 ? parallel : arbitrary});
+  spec.dimension_semantics(
+      {kArbitrary == 2 ? arbitrary : parallel, kArbitrary == 0 ? parallel : arbitrary});
   spec.persistent({.group_rows = kGroupRows});
   auto tile = [](const ProgramIds& p) { return at(p[0], p[1]); };
   spec.block(x, {Blocked{16}, Blocked{16}}, tile);

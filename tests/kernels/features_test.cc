@@ -22,6 +22,7 @@
 #include <pallas/kernels/explicit_row_blocks_nowait.h>
 #include <pallas/kernels/int_mix.h>
 #include <pallas/kernels/math_zoo.h>
+#include <pallas/kernels/persistent_wgmma.h>
 #include <pallas/kernels/pipelined_axpb_d1.h>
 #include <pallas/kernels/pipelined_axpb_d2.h>
 #include <pallas/kernels/pipelined_axpb_d3.h>
@@ -37,7 +38,6 @@
 #include <pallas/kernels/pipelined_wgmma_ws.h>
 #include <pallas/kernels/pipelined_wgmma_ws2.h>
 #include <pallas/kernels/pipelined_wgmma_ws_nodelay.h>
-#include <pallas/kernels/persistent_wgmma.h>
 #include <pallas/kernels/power.h>
 #include <pallas/kernels/row_sums_sequential.h>
 #include <pallas/kernels/scratch_and_while.h>

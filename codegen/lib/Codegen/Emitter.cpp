@@ -445,8 +445,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     for (size_t axis = 0; axis < spec.grid_axes().size(); ++axis)
       if (spec.semantics(axis) == edsl::Semantics::kArbitrary)
         steps = spec.grid_axes()[axis].to_cpp();
-    os << "  if (const int64_t steps = " << steps
-       << "; steps > 0 && grid[0] > INT32_MAX / steps)\n"
+    os << "  if (const int64_t steps = " << steps << "; steps > 0 && grid[0] > INT32_MAX / steps)\n"
        << "    return pallas::Status::Error(pallas::StatusCode::kInvalidArgument, "
           "std::string(kKernel) + \": a persistent grid of \" + std::to_string(grid[0]) + "
           "\" tiles x \" + std::to_string(steps) + \" steps; its programs count at most \" "

@@ -569,11 +569,21 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
     return mlir::arith::IndexCastUIOp::create(b, loc, index_type, v).getResult();
   };
   auto at_least_1 = [&](mlir::Value v) { return mlir::arith::MaxSIOp::create(b, loc, v, c32(1)); };
-  auto div = [&](mlir::Value x, mlir::Value y) { return mlir::arith::DivUIOp::create(b, loc, x, y); };
-  auto rem = [&](mlir::Value x, mlir::Value y) { return mlir::arith::RemUIOp::create(b, loc, x, y); };
-  auto mul = [&](mlir::Value x, mlir::Value y) { return mlir::arith::MulIOp::create(b, loc, x, y); };
-  auto add = [&](mlir::Value x, mlir::Value y) { return mlir::arith::AddIOp::create(b, loc, x, y); };
-  auto sub = [&](mlir::Value x, mlir::Value y) { return mlir::arith::SubIOp::create(b, loc, x, y); };
+  auto div = [&](mlir::Value x, mlir::Value y) {
+    return mlir::arith::DivUIOp::create(b, loc, x, y);
+  };
+  auto rem = [&](mlir::Value x, mlir::Value y) {
+    return mlir::arith::RemUIOp::create(b, loc, x, y);
+  };
+  auto mul = [&](mlir::Value x, mlir::Value y) {
+    return mlir::arith::MulIOp::create(b, loc, x, y);
+  };
+  auto add = [&](mlir::Value x, mlir::Value y) {
+    return mlir::arith::AddIOp::create(b, loc, x, y);
+  };
+  auto sub = [&](mlir::Value x, mlir::Value y) {
+    return mlir::arith::SubIOp::create(b, loc, x, y);
+  };
 
   std::vector<int> parallel;
   int sequential = -1;
@@ -599,8 +609,7 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
   mlir::Value total = mlir::arith::MulIOp::create(b, loc, mine, steps);
   const size_t n = parallel.size();
   const int64_t group = spec.persistence()->group_rows;
-  mlir::Value steps32 = at_least_1(to32(steps)), worker32 = to32(worker),
-              workers32 = to32(workers);
+  mlir::Value steps32 = at_least_1(to32(steps)), worker32 = to32(worker), workers32 = to32(workers);
   std::vector<mlir::Value> extents32;
   for (int axis : parallel) extents32.push_back(at_least_1(to32(extents[axis])));
   mlir::Value plane, band_tiles;
@@ -630,10 +639,11 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
   if (n >= 2) {
     mlir::Value band = div(inner, band_tiles);
     mlir::Value first = mul(band, c32(group));
-    mlir::Value band_rows = at_least_1(
-        mlir::arith::MinSIOp::create(b, loc, sub(to32(extents[parallel[n - 2]]), first), c32(group)));
+    mlir::Value band_rows = at_least_1(mlir::arith::MinSIOp::create(
+        b, loc, sub(to32(extents[parallel[n - 2]]), first), c32(group)));
     mlir::Value q = sub(inner, mul(band, band_tiles));
-    t.sequential_ids[static_cast<size_t>(parallel[n - 2])] = to_index(add(first, rem(q, band_rows)));
+    t.sequential_ids[static_cast<size_t>(parallel[n - 2])] =
+        to_index(add(first, rem(q, band_rows)));
     t.sequential_ids[static_cast<size_t>(parallel[n - 1])] = to_index(div(q, band_rows));
   }
   return loop;
@@ -700,9 +710,10 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     launched_axis.push_back(spec.semantics(axis) == Semantics::kArbitrary ? -1 : launched++);
   if (spec.persistence()) {  // one launched axis: the programs walking the tiles
     if (launched_axis.size() - static_cast<size_t>(launched) != 1)
-      spec.fail("persistent needs exactly one arbitrary grid axis (each tile's loop); the grid "
-                "has " +
-                std::to_string(launched_axis.size() - static_cast<size_t>(launched)));
+      spec.fail(
+          "persistent needs exactly one arbitrary grid axis (each tile's loop); the grid "
+          "has " +
+          std::to_string(launched_axis.size() - static_cast<size_t>(launched)));
     launched = 1;
   }
   if (launched > 3)
