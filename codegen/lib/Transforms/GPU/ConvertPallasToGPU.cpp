@@ -211,8 +211,11 @@ Value GpuLowering::isThread(OpBuilder& b, Location loc, int64_t t) {
 }
 
 LogicalResult GpuLowering::lowerBlock(Block& block, OpBuilder& b) {
-  for (Operation& op : block.without_terminator())
+  for (Operation& op : block.without_terminator()) {
     if (failed(lowerOp(&op, b))) return failure();
+    if (auto hook = afterLowering.find(&op); hook != afterLowering.end() && failed(hook->second(b)))
+      return failure();
+  }
   return success();
 }
 

@@ -294,6 +294,10 @@ class GpuLowering {
   /// The stages of the pipelines being lowered, by pallas.block (their
   /// buffers, and the current step's slot and parity; PipelineRules.cpp).
   DenseMap<Operation*, StagedBlock> pipelineStages;
+  /// Run right after an op of the kernel is lowered, at the builder that
+  /// lowered it (PipelineRules: a warp-specialized pipeline's release right
+  /// after the body's wgmma_wait).
+  DenseMap<Operation*, std::function<LogicalResult(OpBuilder&)>> afterLowering;
   DenseMap<Value, Value> tmaDescriptors;  // kernel array argument -> its descriptor parameter
   Value tid;                              // gpu.thread_id x, index
   gpu::GPUFuncOp func;

@@ -56,6 +56,9 @@
 //   if tid < 128 (`pallas.consumer`): setmaxnreg.inc consumer
 //     for k = lo .. hi: body (a load waits full[slot] parity (i / n) % 2)
 //                       if i >= d: every thread arrives on release[(i + n - d) % n]
+//                       (at the end of the step, or right after the body's
+//                       wgmma_wait(n <= d) that follows its wgmma: before an
+//                       epilogue in the step; see `releaseAfter`)
 //   else: setmaxnreg.dec producer
 //     thread 128: for k = lo .. hi: if i >= n: wait release[i % n] parity (i / n - 1) % 2
 //                                   expect-tx + TMA copies of step k into slot i % n
@@ -289,23 +292,48 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
     }
     return success();
   };
-  auto atStepEnd = [&](OpBuilder& nb, Value k) -> LogicalResult {
-    if (producer) {  // every consumer thread releases step k - delay's buffers
-      Value i = arith::SubIOp::create(nb, loc, k, lo);
-      Value done =
-          arith::CmpIOp::create(nb, loc, arith::CmpIPredicate::uge, i, indexConst(nb, loc, delay));
-      scf::IfOp::create(nb, loc, done, [&](OpBuilder& rb, Location l) {
-        for (auto [empty, s] : llvm::zip_first(empties, stages)) {
-          Value slot = arith::RemUIOp::create(
-              rb, l, arith::AddIOp::create(rb, l, i, indexConst(rb, l, s.st.slots - delay)),
-              indexConst(rb, l, s.st.slots));
-          NVVM::MBarrierArriveOp::create(rb, l, rb.getI64Type(), barrierPointer(rb, l, empty, slot),
-                                         Value(), NVVM::MemScopeKindAttr(), BoolAttr());
-        }
-        scf::YieldOp::create(rb, l);
-      });
-      return success();
+  // Where the consumers release step k - delay's buffers: at the end of step
+  // k, or sooner, right after the body's first top-level wgmma_wait(n) with
+  // n <= delay that follows a top-level wgmma. Every step then starts a
+  // multiply before that wait, so the n still in flight after it are this
+  // step's and the n - 1 before: step k - delay's are done, and no thread
+  // reads another step's buffers. In a persistent program this releases
+  // step `last - 1` before the tile's epilogue (a `when` after the wait), so
+  // the producer copies the next tile's second step during the epilogue.
+  Operation* releaseAfter = nullptr;
+  if (producer) {
+    bool multiplied = false;
+    for (Operation& op : loop.getBody()->without_terminator()) {
+      multiplied |= isa<WgmmaOp>(op);
+      auto wait = dyn_cast<WgmmaWaitOp>(op);
+      if (wait && multiplied && wait.getPending() <= delay) {
+        releaseAfter = &op;
+        break;
+      }
     }
+  }
+  auto release = [&](OpBuilder& nb, Value k) -> LogicalResult {
+    Value i = arith::SubIOp::create(nb, loc, k, lo);
+    Value done =
+        arith::CmpIOp::create(nb, loc, arith::CmpIPredicate::uge, i, indexConst(nb, loc, delay));
+    scf::IfOp::create(nb, loc, done, [&](OpBuilder& rb, Location l) {
+      for (auto [empty, s] : llvm::zip_first(empties, stages)) {
+        Value slot = arith::RemUIOp::create(
+            rb, l, arith::AddIOp::create(rb, l, i, indexConst(rb, l, s.st.slots - delay)),
+            indexConst(rb, l, s.st.slots));
+        NVVM::MBarrierArriveOp::create(rb, l, rb.getI64Type(), barrierPointer(rb, l, empty, slot),
+                                       Value(), NVVM::MemScopeKindAttr(), BoolAttr());
+      }
+      scf::YieldOp::create(rb, l);
+    });
+    return success();
+  };
+  if (releaseAfter)
+    g.afterLowering[releaseAfter] = [&, iv = loop.getInductionVar()](OpBuilder& nb) {
+      return release(nb, g.map.lookup(iv));
+    };
+  auto atStepEnd = [&](OpBuilder& nb, Value k) -> LogicalResult {
+    if (producer) return releaseAfter ? success() : release(nb, k);
     if (minOutputSlots) {
       NVVM::FenceProxyOp::create(
           nb, loc, NVVM::ProxyKindAttr::get(nb.getContext(), NVVM::ProxyKind::async_shared),
@@ -358,7 +386,9 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
     if (minOutputSlots == 1) gpu::BarrierOp::create(nb, loc);
     return success();
   };
-  if (failed(lowerForWith(loop, g, b, atStepStart, atStepEnd))) return failure();
+  const LogicalResult lowered = lowerForWith(loop, g, b, atStepStart, atStepEnd);
+  if (releaseAfter) g.afterLowering.erase(releaseAfter);
+  if (failed(lowered)) return failure();
   for (const Stage& s : stages) g.pipelineStages.erase(s.op);
 
   // Epilogue: the last stores have read their buffers; the barriers can be
