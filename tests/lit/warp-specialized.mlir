@@ -8,6 +8,8 @@
 // RUN: pallas-opt %s --pallas-expand-wgmma --pallas-sink-broadcasts --pallas-assign-layouts \
 // RUN:   '--convert-pallas-to-gpu=async-copies=cp-async mma=mma_sync' \
 // RUN:   | FileCheck %s --check-prefix=CPASYNC
+// RUN: pallas-opt %s --pallas-sink-broadcasts --pallas-assign-layouts \
+// RUN:   '--convert-pallas-to-gpu=async-copies=tma mma=wgmma' | FileCheck %s --check-prefix=EARLY
 
 // sm_90a. 256 threads that start with (40 + 232) / 2 = 136 registers each.
 // Per stage and operand a full barrier (1 arrival: the producer's expect-tx,
@@ -84,6 +86,30 @@
 // CPASYNC-COUNT-6: nvvm.mbarrier.inval
 // CPASYNC-NOT: pallas.consumer
 // CPASYNC: gpu.return
+
+// The consumers of a warp-specialized pipeline release step k - 1's stage
+// buffers (delay_release(1)) right after the body's wgmma_wait(1), which
+// follows its wgmma: every step starts a multiply before that wait, so step
+// k - 1's is done. The release then comes before a last-step epilogue left
+// in the loop (as a persistent program's is: here --pallas-peel-last-step
+// does not run), so the producer refills the buffer while the epilogue
+// runs. (The kernel below, not peeled: the EARLY run.)
+// EARLY-LABEL: gpu.func @pipelined_wgmma_ws
+// EARLY: nvvm.setmaxregister increase 232
+// EARLY: scf.for %[[K:.*]] = %c0 to
+// EARLY-COUNT-4: nvvm.wgmma.mma_async
+// EARLY: nvvm.wgmma.wait.group.sync.aligned 1
+// EARLY-NEXT: %[[STEP:.*]] = arith.subi %[[K]], %c0
+// EARLY: %[[LATE:.*]] = arith.cmpi uge, %[[STEP]], %c1
+// EARLY-NEXT: scf.if %[[LATE]] {
+// EARLY: nvvm.mbarrier.arrive
+// EARLY: }
+// The epilogue follows, and nothing is released after it.
+// EARLY: scf.if
+// EARLY: nvvm.wgmma.wait.group.sync.aligned 0
+// EARLY: vector.store %{{.*}} : memref<?x?xf32, strided<[?, 1]>>, vector<2xf32>
+// EARLY-NOT: nvvm.mbarrier.arrive
+// EARLY: nvvm.setmaxregister decrease 40
 
 module {
   func.func @pipelined_wgmma_ws(%arg0: memref<?x?xbf16, strided<[?, 1]>>, %arg1: memref<?x?xbf16, strided<[?, 1]>>, %arg2: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.approx_math, pallas.grid = ["cdiv(m, 64)", "cdiv(n, 64)", "cdiv(k, 64)"], pallas.grid_rank = 2 : i32, pallas.kernel, pallas.max_registers = 136 : i64, pallas.operand_names = ["a", "b", "d", "acc"], pallas.threads = 128 : i64} {
