@@ -131,7 +131,9 @@ MATMULS = ["matmul", "matmul_bt", "gemm", "gemm_bt", "linear_bias", "linear_bias
            "linear_bias_silu", "linear_residual", "batched_matmul", "batched_matmul_bt"]
 # Of those, the ones whose sm_90a staged instance is a warp-specialized
 # pipeline (all of them, B [K, N] too since it is read in place): its producer warpgroup gives up registers (USETMAXREG.DEALLOC, PTX
-# setmaxnreg.dec) and the consumer takes them (USETMAXREG.TRY_ALLOC).
+# setmaxnreg.dec) and the consumer takes them (USETMAXREG.TRY_ALLOC), and its K loop keeps
+# one wgmma in flight: HGMMA and WARPGROUP.DEPBAR.LE gsb0, 0x1 on every iteration, no
+# WARPGROUP.DEPBAR.LE gsb0, 0x0 (mma_pipelining).
 WARP_SPECIALIZED = set(MATMULS)
 # Ops whose outputs are per-row or per-array scalars: no 16-byte store rule.
 REDUCTIONS = {"row_sum", "row_max", "cross_entropy", "sum_all", "max_all"}
@@ -474,6 +476,55 @@ class Analysis:
     region: PathStats
     region_range: tuple[int, int]
     opcodes: frozenset = frozenset()  # base opcodes present anywhere (UTMALDG, HGMMA, ...)
+    # wgmma pipelining (see mma_pipelining): whether some loop keeps a multiply in flight
+    # on every iteration, and the addresses of waits for every multiply that such a loop
+    # runs on every iteration.
+    mma_in_flight: bool = False
+    mma_serial_waits: tuple = ()
+
+
+def every_iteration(blocks: list[Block], head: int, latch: int) -> set[int]:
+    """Blocks of the loop head..latch that every iteration runs: those that no
+    forward edge inside the loop jumps over (an `if` body, an `else` body)."""
+    skipped: set[int] = set()
+    for a in range(head, latch + 1):
+        for t in blocks[a].succ:
+            if a + 1 < t <= latch + 1:
+                skipped.update(range(a + 1, t))
+    return {b for b in range(head, latch + 1) if b not in skipped}
+
+
+def mma_pipelining(instrs: list[Instr], blocks: list[Block],
+                   loops: list[tuple[int, int]]) -> tuple[bool, tuple]:
+    """A pipelined wgmma K loop issues HGMMAs (on one path or another: a first
+    step's scale-d 0 batch is a branch of its own) and waits with
+    `WARPGROUP.DEPBAR.LE gsb0, 0x1` (wgmma.wait_group 1) on every iteration, so one multiply stays in
+    flight while the next step's tiles are awaited. A `WARPGROUP.DEPBAR.LE gsb0,
+    0x0` on every iteration of that loop (ptxas injects one, info C7517, where
+    code reads accumulator registers a multiply may still write) serializes the
+    multiplies; one in a conditional block (the last step's epilogue) does not.
+    Returns (some loop keeps a multiply in flight, addresses of such serial waits)."""
+    def ops(b: int) -> list[Instr]:
+        return instrs[blocks[b].start:blocks[b].end]
+
+    def is_wait(ins: Instr, n: str) -> bool:
+        return ins.op.startswith("WARPGROUP.DEPBAR") and ins.text.rstrip(" ;").endswith(", " + n)
+
+    bodies = {}
+    for h, l in loops:
+        body = [ins for b in sorted(every_iteration(blocks, h, l)) for ins in ops(b)]
+        issues = any(i.base == "HGMMA" for b in range(h, l + 1) for i in ops(b))
+        if issues and any(is_wait(i, "0x1") for i in body):
+            bodies[(h, l)] = body
+    # The K loops: the smallest of those, each with no smaller one among its
+    # blocks (an mbarrier wait's out-of-line retry branch back into the loop
+    # makes a "loop" from there over everything laid out after it).
+    k_loops: list[tuple[int, int]] = []
+    for h, l in sorted(bodies, key=lambda loop: loop[1] - loop[0]):
+        if not any(h <= l2 and h2 <= l for h2, l2 in k_loops):
+            k_loops.append((h, l))
+    serial = [i.addr for loop in k_loops for i in bodies[loop] if is_wait(i, "0x0")]
+    return bool(k_loops), tuple(sorted(set(serial)))
 
 
 def find_loops(instrs: list[Instr], blocks: list[Block]) -> list[tuple[int, int]]:
@@ -614,9 +665,10 @@ def analyze(name: str, instrs: list[Instr], labels: dict[str, int]) -> Analysis:
         _, path, method, region, rng, prange = max(scored, key=lambda c: c[0])
     else:
         path, method, region, rng, prange = PathStats(), "none", PathStats(), (0, 0), (0, 0)
+    in_flight, serial_waits = mma_pipelining(instrs, blocks, loops)
     return Analysis(name, whole.instrs, whole.ld, whole.st, whole.bars, local, len(loops),
                     len(sections), prange, path, method, region, rng,
-                    frozenset(i.base for i in instrs))
+                    frozenset(i.base for i in instrs), in_flight, serial_waits)
 
 
 #===------------------------------------------------------------------------===#
@@ -782,6 +834,17 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
                     and not k.instance.endswith("_direct") and "USETMAXREG" not in k.sass.opcodes):
                 out.append(("mma", f"{k.instance} ({k.arch}): a warp-specialized product without "
                                    "USETMAXREG (the warpgroups' setmaxnreg)"))
+            if (k.op in WARP_SPECIALIZED and k.arch.startswith("sm_9")
+                    and not k.instance.endswith("_direct")):
+                if not k.sass.mma_in_flight:
+                    out.append(("mma", f"{k.instance} ({k.arch}): no K loop keeps a wgmma in "
+                                       "flight (a loop with HGMMA and WARPGROUP.DEPBAR.LE gsb0, "
+                                       "0x1 on every iteration)"))
+                for addr in k.sass.mma_serial_waits:
+                    out.append(("mma", f"{k.instance} ({k.arch}): the K loop waits for every "
+                                       f"wgmma on every step (WARPGROUP.DEPBAR.LE gsb0, 0x0 at "
+                                       f"{addr:#06x}; ptxas info C7517?): the multiplies run "
+                                       "one at a time"))
         if (not check_width or k.kind not in ("elementwise", "row", "whole") or not k.sass
                 or k.staged):
             continue

@@ -9,6 +9,10 @@
 
 // CHECK-LABEL: gpu.func @register_a
 // CHECK-NOT: pallas.convert_layout
+// s starts zero (flagged): its first product is one branch, scale-d 1 or 0.
+// CHECK-COUNT-4: nvvm.wgmma.mma_async
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK: } else {
 // CHECK-COUNT-4: nvvm.wgmma.mma_async
 // CHECK: nvvm.wgmma.commit.group.sync.aligned
 // p's 32 bf16 registers as 16 words, fenced like the accumulator.
@@ -16,9 +20,12 @@
 // CHECK: llvm.inline_asm has_side_effects {{.*}}"// pallas: fence wgmma operands", "=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15"
 // CHECK: nvvm.wgmma.fence.aligned
 // K 0..15: words 0-3; the accumulator's 32 registers are $0-$31 (tied),
-// A $64-$67, b's descriptor $68, read N-major (imm-trans-b 1).
+// A $64-$67, b's descriptor $68, read N-major (imm-trans-b 1); scale-d is
+// $69, 0 while acc is flagged zero (its program's first product).
+// CHECK: %[[SCALE:.*]] = arith.extui %{{.*}} : i1 to i32
 // CHECK: llvm.inline_asm has_side_effects asm_dialect = att {pallas.wgmma_register_a = array<i64: 64, 1, 1>}
-// CHECK-SAME: "{\0A.reg .pred p;\0Asetp.ne.b32 p, 1, 0;\0Awgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {$0, $1, {{.*}}, $31}, {$64, $65, $66, $67}, $68, p, 1, 1, 1;\0A}"
+// CHECK-SAME: "{\0A.reg .pred p;\0Asetp.ne.b32 p, $69, 0;\0Awgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {$0, $1, {{.*}}, $31}, {$64, $65, $66, $67}, $68, p, 1, 1, 1;\0A}"
+// CHECK-SAME: %[[SCALE]] :
 // CHECK-COUNT-3: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16
 // CHECK-NOT: wgmma.mma_async.sync.aligned
 // CHECK: nvvm.wgmma.commit.group.sync.aligned

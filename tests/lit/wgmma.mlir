@@ -8,30 +8,46 @@
 // RUN: pallas-opt %s --pallas-expand-wgmma | FileCheck %s --check-prefix=EXPAND
 // RUN: pallas-opt %s --pallas-peel-last-step | FileCheck %s --check-prefix=PEEL
 
-// sm_90a. Each step: zeroing the accumulator (step 0) and reading it (the
-// last step) first wait for every multiply in flight; the step waits for its
-// two tiles, fences the accumulator registers, issues 4 wgmmas (K 64 in
-// steps of 16) on descriptors of the stage buffers and commits them as one
-// group, then waits until at most that group is in flight.
+// sm_90a. Each step: zeroing the accumulator (step 0) only flags it zero
+// (an i1 beside its registers: no wait, no register written); the step waits
+// for its two tiles, fences the accumulator registers and, in one branch
+// each way, issues 4 wgmmas (K 64 in steps of 16) on descriptors of the
+// stage buffers and commits them as one group: where the accumulator is
+// flagged zero the first takes scale-d 0 (acc = a @ b) and nothing reads
+// its registers. Then the step waits until at most that group is in flight.
 // WGMMA-LABEL: gpu.func @pipelined_wgmma
 // WGMMA: scf.for %[[K:.*]] = %[[LO:.*]] to
 // WGMMA: scf.if
-// WGMMA-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// WGMMA-NEXT: %[[ZERO:.*]] = llvm.mlir.constant(true) : i1
+// WGMMA-NEXT: llvm.store %[[ZERO]], %[[ISZERO:.*]] : i1, !llvm.ptr
+// WGMMA-NOT: nvvm.wgmma.wait
 // WGMMA: nvvm.mbarrier.try_wait.parity
 // WGMMA: nvvm.mbarrier.try_wait.parity
 // The accumulator's registers pass through an empty asm (fenceOperands)
 // before wgmma.fence and after a wait, so LLVM moves no access across them.
 // WGMMA: llvm.load
 // WGMMA: llvm.inline_asm has_side_effects {{.*}}"// pallas: fence wgmma operands"
-// WGMMA: nvvm.wgmma.fence.aligned
-// WGMMA-COUNT-4: nvvm.wgmma.mma_async
+// WGMMA: scf.if %{{.*}} -> (vector<32xf32>) {
+// WGMMA-NEXT: nvvm.wgmma.fence.aligned
+// WGMMA-COUNT-4: nvvm.wgmma.mma_async {{.*}} D[<f32>, <one>]
 // WGMMA: nvvm.wgmma.commit.group.sync.aligned
-// WGMMA-NEXT: llvm.store
+// WGMMA: } else {
+// WGMMA-NEXT: nvvm.wgmma.fence.aligned
+// WGMMA: nvvm.wgmma.mma_async {{.*}} D[<f32>, <zero>]
+// WGMMA-COUNT-3: nvvm.wgmma.mma_async {{.*}} D[<f32>, <one>]
+// WGMMA: nvvm.wgmma.commit.group.sync.aligned
+// WGMMA: llvm.store
+// WGMMA-NEXT: llvm.mlir.constant(false) : i1
+// WGMMA-NEXT: llvm.store %{{.*}}, %[[ISZERO]] : i1, !llvm.ptr
 // WGMMA-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+// The last step waits for every multiply and reads the accumulator (zeros
+// while it is flagged) into new registers: a copy, so that nothing in the
+// loop writes registers a wgmma in flight writes.
 // WGMMA: scf.if
 // WGMMA-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
 // WGMMA-NEXT: llvm.load
-// WGMMA: llvm.inline_asm has_side_effects {{.*}}"// pallas: fence wgmma operands"
+// WGMMA: arith.select
+// WGMMA: llvm.inline_asm has_side_effects {{.*}}"// pallas: copy wgmma operands{{.*}}mov.f32 $0, $32;
 // delay_release(1): after the release barrier, step k refills the buffer of
 // step k - 1, slot (k - lo + 2) % 3, with step k + 2, once k - lo >= 1.
 // WGMMA: gpu.barrier

@@ -23,10 +23,14 @@ assembled as the codegen does (ptxas -arch=<arch> -O3 -v). The rules and the
   mma     every matrix-product instance (bench/sass_report.py's MATMULS, the
           `_direct` twins too) has HGMMA (wgmma) in its sm_90a SASS and HMMA
           (mma.sync) in its sm_80 SASS, and the warp-specialized ones
-          (WARP_SPECIALIZED, staged instance) USETMAXREG on sm_90a.
+          (WARP_SPECIALIZED, staged instance) USETMAXREG on sm_90a and a K
+          loop that keeps one wgmma in flight (WARPGROUP.DEPBAR.LE gsb0, 0x1
+          on every step, no DEPBAR 0x0 on every step: sass_report's
+          mma_pipelining).
 --planted runs the rules on the PTX in DIR and passes only if each planted
 file is rejected by the rule its name says (`_planted_spill`, `_planted_narrow`,
-`_planted_notma`, `_planted_nomma`): the checks can fail.
+`_planted_notma`, `_planted_nomma`; `_planted_serial` and `_planted_latchwait`:
+the mma rule's serialized wgmmas): the checks can fail.
 
 Exit status: 0 pass, 1 fail, 77 skipped (nvdisasm not installed: see
 scripts/install-deps.sh; ptxas or the PTX missing).
@@ -94,6 +98,11 @@ def main() -> int:
                 missed.append(f"{k.instance} ({k.arch}): the narrow accesses were not reported")
             if "_planted_notma" in k.instance and "tma" not in mine:
                 missed.append(f"{k.instance} ({k.arch}): the missing TMA copies were not reported")
+            pipelining = [v for rule, v in found if v.startswith(f"{k.instance} ({k.arch})")
+                          and ("keeps a wgmma in flight" in v or "waits for every wgmma" in v)]
+            if ("_planted_serial" in k.instance or "_planted_latchwait" in k.instance) and \
+                    not pipelining:
+                missed.append(f"{k.instance} ({k.arch}): the serialized wgmmas were not reported")
             if "_planted_nomma" in k.instance and "mma" not in mine:
                 missed.append(f"{k.instance} ({k.arch}): the missing tensor-core MMAs were not "
                               "reported")

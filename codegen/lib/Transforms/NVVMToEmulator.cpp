@@ -217,7 +217,8 @@ class Rewriter {
     if (auto shfl = dyn_cast<NVVM::ShflOp>(op)) return rewriteShuffle(shfl);
     if (auto ld = dyn_cast<NVVM::LdMatrixOp>(op)) return rewriteLdmatrix(ld);
     if (auto fence = dyn_cast<LLVM::InlineAsmOp>(op);
-        fence && fence.getAsmString() == kFenceOperandsAsm) {  // registers pass through
+        fence && (fence.getAsmString() == kFenceOperandsAsm ||
+                  fence.getAsmString().starts_with(kCopyOperandsAsm))) {  // values pass through
       Value s = LLVM::UndefOp::create(b_, loc, fence.getResult(0).getType());
       for (auto [i, v] : llvm::enumerate(fence.getOperands()))
         s = LLVM::InsertValueOp::create(b_, loc, s, v, ArrayRef<int64_t>{static_cast<int64_t>(i)});
@@ -443,20 +444,20 @@ class Rewriter {
   }
 
   /// The inline PTX of a wgmma with A in registers (kWgmmaRegisterAAttrName)
-  /// -> pallas_emu_wgmma_register_a(acc, n, aWords, descB, type, transB, 1).
+  /// -> pallas_emu_wgmma_register_a(acc, n, aWords, descB, type, transB, scaleD).
   LogicalResult rewriteWgmmaRegisterA(LLVM::InlineAsmOp mma) {
     Location loc = mma.getLoc();
     auto params = dyn_cast<DenseI64ArrayAttr>(mma->getAttr(kWgmmaRegisterAAttrName));
     const int64_t count = params && params.size() == 3 ? params[0] / 2 : -1;
-    if (count <= 0 || static_cast<int64_t>(mma.getOperands().size()) != count + 5)
+    if (count <= 0 || static_cast<int64_t>(mma.getOperands().size()) != count + 6)
       return mma.emitOpError("wgmma with A in registers: malformed ") << kWgmmaRegisterAAttrName;
-    // Operands: the accumulator's registers, A's four words, B's descriptor.
+    // Operands: the accumulator's registers, A's four words, B's descriptor, scale-d.
     Value acc = storeOnStack(mma, b_.getF32Type(), mma.getOperands().take_front(count));
     Value words = storeOnStack(mma, i32(), mma.getOperands().slice(count, 4));
     call(loc, "pallas_emu_wgmma_register_a", Type(),
          {acc, constI32(loc, static_cast<int32_t>(params[0])), words, mma.getOperands()[count + 4],
           constI32(loc, static_cast<int32_t>(params[1])),
-          constI32(loc, static_cast<int32_t>(params[2])), constI32(loc, 1)});
+          constI32(loc, static_cast<int32_t>(params[2])), mma.getOperands()[count + 5]});
     replace(mma, structFromStack(loc, acc, mma.getResult(0).getType(), b_.getF32Type(), count));
     return success();
   }

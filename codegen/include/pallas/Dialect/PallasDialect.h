@@ -50,10 +50,16 @@ inline constexpr llvm::StringLiteral kWarpSpecializedAttrName = "pallas.warp_spe
 /// warpgroup_fence_operand). A PTX comment; the emulator passes the values
 /// through.
 inline constexpr llvm::StringLiteral kFenceOperandsAsm = "// pallas: fence wgmma operands";
+/// The first line of the inline asm that copies a wgmma accumulator's
+/// registers into new ones (MatmulRules.cpp, copyOperands: `mov`s, results
+/// not tied to operands), so that an epilogue reading them leaves them
+/// unwritten. The emulator passes the values through.
+inline constexpr llvm::StringLiteral kCopyOperandsAsm = "// pallas: copy wgmma operands";
 /// On the inline PTX of a wgmma with A in registers (the NVVM dialect has
 /// no such op; MatmulRules.cpp, issueWgmmaRegisterA): array<i64: n, bf16,
 /// trans_b>, what the emulator needs to run it. Operands: the n / 2
-/// accumulator registers, A's 4 words, B's descriptor.
+/// accumulator registers, A's 4 words, B's descriptor, scale-d (i32: 0 ignores the
+/// accumulator's registers).
 inline constexpr llvm::StringLiteral kWgmmaRegisterAAttrName = "pallas.wgmma_register_a";
 /// Name of the array attribute holding the layout of each vector result of
 /// an op (see PallasLayouts.td); set by pallas-assign-layouts.

@@ -314,6 +314,13 @@ class GpuLowering {
   /// Accumulators (spec.accumulator), by pallas.scratch and by pallas.block
   /// ref: a per-thread alloca of the fragment, which LLVM keeps in registers.
   DenseMap<Value, Value> accumulators;
+  /// With wgmma, per accumulator (keyed as `accumulators`): an i1 alloca,
+  /// true while its value is zero but its registers are not: a store of zero
+  /// only sets it, the next wgmma ignores the registers (scale-d 0) and a
+  /// load reads zeros. No register is written where zero is stored: in a
+  /// persistent program's epilogue (inside the K loop) such writes made
+  /// ptxas wait for every wgmma at the loop's join, on every step (C7517).
+  DenseMap<Value, Value> accumulatorIsZero;
   /// Whether `blk` is staged in this lowering: staged, and not an output
   /// when copies are cp.async (sm_80 has no bulk stores).
   bool stagesBlock(BlockOp blk) const;

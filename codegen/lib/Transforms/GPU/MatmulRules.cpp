@@ -66,6 +66,7 @@
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/IR/Matchers.h"
 
 namespace mlir::pallas::gpu_lowering {
 namespace {
@@ -300,19 +301,31 @@ Value unpackStruct(OpBuilder& b, Location loc, Value s, Value frag, int64_t firs
 /// the accumulator above the wgmma.wait_group guarding them, and ptxas then
 /// completes every wgmma early (info C7517: "warpgroup.wait is injected").
 /// `frag`: f32 registers (an accumulator) or i32 (A's words).
-Value fenceOperands(OpBuilder& b, Location loc, Value frag) {
+///
+/// With `copy` the results are new registers that `mov`s fill from the
+/// operands (kCopyOperandsAsm) instead: a read of the accumulator that
+/// leaves its registers unwritten. An epilogue inside a loop of wgmmas (a
+/// persistent program's last K step) must read it so: where the in-place
+/// fence redefines the registers in the epilogue's branch, the loop's join
+/// merges them with the registers an in-flight wgmma writes, and ptxas waits
+/// for every wgmma there, on every step (C7517 at the loop latch).
+Value fenceOperands(OpBuilder& b, Location loc, Value frag, bool copy = false) {
   auto type = cast<VectorType>(frag.getType());
   const int64_t n = type.getNumElements();
-  const std::string out = type.getElementType().isF32() ? "=f" : "=r";
-  std::string constraints;
+  const bool f32 = type.getElementType().isF32();
+  const std::string out = f32 ? "=f" : "=r";
+  std::string constraints, text = copy ? kCopyOperandsAsm.str() : kFenceOperandsAsm.str();
   for (int64_t i = 0; i < n; ++i) constraints += (i ? "," : "") + out;
-  for (int64_t i = 0; i < n; ++i) constraints += "," + std::to_string(i);
+  for (int64_t i = 0; i < n; ++i) constraints += "," + (copy ? out.substr(1) : std::to_string(i));
+  for (int64_t i = 0; copy && i < n; ++i)
+    text += std::string("\n") + (f32 ? "mov.f32 $" : "mov.b32 $") + std::to_string(i) + ", $" +
+            std::to_string(n + i) + ";";
   SmallVector<Value> regs;
   for (int64_t i = 0; i < n; ++i) regs.push_back(vector::ExtractOp::create(b, loc, frag, i));
   auto structType =
       LLVM::LLVMStructType::getLiteral(b.getContext(), SmallVector<Type>(n, type.getElementType()));
   auto fence = LLVM::InlineAsmOp::create(
-      b, loc, structType, regs, kFenceOperandsAsm, constraints, /*has_side_effects=*/true,
+      b, loc, structType, regs, text, constraints, /*has_side_effects=*/true,
       /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
       LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT), ArrayAttr());
   return unpackStruct(b, loc, fence.getResult(0), frag, 0, n);
@@ -322,8 +335,11 @@ Value fenceOperands(OpBuilder& b, Location loc, Value frag) {
 /// shared memory), one per 64 rows, 16 of K and at most 256 columns; no
 /// fence, commit or wait. With several warpgroups `a` starts at the
 /// warpgroup's rows and `m` is its share (64).
+///
+/// `zeroFirst`: the first K slice's wgmmas ignore the accumulator (scale-d 0,
+/// acc = a @ b), for an accumulator flagged zero (accumulatorIsZero).
 Value issueWgmma(OpBuilder& b, Location loc, const SharedOperand& a, const SharedOperand& bOp,
-                 Value frag, int64_t m, int64_t n, int64_t k, bool bf16) {
+                 Value frag, int64_t m, int64_t n, int64_t k, bool bf16, bool zeroFirst = false) {
   MLIRContext* ctx = b.getContext();
   auto elementType = bf16 ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
   for (int64_t k0 = 0; k0 < k; k0 += 16)
@@ -333,20 +349,27 @@ Value issueWgmma(OpBuilder& b, Location loc, const SharedOperand& a, const Share
         // Registers of rows m0.. and columns n0..: ((m0/64) * n/8 + n0/8) * 4 on (layout order).
         const int64_t first = ((m0 / 64) * (n / 8) + n0 / 8) * 4, count = nn / 2;
         Value in = packStruct(b, loc, frag, first, count);
-        auto out = NVVM::WgmmaMmaAsyncOp::create(
-            b, loc, in.getType(), in, descriptor(b, loc, a, m0, k0),
-            descriptor(b, loc, bOp, n0, k0), NVVM::MMAShapeAttr::get(ctx, 64, nn, 16),
-            NVVM::WGMMATypesAttr::get(ctx, elementType),
-            NVVM::WGMMATypesAttr::get(ctx, elementType),
-            NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32),
-            NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one),
-            NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one),
-            NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one),
-            NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row),
-            // col: b K-major (imm-trans-b 0); row: N-major (1).
-            NVVM::MMALayoutAttr::get(ctx, bOp.nMajor ? NVVM::MMALayout::row : NVVM::MMALayout::col),
-            NVVM::MMAIntOverflowAttr());
-        frag = unpackStruct(b, loc, out.getResult(), frag, first, count);
+        auto issue = [&](OpBuilder& ib, NVVM::WGMMAScaleOut scaleD) -> Value {
+          return NVVM::WgmmaMmaAsyncOp::create(
+                     ib, loc, in.getType(), in, descriptor(ib, loc, a, m0, k0),
+                     descriptor(ib, loc, bOp, n0, k0), NVVM::MMAShapeAttr::get(ctx, 64, nn, 16),
+                     NVVM::WGMMATypesAttr::get(ctx, elementType),
+                     NVVM::WGMMATypesAttr::get(ctx, elementType),
+                     NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32),
+                     NVVM::WGMMAScaleOutAttr::get(ctx, scaleD),
+                     NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one),
+                     NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one),
+                     NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row),
+                     // col: b K-major (imm-trans-b 0); row: N-major (1).
+                     NVVM::MMALayoutAttr::get(
+                         ctx, bOp.nMajor ? NVVM::MMALayout::row : NVVM::MMALayout::col),
+                     NVVM::MMAIntOverflowAttr())
+              .getResult();
+        };
+        // scale-d 0 (acc = a @ b) on the first K slice of a zero accumulator.
+        Value out =
+            issue(b, zeroFirst && k0 == 0 ? NVVM::WGMMAScaleOut::zero : NVVM::WGMMAScaleOut::one);
+        frag = unpackStruct(b, loc, out, frag, first, count);
       }
   return frag;
 }
@@ -362,7 +385,8 @@ Value issueWgmma(OpBuilder& b, Location loc, const SharedOperand& a, const Share
 /// The NVVM dialect has no such op: inline PTX, tagged for the emulator
 /// (kWgmmaRegisterAAttrName).
 Value issueWgmmaRegisterA(OpBuilder& b, Location loc, Value aWords, const SharedOperand& bOp,
-                          Value frag, int64_t m, int64_t n, int64_t k, bool bf16) {
+                          Value frag, int64_t m, int64_t n, int64_t k, bool bf16,
+                          Value accumulate) {
   MLIRContext* ctx = b.getContext();
   const std::string type = bf16 ? "bf16" : "f16";
   for (int64_t k0 = 0; k0 < k; k0 += 16)
@@ -385,14 +409,20 @@ Value issueWgmmaRegisterA(OpBuilder& b, Location loc, Value aWords, const Shared
         }
         operands.push_back(descriptor(b, loc, bOp, n0, k0));
         constraints += ",l";
+        // scale-d: 1 (acc +=), or 0 (acc = a @ b) where the accumulator is zero.
+        operands.push_back(accumulate && k0 == 0
+                               ? Value(arith::ExtUIOp::create(b, loc, b.getI32Type(), accumulate))
+                               : Value(arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1)));
+        constraints += ",r";
         auto reg = [&](int64_t i) { return "$" + std::to_string(2 * count + i); };
-        // scale-d 1 (acc +=), scale-a/b 1, imm-trans-b 1 for an N-major b.
-        const std::string ptx =
-            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n" +
-            std::to_string(nn) + "k16.f32." + type + "." + type + " {" + accRegs + "}, {" + reg(0) +
-            ", " + reg(1) + ", " + reg(2) + ", " + reg(3) + "}, " + reg(4) + ", p, 1, 1, " +
-            (bOp.nMajor ? "1" : "0") + ";\n}";
+        // scale-a/b 1, imm-trans-b 1 for an N-major b.
+        const std::string ptx = "{\n.reg .pred p;\nsetp.ne.b32 p, " + reg(5) +
+                                ", 0;\n"
+                                "wgmma.mma_async.sync.aligned.m64n" +
+                                std::to_string(nn) + "k16.f32." + type + "." + type + " {" +
+                                accRegs + "}, {" + reg(0) + ", " + reg(1) + ", " + reg(2) + ", " +
+                                reg(3) + "}, " + reg(4) + ", p, 1, 1, " + (bOp.nMajor ? "1" : "0") +
+                                ";\n}";
         auto structType =
             LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(count, b.getF32Type()));
         auto mma = LLVM::InlineAsmOp::create(
@@ -446,7 +476,8 @@ Value multiplyWithWgmma(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
   const int64_t rows = dot.getM() / g.warpgroups();  // this warpgroup's share
   const bool bf16 = dot.getA().getType().getElementType().isBF16();
-  frag = aWords ? issueWgmmaRegisterA(b, loc, aWords, bOp, frag, rows, dot.getN(), dot.getK(), bf16)
+  frag = aWords ? issueWgmmaRegisterA(b, loc, aWords, bOp, frag, rows, dot.getN(), dot.getK(), bf16,
+                                      Value())
                 : issueWgmma(b, loc, a.fromRow(b, loc, warpgroupFirstRow(b, loc, g, dot.getM())),
                              bOp, frag, rows, dot.getN(), dot.getK(), bf16);
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
@@ -688,6 +719,12 @@ FailureOr<SharedOperand> stagedOperand(WgmmaOp op, Value ref, StringRef which, b
   return inPlaceOperand(b, loc, st, shape, kMajor);
 }
 
+/// Whether `v` is a splat of 0.0 (a broadcast zero, or a zero constant).
+bool isZeroSplat(Value v) {
+  if (auto bc = v.getDefiningOp<vector::BroadcastOp>()) v = bc.getSource();
+  return matchPattern(v, m_AnyZeroFloat());
+}
+
 /// pallas.wgmma: fence, the multiplies on the stage buffers, commit; the
 /// accumulator's registers are updated asynchronously (no wait).
 LogicalResult lowerWgmma(WgmmaOp op, GpuLowering& g, OpBuilder& b) {
@@ -721,13 +758,40 @@ LogicalResult lowerWgmma(WgmmaOp op, GpuLowering& g, OpBuilder& b) {
   }
   auto fragType = VectorType::get({layout.registersPerThread(accType.getShape())}, b.getF32Type());
   Value storage = g.accumulators.at(op.getAcc());
+  // An accumulator flagged zero (accumulatorIsZero) is not read: the first
+  // multiplies ignore it (scale-d 0).
+  Value isZero = g.accumulatorIsZero.lookup(op.getAcc()), accumulate;
+  if (isZero)
+    accumulate = arith::XOrIOp::create(b, loc, LLVM::LoadOp::create(b, loc, b.getI1Type(), isZero),
+                                       arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1));
   Value frag = fenceOperands(b, loc, LLVM::LoadOp::create(b, loc, fragType, storage));
-  NVVM::WgmmaFenceAlignedOp::create(b, loc);
-  frag = aValue ? issueWgmmaRegisterA(b, loc, aWords, *bOp, frag, rows, n, k, bf16)
-                : issueWgmma(b, loc, a->fromRow(b, loc, warpgroupFirstRow(b, loc, g, m)), *bOp,
-                             frag, rows, n, k, bf16);
-  NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+  // fence, multiplies, commit: where the accumulator may be zero, one branch
+  // each way around all three (ptxas fences and commits every path itself:
+  // a join between the wgmmas and the commit costs a warpgroup.arrive and a
+  // dummy HGMMA on every step, C7519).
+  auto batch = [&](OpBuilder& bb, bool zeroFirst) {
+    NVVM::WgmmaFenceAlignedOp::create(bb, loc);
+    Value out = aValue ? issueWgmmaRegisterA(bb, loc, aWords, *bOp, frag, rows, n, k, bf16,
+                                             zeroFirst ? accumulate : Value())
+                       : issueWgmma(bb, loc, a->fromRow(bb, loc, warpgroupFirstRow(bb, loc, g, m)),
+                                    *bOp, frag, rows, n, k, bf16, zeroFirst);
+    NVVM::WgmmaGroupSyncAlignedOp::create(bb, loc);
+    return out;
+  };
+  if (accumulate && !aValue) {
+    auto branch = scf::IfOp::create(b, loc, TypeRange{frag.getType()}, accumulate,
+                                    /*addThenBlock=*/true, /*addElseBlock=*/true);
+    for (bool zero : {false, true}) {
+      OpBuilder bb = OpBuilder::atBlockEnd(zero ? branch.elseBlock() : branch.thenBlock());
+      scf::YieldOp::create(bb, loc, batch(bb, zero));
+    }
+    frag = branch.getResult(0);
+  } else {  // register A: scale-d is a predicate operand of its inline PTX
+    frag = batch(b, /*zeroFirst=*/accumulate != nullptr);
+  }
   LLVM::StoreOp::create(b, loc, frag, storage);
+  if (isZero)
+    LLVM::StoreOp::create(b, loc, LLVM::ConstantOp::create(b, loc, b.getI1Type(), 0), isZero);
   return success();
 }
 
@@ -774,13 +838,24 @@ LogicalResult lowerAccumulatorBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
     Value one = LLVM::ConstantOp::create(eb, blk.getLoc(), eb.getI32Type(), 1);
     storage = LLVM::AllocaOp::create(eb, blk.getLoc(), LLVM::LLVMPointerType::get(b.getContext()),
                                      fragType, one);
-    // Zero when the program starts (as Pallas allocates WGMMA accumulators).
-    LLVM::StoreOp::create(
-        eb, blk.getLoc(),
-        LLVM::ConstantOp::create(eb, blk.getLoc(), fragType, eb.getZeroAttr(fragType)), storage);
+    // Zero when the program starts (as Pallas allocates WGMMA accumulators):
+    // with wgmma, flagged zero (materializeZero), else zero registers.
+    if (g.wgmma) {
+      Value isZero = LLVM::AllocaOp::create(
+          eb, blk.getLoc(), LLVM::LLVMPointerType::get(b.getContext()), eb.getI1Type(), one);
+      LLVM::StoreOp::create(eb, blk.getLoc(),
+                            LLVM::ConstantOp::create(eb, blk.getLoc(), eb.getI1Type(), 1), isZero);
+      g.accumulatorIsZero[blk.getArray()] = isZero;
+    } else {
+      LLVM::StoreOp::create(
+          eb, blk.getLoc(),
+          LLVM::ConstantOp::create(eb, blk.getLoc(), fragType, eb.getZeroAttr(fragType)), storage);
+    }
     g.accumulators[blk.getArray()] = storage;
   }
   g.accumulators[blk.getResult()] = storage;
+  if (Value isZero = g.accumulatorIsZero.lookup(blk.getArray()))
+    g.accumulatorIsZero[blk.getResult()] = isZero;
   return success();
 }
 
@@ -798,9 +873,13 @@ LogicalResult lowerAccumulatorLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
   if (!layout) return load.emitOpError("an accumulator is loaded in its tiled layout");
   auto refType = cast<RefType>(load.getRef().getType());
   VectorType type = load.getResult().getType();
-  Value frag = LLVM::LoadOp::create(
-      b, loc, g.threadType(VectorType::get(refType.getShape(), type.getElementType()), layout),
-      g.accumulators.at(load.getRef()));
+  VectorType fragType =
+      g.threadType(VectorType::get(refType.getShape(), type.getElementType()), layout);
+  Value frag = LLVM::LoadOp::create(b, loc, fragType, g.accumulators.at(load.getRef()));
+  if (Value isZero = g.accumulatorIsZero.lookup(load.getRef()))  // registers unwritten
+    frag =
+        arith::SelectOp::create(b, loc, LLVM::LoadOp::create(b, loc, b.getI1Type(), isZero),
+                                arith::ConstantOp::create(b, loc, b.getZeroAttr(fragType)), frag);
   if (type.getShape() != refType.getShape()) {
     SmallVector<int64_t> picks;
     for (int64_t r = 0; r < layout.registersPerThread(type.getShape()); ++r) {
@@ -815,12 +894,24 @@ LogicalResult lowerAccumulatorLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
     }
     frag = vector::ShuffleOp::create(b, loc, frag, frag, picks);
   }
-  g.map.map(load.getResult(), waited ? fenceOperands(b, loc, frag) : frag);
+  g.map.map(load.getResult(), waited ? fenceOperands(b, loc, frag, /*copy=*/true) : frag);
   return success();
 }
 
 LogicalResult lowerAccumulatorStore(StoreOp store, GpuLowering& g, OpBuilder& b) {
   TiledLayoutAttr layout = g.accumulatorLayout();
+  Value isZero = g.accumulatorIsZero.lookup(store.getRef());
+  auto setZero = [&](bool zero) {
+    if (isZero)
+      LLVM::StoreOp::create(
+          b, store.getLoc(),
+          LLVM::ConstantOp::create(b, store.getLoc(), b.getI1Type(), zero ? 1 : 0), isZero);
+  };
+  if (isZero && isZeroSplat(store.getValue())) {  // its next use writes the zeros
+    setZero(true);
+    return success();
+  }
+  setZero(false);
   const bool waited = waitForWgmmas(store, b);
   FailureOr<Value> frag = g.operandIn(b, store.getLoc(), store.getValue(), layout);
   if (failed(frag))

@@ -389,6 +389,12 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
   const LogicalResult lowered = lowerForWith(loop, g, b, atStepStart, atStepEnd);
   if (releaseAfter) g.afterLowering.erase(releaseAfter);
   if (failed(lowered)) return failure();
+  // No wgmma outlives the loop: without this wait on its exit path ptxas
+  // waits for every wgmma where the loop may exit, on every step (C7517 at
+  // the latch), when no epilogue after the loop waits (a persistent
+  // program's epilogue is inside it).
+  if (g.wgmma && !loop.getBody()->getOps<WgmmaOp>().empty())
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
   for (const Stage& s : stages) g.pipelineStages.erase(s.op);
 
   // Epilogue: the last stores have read their buffers; the barriers can be
