@@ -489,7 +489,7 @@ def every_iteration(blocks: list[Block], head: int, latch: int) -> set[int]:
     skipped: set[int] = set()
     for a in range(head, latch + 1):
         for t in blocks[a].succ:
-            if a + 1 < t <= latch + 1:
+            if a + 1 < t <= latch:  # (an edge past the latch leaves the loop)
                 skipped.update(range(a + 1, t))
     return {b for b in range(head, latch + 1) if b not in skipped}
 
@@ -510,12 +510,16 @@ def mma_pipelining(instrs: list[Instr], blocks: list[Block],
     def is_wait(ins: Instr, n: str) -> bool:
         return ins.op.startswith("WARPGROUP.DEPBAR") and ins.text.rstrip(" ;").endswith(", " + n)
 
-    bodies = {}
+    bodies, issuing = {}, {}
     for h, l in loops:
         body = [ins for b in sorted(every_iteration(blocks, h, l)) for ins in ops(b)]
-        issues = any(i.base == "HGMMA" for b in range(h, l + 1) for i in ops(b))
-        if issues and any(is_wait(i, "0x1") for i in body):
+        # The blocks that issue HGMMAs count as every step's too: the two arms
+        # of a scale-d branch (a tile's first step, the others) issue them.
+        arms = [ins for b in range(h, l + 1) if any(i.base == "HGMMA" for i in ops(b))
+                for ins in ops(b)]
+        if arms and any(is_wait(i, "0x1") for i in body):
             bodies[(h, l)] = body
+            issuing[(h, l)] = arms
     # The K loops: the smallest of those, each with no smaller one among its
     # blocks (an mbarrier wait's out-of-line retry branch back into the loop
     # makes a "loop" from there over everything laid out after it).
@@ -523,7 +527,8 @@ def mma_pipelining(instrs: list[Instr], blocks: list[Block],
     for h, l in sorted(bodies, key=lambda loop: loop[1] - loop[0]):
         if not any(h <= l2 and h2 <= l for h2, l2 in k_loops):
             k_loops.append((h, l))
-    serial = [i.addr for loop in k_loops for i in bodies[loop] if is_wait(i, "0x0")]
+    serial = [i.addr for loop in k_loops for i in bodies[loop] + issuing[loop]
+              if is_wait(i, "0x0")]
     return bool(k_loops), tuple(sorted(set(serial)))
 
 

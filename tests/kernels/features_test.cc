@@ -1091,7 +1091,7 @@ TEST_P(FeaturesTest, PipelinedWgmmaMatchesTheReference) {
 
 // A persistent grid (persistent_wgmma: d += a @ b^T in place, two consumer
 // warpgroups, tiles in bands of 2 rows): on the emulator 3 programs walk up
-// to 24 tiles (uneven shares, a partial last band), one pipeline across each
+// to 18 tiles (uneven shares, a partial last band), one pipeline across each
 // program's tiles; on the host one program walks them all. A tile done twice
 // adds its product twice, one skipped keeps d's old value. sm_80: the
 // cp.async form (no producer); stride 139: the direct twin, persistent too.

@@ -73,7 +73,8 @@ double silu(double x) { return x / (1.0 + std::exp(-x)); }
 /// approximate instructions (relative error ~1e-6); a half-precision D adds
 /// its rounding.
 template <class T, class Out>
-void check_product(Backend backend, Product p, MatmulShape s, int compute_capability = 90) {
+void check_product(Backend backend, Product p, MatmulShape s, int compute_capability = 90,
+                   int concurrent_programs = 4) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(std::string(op_name(p, s)) + " " + dtype_name<T>() + "->" + dtype_name<Out>() +
                " batch " + std::to_string(s.batch) + " (gap " + std::to_string(s.batch_gap) +
@@ -123,7 +124,10 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
   TensorView<const T, 3> a3(a.data(), {s.batch, s.m, s.k}, {abs_, as, 1});
   TensorView<const T, 3> b3(b.data(), {s.batch, b_rows, bt ? s.k : s.n}, {bbs, bs, 1});
   TensorView<Out, 3> d3(d.data(), {s.batch, s.m, s.n}, {dbs, ds, 1});
-  Launch launch{backend, nullptr, {.compute_capability = compute_capability}};
+  Launch launch{
+      backend,
+      nullptr,
+      {.concurrent_programs = concurrent_programs, .compute_capability = compute_capability}};
   Status status;
   switch (p.epilogue) {
     case Epilogue::kNone:
@@ -390,6 +394,27 @@ TEST_P(MatmulTest, BatchedBTransposedF16ToF32) {
 }
 
 // The sm_80 form (cp.async staging, ldmatrix + mma.sync) on the emulator.
+// The tiles schedule is a persistent grid: each program walks several tiles
+// with one pipeline (and one accumulator, zeroed between them). One emulated
+// program walks 6 tiles of 128 x 256 (and 9 of 128 x 128 with C), on both
+// emulated targets; on CUDA 272 tiles of 128 x 256 outnumber an H100's 132
+// SMs, so every program walks at least two.
+TEST_P(MatmulTest, PersistentProgramsWalkSeveralTiles) {
+  const Backend backend = GetParam();
+  if (backend == Backend::kHost) GTEST_SKIP() << "the host runs one program for every grid";
+  if (backend == Backend::kCuda) {
+    check_product<bfloat16, bfloat16>(backend, {true}, {2048, 4352, 64});
+    check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kBiasGelu}, {2048, 4352, 64});
+    return;
+  }
+  for (int cc : {90, 80}) {
+    check_product<bfloat16, bfloat16>(backend, {true}, {257, 300, 64}, cc, 1);
+    check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kBiasGelu}, {257, 300, 64}, cc, 1);
+  }
+  check_product<half, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, 2.0f}, {257, 300, 64},
+                             90, 1);
+}
+
 TEST_P(MatmulTest, Sm80Form) {
   if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the sm_80 form is checked on the emulator";
   check_product<bfloat16, bfloat16>(Backend::kEmulator, {true}, {129, 65, 72}, 80);

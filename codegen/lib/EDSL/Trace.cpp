@@ -612,9 +612,13 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
   mlir::Value steps32 = at_least_1(to32(steps)), worker32 = to32(worker), workers32 = to32(workers);
   std::vector<mlir::Value> extents32;
   for (int axis : parallel) extents32.push_back(at_least_1(to32(extents[axis])));
-  mlir::Value plane, band_tiles;
+  // Bands of at most R rows (G * C then stays below the tile count).
+  mlir::Value plane, band_tiles, group32;
   if (n > 2) plane = mul(extents32[n - 2], extents32[n - 1]);
-  if (n >= 2) band_tiles = mul(c32(group), extents32[n - 1]);
+  if (n >= 2) {
+    group32 = mlir::arith::MinSIOp::create(b, loc, c32(group), extents32[n - 2]);
+    band_tiles = mul(group32, extents32[n - 1]);
+  }
   mlir::Value one = mlir::arith::ConstantIndexOp::create(b, loc, 1);
   auto loop = mlir::scf::ForOp::create(b, loc, zero, total, one);
   b.setInsertionPoint(loop.getBody()->getTerminator());
@@ -622,7 +626,6 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
   // In the loop: step u's tile and indices.
   mlir::Value u = to32(loop.getInductionVar());
   mlir::Value tile = add(worker32, mul(div(u, steps32), workers32));
-  t.persistent_tile = to_index(tile);
   t.sequential_ids.assign(static_cast<size_t>(t.grid_rank), mlir::Value());
   t.sequential_extents = extents;
   t.sequential_ids[static_cast<size_t>(sequential)] = to_index(rem(u, steps32));
@@ -638,9 +641,9 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
   if (n == 1) t.sequential_ids[static_cast<size_t>(parallel[0])] = to_index(inner);
   if (n >= 2) {
     mlir::Value band = div(inner, band_tiles);
-    mlir::Value first = mul(band, c32(group));
-    mlir::Value band_rows = at_least_1(mlir::arith::MinSIOp::create(
-        b, loc, sub(to32(extents[parallel[n - 2]]), first), c32(group)));
+    mlir::Value first = mul(band, group32);
+    mlir::Value band_rows = at_least_1(
+        mlir::arith::MinSIOp::create(b, loc, sub(to32(extents[parallel[n - 2]]), first), group32));
     mlir::Value q = sub(inner, mul(band, band_tiles));
     t.sequential_ids[static_cast<size_t>(parallel[n - 2])] =
         to_index(add(first, rem(q, band_rows)));

@@ -57,8 +57,6 @@ struct Trace {
   // variable and trip count; null for parallel axes. A persistent grid sets
   // every axis: the tile's indices computed from the loop's step.
   std::vector<mlir::Value> sequential_ids, sequential_extents;
-  // A persistent grid: the tile's linear index over the parallel axes.
-  mlir::Value persistent_tile;
   // Per grid axis, for parallel axes: the launched axis (CUDA's x, y, z) it
   // runs as, counting parallel axes only; -1 for arbitrary axes. A grid
   // (b, i, j, arbitrary k) launches b, i, j as 0, 1, 2.

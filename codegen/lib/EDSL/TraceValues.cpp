@@ -436,10 +436,12 @@ namespace {
 /// The program's linear index over the parallel grid axes, row-major.
 mlir::Value linear_program_id() {
   Trace& t = trace();
-  if (t.persistent_tile) return t.persistent_tile;
   mlir::Value linear = unwrap(index(0));
   for (int axis = 0; axis < t.grid_rank; ++axis) {
-    if (t.sequential_ids[axis]) continue;
+    // A persistent grid's parallel axes are the tile's ids, loop values too.
+    if (t.sequential_ids[axis] &&
+        t.spec->semantics(static_cast<size_t>(axis)) == Semantics::kArbitrary)
+      continue;
     linear = mlir::arith::MulIOp::create(b(), loc(), linear, unwrap(num_programs(axis)));
     linear = mlir::arith::AddIOp::create(b(), loc(), linear, unwrap(program_id(axis)));
   }

@@ -441,7 +441,8 @@ class Idx {
 /// Who shares a semaphore array (Pallas' block-local and global scopes).
 enum class SemaphoreScope {
   kGlobal,   // one array for the whole launch
-  kProgram,  // one array per program (per CUDA block: sequential grid axes share it)
+  kProgram,  // one array per program (per CUDA block, or per tile of a persistent grid:
+             // sequential grid axes share it)
 };
 
 /// Int32 counters in global memory, from the runtime's per-device pool: zero

@@ -719,10 +719,10 @@ FailureOr<SharedOperand> stagedOperand(WgmmaOp op, Value ref, StringRef which, b
   return inPlaceOperand(b, loc, st, shape, kMajor);
 }
 
-/// Whether `v` is a splat of 0.0 (a broadcast zero, or a zero constant).
+/// Whether `v` is a splat of +0.0 (a broadcast zero, or a zero constant).
 bool isZeroSplat(Value v) {
   if (auto bc = v.getDefiningOp<vector::BroadcastOp>()) v = bc.getSource();
-  return matchPattern(v, m_AnyZeroFloat());
+  return matchPattern(v, m_PosZeroFloat());
 }
 
 /// pallas.wgmma: fence, the multiplies on the stage buffers, commit; the

@@ -300,8 +300,10 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
   // reads another step's buffers. In a persistent program this releases
   // step `last - 1` before the tile's epilogue (a `when` after the wait), so
   // the producer copies the next tile's second step during the epilogue.
+  // (Not with delay 0: step k's own buffers would be released while the
+  // rest of the step may still read them.)
   Operation* releaseAfter = nullptr;
-  if (producer) {
+  if (producer && delay >= 1) {
     bool multiplied = false;
     for (Operation& op : loop.getBody()->without_terminator()) {
       multiplied |= isa<WgmmaOp>(op);
