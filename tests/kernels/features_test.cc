@@ -1092,7 +1092,8 @@ TEST_P(FeaturesTest, PipelinedWgmmaMatchesTheReference) {
 // A persistent grid (persistent_wgmma: d += a @ b^T in place, two consumer
 // warpgroups, tiles in bands of 2 rows): on the emulator 3 programs walk up
 // to 18 tiles (uneven shares, a partial last band), one pipeline across each
-// program's tiles; on the host one program walks them all. A tile done twice
+// program's tiles, under round-robin and random thread orders; on the host
+// one program walks them all. A tile done twice
 // adds its product twice, one skipped keeps d's old value. sm_80: the
 // cp.async form (no producer); stride 139: the direct twin, persistent too.
 TEST_P(FeaturesTest, PersistentWgmmaWalksEveryTileOnce) {
@@ -1102,45 +1103,52 @@ TEST_P(FeaturesTest, PersistentWgmmaWalksEveryTileOnce) {
   for (int cc : {90, 80}) {
     if (cc == 80 && GetParam() != Backend::kEmulator) continue;
     for (Shape sh : {Shape{300, 330, 130, 130}, Shape{129, 200, 72, 72}, Shape{70, 60, 64, 64},
-                     Shape{200, 130, 64, 139}, Shape{400, 70, 192, 192}}) {
-      const uint32_t seed = fresh_seed();
-      SCOPED_TRACE("sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) + " n " +
-                   std::to_string(sh.n) + " k " + std::to_string(sh.k) + " stride " +
-                   std::to_string(sh.stride) + " seed " + std::to_string(seed));
-      std::mt19937 rng(seed);
-      Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
-      Array<float> d(GetParam(), sh.m * sh.n);
-      a.fill_random(rng, -2, 2);
-      b.fill_random(rng, -2, 2);
-      d.fill_random(rng, -4, 4);
-      const std::vector<float> c(d.host().begin(), d.host().end());
-      a.upload();
-      b.upload();
-      d.upload();
-      Status st = kernels::persistent_wgmma(
-          TensorView<const bfloat16, 2>(a.data(), {sh.m, sh.k}, {sh.stride, 1}),
-          TensorView<const bfloat16, 2>(b.data(), {sh.n, sh.k}, {sh.stride, 1}),
-          TensorView<float, 2>(d.data(), {sh.m, sh.n}, {sh.n, 1}),
-          Launch{GetParam(), nullptr, {.concurrent_programs = 3, .compute_capability = cc}});
-      ASSERT_TRUE(st.ok()) << st.message();
-      d.download();
-      int misses = 0;
-      for (int64_t i = 0; i < sh.m; ++i)
-        for (int64_t j = 0; j < sh.n; ++j) {
-          double want = c[static_cast<size_t>(i * sh.n + j)], magnitude = std::abs(want);
-          for (int64_t kk = 0; kk < sh.k; ++kk) {
-            const double p = static_cast<double>(to_float(a.host()[i * sh.stride + kk])) *
-                             to_float(b.host()[j * sh.stride + kk]);
-            want += p;
-            magnitude += std::abs(p);
+                     Shape{200, 130, 64, 139}, Shape{400, 70, 192, 192}})
+      for (uint64_t schedule : {0, 7}) {  // the emulator's thread order: round-robin, random
+        if (schedule != 0 && GetParam() != Backend::kEmulator) continue;
+        const uint32_t seed = fresh_seed();
+        SCOPED_TRACE("sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) + " n " +
+                     std::to_string(sh.n) + " k " + std::to_string(sh.k) + " stride " +
+                     std::to_string(sh.stride) + " schedule " + std::to_string(schedule) +
+                     " seed " + std::to_string(seed));
+        std::mt19937 rng(seed);
+        Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
+        Array<float> d(GetParam(), sh.m * sh.n);
+        a.fill_random(rng, -2, 2);
+        b.fill_random(rng, -2, 2);
+        d.fill_random(rng, -4, 4);
+        const std::vector<float> c(d.host().begin(), d.host().end());
+        a.upload();
+        b.upload();
+        d.upload();
+        Status st = kernels::persistent_wgmma(
+            TensorView<const bfloat16, 2>(a.data(), {sh.m, sh.k}, {sh.stride, 1}),
+            TensorView<const bfloat16, 2>(b.data(), {sh.n, sh.k}, {sh.stride, 1}),
+            TensorView<float, 2>(d.data(), {sh.m, sh.n}, {sh.n, 1}),
+            Launch{
+                GetParam(),
+                nullptr,
+                {.concurrent_programs = 3, .schedule_seed = schedule, .compute_capability = cc}});
+        ASSERT_TRUE(st.ok()) << st.message();
+        d.download();
+        int misses = 0;
+        for (int64_t i = 0; i < sh.m; ++i)
+          for (int64_t j = 0; j < sh.n; ++j) {
+            double want = c[static_cast<size_t>(i * sh.n + j)], magnitude = std::abs(want);
+            for (int64_t kk = 0; kk < sh.k; ++kk) {
+              const double p = static_cast<double>(to_float(a.host()[i * sh.stride + kk])) *
+                               to_float(b.host()[j * sh.stride + kk]);
+              want += p;
+              magnitude += std::abs(p);
+            }
+            const double got = d.host()[i * sh.n + j];
+            if (!(std::abs(got - want) <=
+                  1e-6 * static_cast<double>(sh.k + 1) * magnitude + 1e-6) &&
+                misses++ < 5)
+              ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want;
           }
-          const double got = d.host()[i * sh.n + j];
-          if (!(std::abs(got - want) <= 1e-6 * static_cast<double>(sh.k + 1) * magnitude + 1e-6) &&
-              misses++ < 5)
-            ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want;
-        }
-      EXPECT_EQ(misses, 0);
-    }
+        EXPECT_EQ(misses, 0);
+      }
   }
 }
 
