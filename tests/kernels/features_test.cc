@@ -889,15 +889,17 @@ TEST_P(FeaturesTest, TransposedViewsLoadAndStoreTheTransposedBlock) {
   }
 }
 
-/// Checks d ([m, n] f32, row stride n) against sum_k a(i, k) b(k, j) in
-/// float64 (a and b return bf16 elements): f32 sums of K exact products lose
-/// at most ~K ulps of sum |a b|. Reports the first five misses.
+/// Checks d ([m, n] f32, row stride n) against c(i, j) + sum_k a(i, k) b(k, j)
+/// in float64 (a and b return bf16 elements; c, when given, d's values before
+/// an in-place product): f32 sums of K exact products lose at most ~K ulps
+/// of sum |a b|. Reports the first five misses.
 template <class A, class B>
-void expect_product(Array<float>& d, int64_t m, int64_t n, int64_t k, A a, B b) {
+void expect_product(Array<float>& d, int64_t m, int64_t n, int64_t k, A a, B b,
+                    const std::vector<float>* c = nullptr) {
   int misses = 0;
   for (int64_t i = 0; i < m && misses < 5; ++i)
     for (int64_t j = 0; j < n && misses < 5; ++j) {
-      double want = 0, magnitude = 0;
+      double want = c ? (*c)[static_cast<size_t>(i * n + j)] : 0.0, magnitude = std::abs(want);
       for (int64_t kk = 0; kk < k; ++kk) {
         const double p = static_cast<double>(to_float(a(i, kk))) * to_float(b(kk, j));
         want += p;
@@ -1131,23 +1133,10 @@ TEST_P(FeaturesTest, PersistentWgmmaWalksEveryTileOnce) {
                 {.concurrent_programs = 3, .schedule_seed = schedule, .compute_capability = cc}});
         ASSERT_TRUE(st.ok()) << st.message();
         d.download();
-        int misses = 0;
-        for (int64_t i = 0; i < sh.m; ++i)
-          for (int64_t j = 0; j < sh.n; ++j) {
-            double want = c[static_cast<size_t>(i * sh.n + j)], magnitude = std::abs(want);
-            for (int64_t kk = 0; kk < sh.k; ++kk) {
-              const double p = static_cast<double>(to_float(a.host()[i * sh.stride + kk])) *
-                               to_float(b.host()[j * sh.stride + kk]);
-              want += p;
-              magnitude += std::abs(p);
-            }
-            const double got = d.host()[i * sh.n + j];
-            if (!(std::abs(got - want) <=
-                  1e-6 * static_cast<double>(sh.k + 1) * magnitude + 1e-6) &&
-                misses++ < 5)
-              ADD_FAILURE() << "d[" << i << ", " << j << "] = " << got << ", want " << want;
-          }
-        EXPECT_EQ(misses, 0);
+        expect_product(
+            d, sh.m, sh.n, sh.k,
+            [&](int64_t i, int64_t kk) { return a.host()[i * sh.stride + kk]; },
+            [&](int64_t kk, int64_t j) { return b.host()[j * sh.stride + kk]; }, &c);
       }
   }
 }

@@ -549,7 +549,7 @@ mlir::MemRefType array_type(const OperandDecl& d, mlir::MLIRContext& ctx) {
 /// last two are outermost (t / (R C), row-major), then the R x C tile plane
 /// in bands of G = group_rows rows, each swept column by column:
 ///
-///   p = t % (R C), band = p / (G C), first = band G,
+///   G = min(group_rows, R), p = t % (R C), band = p / (G C), first = band G,
 ///   rows = min(R - first, G), q = p - band G C,
 ///   row = first + q % rows, col = q / rows.
 ///
