@@ -133,7 +133,9 @@ MATMULS = ["matmul", "matmul_bt", "gemm", "gemm_bt", "linear_bias", "linear_bias
 # pipeline (all of them, B [K, N] too since it is read in place): its producer warpgroup gives up registers (USETMAXREG.DEALLOC, PTX
 # setmaxnreg.dec) and the consumer takes them (USETMAXREG.TRY_ALLOC), and its K loop keeps
 # one wgmma in flight: HGMMA and WARPGROUP.DEPBAR.LE gsb0, 0x1 on every iteration, no
-# WARPGROUP.DEPBAR.LE gsb0, 0x0 (mma_pipelining).
+# WARPGROUP.DEPBAR.LE gsb0, 0x0 (mma_pipelining). Their persistent instances (all but split-K) run
+# in 2-CTA clusters and load B once per cluster: a multicast TMA copy (UTMALDG.*.MULTICAST)
+# and the cluster barrier (UCGABAR_ARV / UCGABAR_WAIT).
 WARP_SPECIALIZED = set(MATMULS)
 # Ops whose outputs are per-row or per-array scalars: no 16-byte store rule.
 REDUCTIONS = {"row_sum", "row_max", "cross_entropy", "sum_all", "max_all"}
@@ -475,7 +477,8 @@ class Analysis:
     method: str              # 'loop', 'path' or 'none'
     region: PathStats
     region_range: tuple[int, int]
-    opcodes: frozenset = frozenset()  # base opcodes present anywhere (UTMALDG, HGMMA, ...)
+    # opcodes present anywhere, base (UTMALDG, HGMMA, ...) and full (UTMALDG.2D.MULTICAST)
+    opcodes: frozenset = frozenset()
     # wgmma pipelining (see mma_pipelining): whether some loop keeps a multiply in flight
     # on every iteration, and the addresses of waits for every multiply that such a loop
     # runs on every iteration.
@@ -673,7 +676,8 @@ def analyze(name: str, instrs: list[Instr], labels: dict[str, int]) -> Analysis:
     in_flight, serial_waits = mma_pipelining(instrs, blocks, loops)
     return Analysis(name, whole.instrs, whole.ld, whole.st, whole.bars, local, len(loops),
                     len(sections), prange, path, method, region, rng,
-                    frozenset(i.base for i in instrs), in_flight, serial_waits)
+                    frozenset(i.base for i in instrs) | frozenset(i.op for i in instrs),
+                    in_flight, serial_waits)
 
 
 #===------------------------------------------------------------------------===#
@@ -845,6 +849,14 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
                     out.append(("mma", f"{k.instance} ({k.arch}): no K loop keeps a wgmma in "
                                        "flight (a loop with HGMMA and WARPGROUP.DEPBAR.LE gsb0, "
                                        "0x1 on every iteration)"))
+                multicast = any(o.startswith("UTMALDG.") and o.endswith(".MULTICAST")
+                                for o in k.sass.opcodes)
+                if ("_splitk" not in k.instance
+                        and not (multicast and {"UCGABAR_ARV", "UCGABAR_WAIT"} <= k.sass.opcodes)):
+                    out.append(("mma", f"{k.instance} ({k.arch}): a persistent product in "
+                                       "clusters without a multicast TMA copy "
+                                       "(UTMALDG.*.MULTICAST) and the cluster barrier "
+                                       "(UCGABAR_ARV, UCGABAR_WAIT)"))
                 for addr in k.sass.mma_serial_waits:
                     out.append(("mma", f"{k.instance} ({k.arch}): the K loop waits for every "
                                        f"wgmma on every step (WARPGROUP.DEPBAR.LE gsb0, 0x0 at "

@@ -236,7 +236,16 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // reads 5 A + 32 B tiles = 1.1 MiB; G = 16 reads 16 A + 9 B = 544 KiB
   // (G = 8: 672 KiB). Square 128 x 128 tiles take G = 8 (8 A + 17 B tiles of 16 KiB).
   // (Split-K has few tiles and many short programs: not persistent.)
-  if (!split) spec.persistent({.group_rows = wide ? 16 : 8});
+  //
+  // The programs run in clusters of two CTAs (CUTLASS's and cuBLAS's 2 x 1
+  // cluster shape) where the tile rows are even: the pair takes tiles (2 r,
+  // c) and (2 r + 1, c), which read the same B block at every K step, and
+  // the pipeline loads it once per pair, each CTA half of it (B's tiling
+  // below) multicast to both. At full HGMMA rate a 128 x 256 x 64 step
+  // every ~0.56 us reads 48 KiB from L2 per SM, about 11.6 TB/s over 132
+  // SMs, more than H100's L2 is measured to deliver; multicast B makes it 32
+  // KiB (7.7 TB/s). Odd tile rows run the plain walk (clusters of 1).
+  if (!split) spec.persistent({.group_rows = wide ? 16 : 8, .cluster = 2});
   if (in_place) {
     // Pallas' pipelined wgmma: step k's multiply stays in flight while step
     // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
@@ -262,8 +271,12 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     return o ? at(p[0], k_step(p), p[o + 1]) : at(k_step(p), p[1]);
   };
   spec.block(a, blk({Blocked{kTileM}, Blocked{kTileK}}), a_map, InShared{.swizzle = 128});
+  // B in two copies (two tiles of rows of B^T; [K, N]: four of 64 columns),
+  // so that each CTA of a cluster issues half of it: the same layout as one
+  // copy, which wgmma reads in place.
   if (b_transposed)
-    spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), b_map, InShared{.swizzle = 128});
+    spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), b_map,
+               InShared{.swizzle = 128, .tiling = {kTileN / 2, kTileK}});
   else  // N-major: tiles of one swizzle span (64 elements) of N
     spec.block(b, blk({Blocked{kTileK}, Blocked{kTileN}}), b_map,
                InShared{.swizzle = 128, .tiling = {kTileK, 64}});

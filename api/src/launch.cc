@@ -108,6 +108,10 @@ struct LoadedKernel {
   cudaKernel_t kernel = nullptr;
   int shared_bytes_raised = kDefaultDynamicSharedBytes;  // on this device
   int resident_per_sm = 0;  // a persistent grid's programs per SM (0: not asked yet)
+  // Clusters of `cluster_size` CTAs resident at once (cudaOccupancyMaxActiveClusters);
+  // cluster_size 0: not asked yet; resident_clusters 0: none fit (launch without clusters).
+  int cluster_size = 0;
+  int resident_clusters = 0;
 };
 
 // Process-lifetime cache of devices, libraries and kernels. Never destroyed: the handles stay
@@ -215,7 +219,7 @@ Status load_kernel(LoadCache& cache, const KernelImage& image, const Cubin& cubi
 }
 
 Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
-                   Stream stream) {
+                   Stream stream, int cluster) {
   const char* name = kernel_name(image);
   static constexpr const char* kAxisNames[3] = {"x", "y", "z"};
   for (size_t axis = 0; axis < 3; ++axis) {
@@ -286,8 +290,36 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
         loaded.resident_per_sm = per_sm;
       }
       grid[0] = std::min<int64_t>(grid[0], int64_t{loaded.resident_per_sm} * info.sms);
+      // Clusters need sm_90 (a form that reads %cluster_*: not the sm_80 cubin) and the
+      // device's word on how many fit at once; else clusters of 1.
+      if (cluster > 1 && (info.sm < 90 || cubin->sm < 90)) cluster = 1;
+      if (cluster > 1 && loaded.cluster_size != cluster) {
+        cudaLaunchAttribute attribute{};
+        attribute.id = cudaLaunchAttributeClusterDimension;
+        attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
+        attribute.val.clusterDim.y = 1;
+        attribute.val.clusterDim.z = 1;
+        cudaLaunchConfig_t query{};
+        query.gridDim = dim3(static_cast<unsigned>(cluster), 1, 1);
+        query.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+        query.dynamicSmemBytes = static_cast<size_t>(image.dynamic_shared_bytes);
+        query.attrs = &attribute;
+        query.numAttrs = 1;
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kernel),
+                                           &query) != cudaSuccess) {
+          (void)cudaGetLastError();  // not sticky: the launch goes on without clusters
+          clusters = 0;
+        }
+        loaded.cluster_size = cluster;
+        loaded.resident_clusters = clusters;
+      }
+      if (cluster > 1 && loaded.resident_clusters < 1) cluster = 1;
+      if (cluster > 1)
+        grid[0] = std::min<int64_t>(grid[0] / cluster, int64_t{loaded.resident_clusters}) * cluster;
     }
   }
+  if (!image.persistent) cluster = 1;  // only persistent walks are written for clusters
 
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
@@ -295,8 +327,13 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
   config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
   config.dynamicSmemBytes = static_cast<size_t>(image.dynamic_shared_bytes);
   config.stream = stream;
-  config.attrs = nullptr;
-  config.numAttrs = 0;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = cluster > 1 ? &attribute : nullptr;
+  config.numAttrs = cluster > 1 ? 1 : 0;
   if (const cudaError_t err =
           cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel), args);
       err != cudaSuccess) {
@@ -385,7 +422,7 @@ Status launch_host(const KernelImage& image, void** args, std::array<int64_t, 3>
 }
 
 Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
-                       const EmulatorOptions& options) {
+                       const EmulatorOptions& options, int cluster) {
   const char* name = image.metadata ? image.metadata->name : image.symbol;
   if (image.emulator_entry == nullptr || image.metadata == nullptr) {
     return Status::Error(StatusCode::kUnsupportedBackend,
@@ -401,7 +438,17 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
     config.entry = image.emulator_cp_async_entry;  // a staged kernel's sm_80 form
     static_shared = image.emulator_cp_async_shared_bytes;
     if (image.cp_async_threads != 0) threads = image.cp_async_threads;
+    cluster = 1;  // the sm_80 form: no clusters
   }
+  if (image.persistent && cluster > 1) {  // whole clusters, as many as are resident at once
+    const int64_t clusters = std::min<int64_t>(grid[0], options.concurrent_programs) / cluster;
+    if (clusters < 1)
+      cluster = 1;
+    else
+      grid[0] = clusters * cluster;
+  }
+  if (!image.persistent) cluster = 1;
+  config.cluster = cluster;
   config.args = args;
   config.grid = grid;
   config.block = {threads, 1, 1};
@@ -418,8 +465,12 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
 }  // namespace
 
 Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
-                     const Launch& launch) {
+                     const Launch& launch, int cluster) {
   const char* name = kernel_name(image);
+  if (cluster < 1 || cluster > 8)
+    return Status::Error(StatusCode::kInvalidArgument, std::string(name) + ": clusters of " +
+                                                           std::to_string(cluster) +
+                                                           " programs; 1 to 8 are portable");
   if (launch.backend == Backend::kEmulator) {  // options the emulator cannot stand for
     if (launch.emulator.concurrent_programs <= 0)
       return Status::Error(StatusCode::kInvalidArgument,
@@ -454,9 +505,9 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
       }
       return launch_host(image, args, grid);
     case Backend::kEmulator:
-      return launch_emulated(image, args, grid, launch.emulator);
+      return launch_emulated(image, args, grid, launch.emulator, cluster);
     case Backend::kCuda:
-      return launch_cuda(image, args, grid, launch.stream);
+      return launch_cuda(image, args, grid, launch.stream, cluster);
   }
   return Status::Error(
       StatusCode::kUnsupportedBackend,

@@ -45,6 +45,10 @@ struct Thread {
   /// Shared offsets this thread's cp.async copies wrote that no
   /// cp.async.mbarrier.arrive tracks yet.
   std::vector<int64_t> cp_async_untracked;
+  /// barrier.cluster: arrived (and not yet waited), in the cluster barrier's
+  /// generation `cluster_generation`.
+  bool cluster_arrived = false;
+  uint64_t cluster_generation = 0;
 };
 
 /// One bar.sync id of a CTA.
@@ -79,6 +83,10 @@ struct MBarrier {
   int32_t pending = 0;   // arrivals still missing in the current phase
   int64_t tx = 0;        // transaction bytes still outstanding
   uint32_t phase = 0;    // the current (incomplete) phase
+  /// Cluster ranks of the CTAs whose threads arrived in the current phase
+  /// (a release barrier of a multicast pipeline counts the consumers of
+  /// every CTA of the cluster): its completion orders their accesses too.
+  uint32_t arrived_ranks = 0;
 };
 
 /// Who last wrote and read a byte of shared memory, in which barrier epoch.
@@ -110,8 +118,12 @@ struct ShadowByte {
   int16_t tma_swizzle = -1;
 };
 
+struct Cluster;
+
 struct Cta {
   int64_t x = 0, y = 0, z = 0;
+  Cluster* cluster = nullptr;
+  int rank = 0;  // %cluster_ctarank
   std::vector<Thread> threads;
   /// Accesses up to this far past the end of shared memory are reported as
   /// shared-memory overruns (not as global accesses that miss every buffer).
@@ -130,10 +142,20 @@ struct Cta {
   uint32_t epoch = 1;  // advanced by every barrier of all the CTA's threads
 };
 
+/// A thread-block cluster (LaunchConfig::cluster CTAs, consecutive along x):
+/// its CTAs by rank, and barrier.cluster's state, which completes when every
+/// thread of the cluster that has not exited has arrived.
+struct Cluster {
+  std::vector<Cta*> ctas;
+  int arrived = 0;
+  uint64_t generation = 0;
+};
+
 struct LaunchState {
   const LaunchConfig* config = nullptr;
-  std::vector<std::unique_ptr<Cta>> ctas;  // the resident batch
-  Cta* cta = nullptr;                      // running now
+  std::vector<std::unique_ptr<Cta>> ctas;          // the resident batch
+  std::vector<std::unique_ptr<Cluster>> clusters;  // of the resident batch
+  Cta* cta = nullptr;                              // running now
   Thread* thread = nullptr;
   fcontext_t scheduler = nullptr;
   std::string error;           // the first failure
@@ -145,16 +167,21 @@ LaunchState& current();
 
 /// "block (1, 0, 0), thread (17, 0, 0)"
 std::string where(const Cta& cta, const Thread& thread);
-/// "thread (17, 0, 0)"
+/// "thread (17, 0, 0)" ("block (1, 0, 0), thread (17, 0, 0)" in another
+/// CTA than the running thread's)
 std::string thread_name(const Cta& cta, int32_t linear);
+/// The CTA of the running thread's cluster whose shared memory holds the
+/// `bytes` at `p` (the running CTA's own first); fails naming `what` if none does.
+Cta& shared_owner(const void* p, int64_t bytes, const char* what);
 /// Fails when byte `offset` of shared memory is still read by a TMA store
 /// whose bulk group was not waited for; `writer` names what writes it.
 void check_store_done(const Cta& cta, int64_t offset, const std::string& writer);
 /// Fails if an unfinished wgmma (not yet waited for) reads shared `offset`,
 /// which `writer` is about to overwrite.
 void check_wgmma_done(const Cta& cta, int64_t offset, const std::string& writer);
-/// Fails unless the bytes [offset, offset + bytes) of shared memory, about to
-/// be overwritten by an asynchronous copy (`what`) issued by this thread, were
+/// Fails unless the bytes [offset, offset + bytes) of `cta`'s shared memory,
+/// about to be overwritten by an asynchronous copy (`what`) issued by this
+/// thread (of that CTA or, multicast, of another of its cluster), were
 /// released: no other thread touched them since the last barrier, no TMA
 /// store still reads them.
 void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, const std::string& what);

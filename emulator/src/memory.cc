@@ -101,8 +101,27 @@ namespace pallas::emulator::detail {
 
 std::string thread_name(const Cta& cta, int32_t linear) {
   const Thread& t = cta.threads[static_cast<size_t>(linear)];
-  return "thread (" + std::to_string(t.x) + ", " + std::to_string(t.y) + ", " +
-         std::to_string(t.z) + ")";
+  const std::string name = "thread (" + std::to_string(t.x) + ", " + std::to_string(t.y) + ", " +
+                           std::to_string(t.z) + ")";
+  if (&cta == current().cta) return name;
+  return "block (" + std::to_string(cta.x) + ", " + std::to_string(cta.y) + ", " +
+         std::to_string(cta.z) + "), " + name;
+}
+
+Cta& shared_owner(const void* p, int64_t bytes, const char* what) {
+  LaunchState& s = current();
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto holds = [&](const Cta& cta) {
+    const auto base = reinterpret_cast<uintptr_t>(cta.shared);
+    return a >= base &&
+           a + static_cast<uint64_t>(bytes) <= base + static_cast<uint64_t>(cta.shared_bytes);
+  };
+  if (holds(*s.cta)) return *s.cta;
+  if (s.cta->cluster)
+    for (Cta* peer : s.cta->cluster->ctas)
+      if (holds(*peer)) return *peer;
+  fail(std::string(what) + " is not inside the " + std::to_string(s.cta->shared_bytes) +
+       " bytes of the shared memory of the program or of its cluster's programs");
 }
 
 void check_store_done(const Cta& cta, int64_t offset, const std::string& writer) {
@@ -131,7 +150,8 @@ void check_wgmma_done(const Cta& cta, int64_t offset, const std::string& writer)
 }
 
 void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, const std::string& what) {
-  const int32_t me = current().thread->linear;
+  // A multicast copy into a peer's buffer: every access there is another thread's.
+  const int32_t me = &cta == current().cta ? current().thread->linear : -3;
   for (int64_t at = offset; at < offset + bytes; ++at) {
     const ShadowByte& sh = cta.shadow[static_cast<size_t>(at)];
     const bool read =

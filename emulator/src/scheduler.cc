@@ -165,8 +165,7 @@ bool run_batch(LaunchState& s, std::mt19937_64* rng) {
       s.cta = cta;
       s.thread = t;
       void* fake_stack = nullptr;
-      start_switch(&fake_stack, t->stack_low,
-                   static_cast<size_t>(t->stack_high - t->stack_low));
+      start_switch(&fake_stack, t->stack_low, static_cast<size_t>(t->stack_high - t->stack_low));
       transfer_t back = jump_fcontext(t->context, nullptr);
       finish_switch(fake_stack, nullptr, nullptr);
       t->context = back.fctx;
@@ -240,6 +239,20 @@ bool launch(const LaunchConfig& config, std::string& error) {
   }
   const int64_t total = config.grid[0] * config.grid[1] * config.grid[2];
   if (total <= 0) return true;
+  const int cluster = config.cluster;
+  if (cluster < 1 || cluster > 16 || config.grid[0] % cluster != 0) {
+    error = "emulator: kernel '" + std::string(config.kernel) + "': clusters of " +
+            std::to_string(cluster) + " CTAs along x for a grid of " +
+            std::to_string(config.grid[0]) +
+            " along x; a cluster has 1 to 16 CTAs and divides the grid";
+    return false;
+  }
+  if (config.options.concurrent_ctas < cluster) {
+    error = "emulator: kernel '" + std::string(config.kernel) + "': concurrent_ctas " +
+            std::to_string(config.options.concurrent_ctas) + " cannot hold a cluster of " +
+            std::to_string(cluster) + " CTAs, which are resident together";
+    return false;
+  }
 
   LaunchState s;
   s.config = &config;
@@ -253,15 +266,23 @@ bool launch(const LaunchConfig& config, std::string& error) {
   std::mt19937_64 rng(config.options.schedule_seed);
   std::mt19937_64* order_rng = config.options.schedule_seed ? &rng : nullptr;
   const uint64_t stack_bytes = std::max<uint64_t>(config.options.stack_bytes, 16 * 1024);
-  const int64_t resident = std::min<int64_t>(total, config.options.concurrent_ctas);
+  // Whole clusters are resident (CTA c is rank c % cluster of its cluster:
+  // grid[0] is a multiple of the cluster size).
+  const int64_t resident =
+      std::min<int64_t>(total, config.options.concurrent_ctas / cluster * cluster);
   std::vector<std::unique_ptr<std::byte[]>> stacks(static_cast<size_t>(resident * threads));
   // Not zeroed: the pages a thread never reaches are never touched.
   for (auto& stack : stacks) stack = std::make_unique_for_overwrite<std::byte[]>(stack_bytes);
 
   for (int64_t first = 0; first < total; first += resident) {
     s.ctas.clear();
+    s.clusters.clear();
     for (int64_t c = first; c < std::min(total, first + resident); ++c) {
       auto cta = std::make_unique<Cta>();
+      if ((c - first) % cluster == 0) s.clusters.push_back(std::make_unique<Cluster>());
+      cta->cluster = s.clusters.back().get();
+      cta->rank = static_cast<int>(c % cluster);
+      cta->cluster->ctas.push_back(cta.get());
       cta->x = c % config.grid[0];
       cta->y = c / config.grid[0] % config.grid[1];
       cta->z = c / (config.grid[0] * config.grid[1]);
@@ -354,25 +375,25 @@ extern "C" int32_t pallas_emu_sreg(int32_t which) {
     case kNwarpId:
       return (threads + 31) / 32;
     case kClusterCtaRank:
-      return 0;
-    case kClusterNctaRank:
-      return 1;
     case kClusterCtaidX:
+      return cta.rank;
+    case kClusterNctaRank:
+    case kClusterNctaidX:
+      return s.config->cluster;
     case kClusterCtaidY:
     case kClusterCtaidZ:
       return 0;
-    case kClusterNctaidX:
     case kClusterNctaidY:
     case kClusterNctaidZ:
       return 1;
     case kClusteridX:
-      return static_cast<int32_t>(cta.x);
+      return static_cast<int32_t>(cta.x / s.config->cluster);
     case kClusteridY:
       return static_cast<int32_t>(cta.y);
     case kClusteridZ:
       return static_cast<int32_t>(cta.z);
     case kNclusteridX:
-      return static_cast<int32_t>(grid[0]);
+      return static_cast<int32_t>(grid[0] / s.config->cluster);
     case kNclusteridY:
       return static_cast<int32_t>(grid[1]);
     case kNclusteridZ:
@@ -413,6 +434,49 @@ extern "C" void pallas_emu_barrier(int32_t id, int32_t count) {
   s.thread->barrier_id = id;
   s.thread->wait_generation = b.generation;
   suspend(Wait::kBarrier);
+}
+
+namespace {
+/// Completes the running thread's cluster barrier once every thread of the
+/// cluster that has not exited has arrived (PTX's barrier.cluster.wait).
+void try_complete_cluster_barrier(Cluster& cluster) {
+  int live = 0;
+  for (const Cta* cta : cluster.ctas)
+    for (const Thread& t : cta->threads) live += t.wait != Wait::kDone;
+  if (cluster.arrived < live) return;
+  cluster.arrived = 0;
+  ++cluster.generation;
+  ++current().state_changes;
+  for (Cta* cta : cluster.ctas) ++cta->epoch;  // orders the cluster's accesses, as bar.sync
+}
+}  // namespace
+
+extern "C" void pallas_emu_cluster_arrive(void) {
+  LaunchState& s = current();
+  Thread& t = *s.thread;
+  if (t.cluster_arrived)
+    fail("barrier.cluster.arrive twice without a barrier.cluster.wait between them");
+  t.cluster_arrived = true;
+  t.cluster_generation = s.cta->cluster->generation;
+  ++s.cta->cluster->arrived;
+  ++s.state_changes;
+  try_complete_cluster_barrier(*s.cta->cluster);
+}
+
+extern "C" void pallas_emu_cluster_wait(void) {
+  LaunchState& s = current();
+  Thread& t = *s.thread;
+  if (!t.cluster_arrived) fail("barrier.cluster.wait without a barrier.cluster.arrive before it");
+  Cluster& cluster = *s.cta->cluster;
+  while (cluster.generation == t.cluster_generation) {
+    try_complete_cluster_barrier(cluster);
+    if (cluster.generation != t.cluster_generation) break;
+    t.spin_on = "the cluster barrier (" + std::to_string(cluster.arrived) +
+                " threads of the cluster arrived)";
+    suspend(Wait::kSpin);
+  }
+  t.spin_on.clear();
+  t.cluster_arrived = false;
 }
 
 extern "C" void pallas_emu_yield(void) { suspend(Wait::kSpin); }

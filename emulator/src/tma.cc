@@ -59,6 +59,7 @@ MBarrier& barrier_at(Cta& cta, void* p, const char* op) {
 
 /// Completes the phase when its arrivals and transactions are all in.
 void maybe_complete(Cta& cta, int64_t offset, MBarrier& bar) {
+  const uint32_t ranks = bar.arrived_ranks;
   if (bar.pending == 0 && bar.tx < 0)
     fail(barrier_name(offset) + " received " + std::to_string(-bar.tx) +
          " more bytes of copies than its expect-tx announced in phase " +
@@ -66,6 +67,7 @@ void maybe_complete(Cta& cta, int64_t offset, MBarrier& bar) {
   if (bar.pending != 0 || bar.tx != 0) return;
   ++bar.phase;
   bar.pending = bar.expected;
+  bar.arrived_ranks = 0;
   ++current().state_changes;
   // A phase that several threads' arrivals complete orders their earlier
   // accesses before the accesses of whoever waits for it, as bar.sync does
@@ -73,6 +75,11 @@ void maybe_complete(Cta& cta, int64_t offset, MBarrier& bar) {
   // that refills it): a new epoch. Coarse: it also orders threads that did
   // not arrive.
   if (bar.expected > 1) ++cta.epoch;
+  // Arrivals from other CTAs of the cluster (a multicast pipeline's
+  // release): their accesses come before the copies that follow, too.
+  if (bar.expected > 1 && cta.cluster)
+    for (Cta* peer : cta.cluster->ctas)
+      if (peer != &cta && (ranks >> peer->rank & 1u)) ++peer->epoch;
 }
 
 /// The descriptor of a TMA `what` ("load", "store") given `rank` coordinates.
@@ -252,6 +259,7 @@ void arrive(Cta& cta, int64_t offset, MBarrier& bar, const char* op) {
          std::to_string(bar.phase) + ", whose " + std::to_string(bar.expected) +
          " arrivals are all in");
   --bar.pending;
+  bar.arrived_ranks |= 1u << current().cta->rank;
   maybe_complete(cta, offset, bar);
 }
 
@@ -274,7 +282,7 @@ extern "C" void pallas_emu_cp_async_mbarrier_arrive(void* barrier) {
 }
 
 extern "C" int64_t pallas_emu_mbarrier_arrive(void* barrier) {
-  Cta& cta = *current().cta;
+  Cta& cta = shared_owner(barrier, 8, "mbarrier.arrive's barrier");  // remote: mapa's address
   MBarrier& bar = barrier_at(cta, barrier, "mbarrier.arrive");
   const uint32_t phase = bar.phase;
   arrive(cta, shared_offset(cta, barrier, "mbarrier", 8), bar, "mbarrier.arrive");
@@ -287,13 +295,14 @@ extern "C" int64_t pallas_emu_mbarrier_arrive(void* barrier) {
   return 0;
 }
 
-extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* barrier, int32_t rank,
-                                    int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  Cta& cta = *current().cta;
-  const EmuTensorMap& map = tensor_map(descriptor, rank, "load");
+namespace {
+
+/// A TMA load of the box at `coords` into `cta`'s shared memory at `dst`,
+/// completing on its mbarrier at `barrier` (addresses in `cta`'s window).
+void tma_load_into(Cta& cta, void* dst, const EmuTensorMap& map, void* barrier,
+                   const int32_t* coords) {
   check_box_destination(cta, dst, map, "TMA load destination");
   MBarrier& bar = barrier_at(cta, barrier, "TMA load completing");
-  const int32_t coords[5] = {c0, c1, c2, c3, c4};
   auto* smem = static_cast<std::byte*>(dst);
   const int64_t eb = map.element_bytes;
   const int64_t base_offset = shared_offset(cta, dst, "TMA load destination", 0);
@@ -322,6 +331,47 @@ extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* bar
   });
   bar.tx -= box_bytes(map);
   maybe_complete(cta, shared_offset(cta, barrier, "mbarrier", 8), bar);
+}
+
+/// The address of `p` (in `from`'s shared memory) in `to`'s.
+std::byte* same_offset(const Cta& from, const void* p, const Cta& to) {
+  return to.shared + (static_cast<const std::byte*>(p) - from.shared);
+}
+
+}  // namespace
+
+extern "C" void pallas_emu_tma_load(void* dst, const void* descriptor, void* barrier, int32_t rank,
+                                    int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
+  const int32_t coords[5] = {c0, c1, c2, c3, c4};
+  tma_load_into(*current().cta, dst, tensor_map(descriptor, rank, "load"), barrier, coords);
+}
+
+extern "C" void pallas_emu_tma_load_multicast(void* dst, const void* descriptor, void* barrier,
+                                              int32_t mask, int32_t rank, int32_t c0, int32_t c1,
+                                              int32_t c2, int32_t c3, int32_t c4) {
+  Cta& cta = *current().cta;
+  const EmuTensorMap& map = tensor_map(descriptor, rank, "multicast load");
+  (void)shared_offset(cta, dst, "TMA multicast load destination", box_bytes(map));
+  (void)shared_offset(cta, barrier, "TMA multicast load's mbarrier", 8);
+  const auto& ctas = cta.cluster->ctas;
+  const auto bits = static_cast<uint32_t>(mask) & 0xffffu;
+  if (bits == 0 || (bits >> ctas.size()) != 0)
+    fail("TMA multicast load of operand '" + std::string(map.name) + "' with CTA mask " +
+         std::to_string(bits) + " in a cluster of " + std::to_string(ctas.size()) +
+         " CTAs; the mask names ranks 0 to " + std::to_string(ctas.size() - 1));
+  const int32_t coords[5] = {c0, c1, c2, c3, c4};
+  for (Cta* to : ctas)
+    if (bits >> to->rank & 1u)
+      tma_load_into(*to, same_offset(cta, dst, *to), map, same_offset(cta, barrier, *to), coords);
+}
+
+extern "C" void* pallas_emu_mapa(const void* p, int32_t rank) {
+  Cta& cta = shared_owner(p, 1, "mapa's address");
+  const auto& ctas = cta.cluster->ctas;
+  if (rank < 0 || static_cast<size_t>(rank) >= ctas.size())
+    fail("mapa to CTA rank " + std::to_string(rank) + " in a cluster of " +
+         std::to_string(ctas.size()) + " CTAs");
+  return same_offset(cta, p, *ctas[static_cast<size_t>(rank)]);
 }
 
 extern "C" void pallas_emu_tma_store(const void* descriptor, const void* src, int32_t rank,

@@ -603,7 +603,12 @@ PALLAS_KERNEL(pipelined_wgmma_ws2) { pipelined_wgmma<true, true, 2>(spec); }
 // one pipeline across them: the producer copies the next tile's first steps
 // while the consumers finish this one. The body never zeroes the
 // accumulator: it is zero when each tile starts (spec.accumulator).
-PALLAS_KERNEL(persistent_wgmma) {
+//
+// persistent_wgmma_cluster runs it in clusters of 2 (where the tile rows are
+// even): the CTAs of a cluster take tiles of rows 2 r and 2 r + 1 of a
+// column, whose b block is the same, and load it once, multicast, each CTA
+// one of its two copies (tiling [32, 64]).
+void persistent_wgmma(KernelSpec& spec, int cluster) {
   constexpr int64_t kTileM = 128, kTileN = 64;
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
   Operand a = spec.input("a", bf16, {m, k});
@@ -615,7 +620,7 @@ PALLAS_KERNEL(persistent_wgmma) {
   spec.accumulator("acc", {kTileM, kTileN});
   spec.grid({cdiv(m, kTileM), cdiv(n, kTileN), cdiv(k, 64)});
   spec.dimension_semantics({parallel, parallel, arbitrary});
-  spec.persistent({.group_rows = 2});
+  spec.persistent({.group_rows = 2, .cluster = cluster});
   spec.max_concurrent_steps(3);
   spec.delay_release(1);
   spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
@@ -626,7 +631,7 @@ PALLAS_KERNEL(persistent_wgmma) {
       swizzled);
   spec.block(
       b, {Blocked{kTileN}, Blocked{64}}, [](const ProgramIds& p) { return at(p[1], p[2]); },
-      swizzled);
+      cluster > 1 ? InShared{.swizzle = 128, .tiling = {kTileN / 2, 64}} : swizzled);
   spec.block(c, {Blocked{kTileM}, Blocked{kTileN}}, tile);
   spec.block(d, {Blocked{kTileM}, Blocked{kTileN}}, tile);
   const bool staged = !spec.direct();
@@ -640,6 +645,8 @@ PALLAS_KERNEL(persistent_wgmma) {
     when(program_id(2) == num_programs(2) - index(1), [&] { d.store(c.load() + acc.load()); });
   });
 }
+PALLAS_KERNEL(persistent_wgmma) { persistent_wgmma(spec, 1); }
+PALLAS_KERNEL(persistent_wgmma_cluster) { persistent_wgmma(spec, 2); }
 
 // Two products chained through registers, wgmma's `a` a value (attention's
 // P @ V, a fused MLP's down-projection): for each chunk c of 64 hidden units,

@@ -23,6 +23,7 @@
 #include <pallas/kernels/int_mix.h>
 #include <pallas/kernels/math_zoo.h>
 #include <pallas/kernels/persistent_wgmma.h>
+#include <pallas/kernels/persistent_wgmma_cluster.h>
 #include <pallas/kernels/pipelined_axpb_d1.h>
 #include <pallas/kernels/pipelined_axpb_d2.h>
 #include <pallas/kernels/pipelined_axpb_d3.h>
@@ -1098,47 +1099,59 @@ TEST_P(FeaturesTest, PipelinedWgmmaMatchesTheReference) {
 // one program walks them all. A tile done twice
 // adds its product twice, one skipped keeps d's old value. sm_80: the
 // cp.async form (no producer); stride 139: the direct twin, persistent too.
+//
+// In clusters of 2 (persistent_wgmma_cluster, on tile rows 2 and 4 of 128;
+// 3 and 1 run clusters of 1): 3 resident programs make one cluster, 4 two
+// (the programs of a cluster walk together), 5 two; each CTA copies half of
+// b multicast to both. A CTA that read its peer's tile rows, or a b block
+// that missed a CTA, shows in d; a release that did not wait for the peer's
+// consumers fails the emulator's overwrite checks.
 TEST_P(FeaturesTest, PersistentWgmmaWalksEveryTileOnce) {
   struct Shape {
     int64_t m, n, k, stride;
   };
-  for (int cc : {90, 80}) {
-    if (cc == 80 && GetParam() != Backend::kEmulator) continue;
-    for (Shape sh : {Shape{300, 330, 130, 130}, Shape{129, 200, 72, 72}, Shape{70, 60, 64, 64},
-                     Shape{200, 130, 64, 139}, Shape{400, 70, 192, 192}})
-      for (uint64_t schedule : {0, 7}) {  // the emulator's thread order: round-robin, random
-        if (schedule != 0 && GetParam() != Backend::kEmulator) continue;
-        const uint32_t seed = fresh_seed();
-        SCOPED_TRACE("sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) + " n " +
-                     std::to_string(sh.n) + " k " + std::to_string(sh.k) + " stride " +
-                     std::to_string(sh.stride) + " schedule " + std::to_string(schedule) +
-                     " seed " + std::to_string(seed));
-        std::mt19937 rng(seed);
-        Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
-        Array<float> d(GetParam(), sh.m * sh.n);
-        a.fill_random(rng, -2, 2);
-        b.fill_random(rng, -2, 2);
-        d.fill_random(rng, -4, 4);
-        const std::vector<float> c(d.host().begin(), d.host().end());
-        a.upload();
-        b.upload();
-        d.upload();
-        Status st = kernels::persistent_wgmma(
-            TensorView<const bfloat16, 2>(a.data(), {sh.m, sh.k}, {sh.stride, 1}),
-            TensorView<const bfloat16, 2>(b.data(), {sh.n, sh.k}, {sh.stride, 1}),
-            TensorView<float, 2>(d.data(), {sh.m, sh.n}, {sh.n, 1}),
-            Launch{
-                GetParam(),
-                nullptr,
-                {.concurrent_programs = 3, .schedule_seed = schedule, .compute_capability = cc}});
-        ASSERT_TRUE(st.ok()) << st.message();
-        d.download();
-        expect_product(
-            d, sh.m, sh.n, sh.k,
-            [&](int64_t i, int64_t kk) { return a.host()[i * sh.stride + kk]; },
-            [&](int64_t kk, int64_t j) { return b.host()[j * sh.stride + kk]; }, &c);
-      }
-  }
+  for (int cluster : {1, 2})
+    for (int cc : {90, 80}) {
+      if (cc == 80 && GetParam() != Backend::kEmulator) continue;
+      for (Shape sh : {Shape{300, 330, 130, 130}, Shape{129, 200, 72, 72}, Shape{70, 60, 64, 64},
+                       Shape{200, 130, 64, 139}, Shape{400, 70, 192, 192}})
+        for (uint64_t schedule : {0, 7}) {  // the emulator's thread order: round-robin, random
+          if (schedule != 0 && GetParam() != Backend::kEmulator) continue;
+          const int programs = cluster == 1 ? 3 : schedule == 0 ? 4 : 5;
+          const uint32_t seed = fresh_seed();
+          SCOPED_TRACE("cluster " + std::to_string(cluster) + " programs " +
+                       std::to_string(programs) + " sm_" + std::to_string(cc) + " m " +
+                       std::to_string(sh.m) + " n " + std::to_string(sh.n) + " k " +
+                       std::to_string(sh.k) + " stride " + std::to_string(sh.stride) +
+                       " schedule " + std::to_string(schedule) + " seed " + std::to_string(seed));
+          std::mt19937 rng(seed);
+          Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
+          Array<float> d(GetParam(), sh.m * sh.n);
+          a.fill_random(rng, -2, 2);
+          b.fill_random(rng, -2, 2);
+          d.fill_random(rng, -4, 4);
+          const std::vector<float> c(d.host().begin(), d.host().end());
+          a.upload();
+          b.upload();
+          d.upload();
+          const Launch launch{GetParam(),
+                              nullptr,
+                              {.concurrent_programs = programs,
+                               .schedule_seed = schedule,
+                               .compute_capability = cc}};
+          const TensorView<const bfloat16, 2> av(a.data(), {sh.m, sh.k}, {sh.stride, 1});
+          const TensorView<const bfloat16, 2> bv(b.data(), {sh.n, sh.k}, {sh.stride, 1});
+          const TensorView<float, 2> dv(d.data(), {sh.m, sh.n}, {sh.n, 1});
+          Status st = cluster == 1 ? kernels::persistent_wgmma(av, bv, dv, launch)
+                                   : kernels::persistent_wgmma_cluster(av, bv, dv, launch);
+          ASSERT_TRUE(st.ok()) << st.message();
+          d.download();
+          expect_product(
+              d, sh.m, sh.n, sh.k,
+              [&](int64_t i, int64_t kk) { return a.host()[i * sh.stride + kk]; },
+              [&](int64_t kk, int64_t j) { return b.host()[j * sh.stride + kk]; }, &c);
+        }
+    }
 }
 
 // The planted twins without delay_release refill a stage while the wgmma of

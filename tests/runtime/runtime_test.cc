@@ -641,6 +641,21 @@ TEST_F(LaunchKernel, HostRunsOnePersistentProgram) {
   EXPECT_EQ(g_host_call.calls, 0);  // no tiles: nothing to launch
 }
 
+// Clusters (a persistent grid in clusters asks for them): the host runs clusters of one, and a
+// cluster size past what is portable is an error naming it.
+TEST_F(LaunchKernel, ClustersOnTheHostAreOfOneAndAtMostEightArePortable) {
+  KernelImage image = make_image();
+  image.persistent = true;
+  ASSERT_TRUE(launch_kernel(image, args_, {40, 1, 1}, {Backend::kHost}, 2).ok());
+  EXPECT_EQ(g_host_call.grid, (std::array<int64_t, 3>{1, 1, 1}));
+  for (int cluster : {0, 9}) {
+    Status s = launch_kernel(image, args_, {40, 1, 1}, {Backend::kHost}, cluster);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(),
+              "add_f32: clusters of " + std::to_string(cluster) + " programs; 1 to 8 are portable");
+  }
+}
+
 TEST_F(LaunchKernel, HostHasNoCudaGridLimits) {
   const KernelImage image = make_image();
   ASSERT_TRUE(launch_kernel(image, args_, {int64_t{1} << 33, 70000, 1}, {Backend::kHost}).ok());

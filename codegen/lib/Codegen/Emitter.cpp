@@ -451,12 +451,25 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
           "\" tiles x \" + std::to_string(steps) + \" steps; its programs count at most \" "
           "+ std::to_string(INT32_MAX) + \" steps (32-bit)\");\n";
   }
+  // A persistent grid in clusters (its staged instance; the direct twin
+  // multicasts nothing) asks for them when its tile rows (the second-to-last
+  // parallel axis) divide by the cluster size.
+  std::string cluster;
+  if (spec.persistence() && spec.persistence()->cluster > 1 && !spec.direct()) {
+    std::vector<size_t> parallel;
+    for (size_t axis = 0; axis < spec.grid_axes().size(); ++axis)
+      if (spec.semantics(axis) != edsl::Semantics::kArbitrary) parallel.push_back(axis);
+    const std::string size = std::to_string(spec.persistence()->cluster);
+    os << "  const int cluster = (" << spec.grid_axes()[parallel[parallel.size() - 2]].to_cpp()
+       << ") % " << size << " == 0 ? " << size << " : 1;\n";
+    cluster = ", cluster";
+  }
   if (errors_slot < 0) {
-    os << "  return pallas::detail::launch_kernel(" << name
-       << "_image, args, grid, launch);\n}\n\n";
+    os << "  return pallas::detail::launch_kernel(" << name << "_image, args, grid, launch"
+       << cluster << ");\n}\n\n";
   } else {  // failed checks become the status (see pallas::detail::report_checks)
     os << "  if (pallas::Status s = pallas::detail::launch_kernel(" << name
-       << "_image, args, grid, launch); !s.ok())\n    return s;\n"
+       << "_image, args, grid, launch" << cluster << "); !s.ok())\n    return s;\n"
        << "  return pallas::detail::report_checks(" << name << "_image, launch, resources.data("
        << errors_slot << "));\n}\n\n";
   }

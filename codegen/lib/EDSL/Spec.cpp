@@ -464,6 +464,10 @@ void KernelSpec::warp_specialize(WarpSpecialization ws) {
 void KernelSpec::persistent(Persistent p) {
   if (p.group_rows < 1)
     fail("persistent: group_rows " + std::to_string(p.group_rows) + "; bands of at least 1 row");
+  if (p.cluster != 1 && p.cluster != 2 && p.cluster != 4)
+    fail("persistent: cluster " + std::to_string(p.cluster) +
+         "; clusters of 1, 2 or 4 CTAs (at most 8 are portable, and the tile rows must "
+         "divide by it)");
   persistent_ = p;
 }
 

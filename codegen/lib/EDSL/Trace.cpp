@@ -503,7 +503,7 @@ std::vector<Value> emit_pipeline(
               mlir::pallas::RefType::get(t.context, ref_shape, to_mlir_type(d.dtype, *t.context));
           auto block = mlir::pallas::BlockOp::create(
               b(), loc(), ref_type, t.args[i], indices, block_shape, squeezed, /*staged=*/false,
-              /*swizzle=*/nullptr, /*buffers=*/nullptr, /*tiling=*/nullptr);
+              /*swizzle=*/nullptr, /*buffers=*/nullptr, /*tiling=*/nullptr, /*multicast=*/false);
           if (p.staging && !spec.direct()) {
             block.setStaged(true);
             block.setSwizzle(p.staging->swizzle);
@@ -553,6 +553,12 @@ mlir::MemRefType array_type(const OperandDecl& d, mlir::MLIRContext& ctx) {
 ///   rows = min(R - first, G), q = p - band G C,
 ///   row = first + q % rows, col = q / rows.
 ///
+/// In clusters of S = cluster_size CTAs (S divides R; the entry point asks
+/// for clusters only then) the walk above runs per cluster over a plane of
+/// R / S rows, with w the cluster's index (program / S), W the clusters,
+/// P the cluster plane's tiles and G = max(group_rows / S, 1); the CTA of
+/// rank r takes tile row S row + r. With S = 1 this is the walk above.
+///
 /// The divisions are 32-bit (index is 64-bit on the GPU, where a 64-bit
 /// division is a long call), all by counts of at least 1: divisors are
 /// clamped so that the indices of steps past the end, which a pipeline
@@ -597,28 +603,52 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
   }
   // Before the loop: the tile count and this program's share, and the
   // 32-bit divisors (each at least 1).
-  mlir::Value worker = mlir::pallas::ProgramIdOp::create(b, loc, index_type, 0);
-  mlir::Value workers = mlir::pallas::NumProgramsOp::create(b, loc, index_type, 0);
+  const size_t n = parallel.size();
+  const int64_t cluster = spec.persistence()->cluster;
+  if (cluster > 1 && n < 2)
+    spec.fail("persistent: cluster " + std::to_string(cluster) +
+              " needs a tile plane (two parallel grid axes: rows, whose tiles a cluster "
+              "splits, and columns); the grid has " +
+              std::to_string(n));
+  // The walkers: clusters of `size` programs (1 without clusters), and the
+  // plane's rows per cluster row.
+  mlir::Value size = mlir::arith::ConstantIndexOp::create(b, loc, 1);
+  mlir::Value rank = mlir::arith::ConstantIndexOp::create(b, loc, 0);
+  if (cluster > 1) {
+    size = mlir::pallas::ClusterSizeOp::create(b, loc, index_type);
+    rank = mlir::pallas::ClusterRankOp::create(b, loc, index_type);
+  }
+  mlir::Value worker = mlir::arith::DivUIOp::create(
+      b, loc, mlir::pallas::ProgramIdOp::create(b, loc, index_type, 0), size);
+  mlir::Value workers = mlir::arith::DivUIOp::create(
+      b, loc, mlir::pallas::NumProgramsOp::create(b, loc, index_type, 0), size);
+  std::vector<mlir::Value> walked = extents;  // the cluster plane: rows / size
+  if (cluster > 1)
+    walked[parallel[n - 2]] =
+        mlir::arith::CeilDivUIOp::create(b, loc, extents[parallel[n - 2]], size);
   mlir::Value tiles = mlir::arith::ConstantIndexOp::create(b, loc, 1);
-  for (int axis : parallel) tiles = mlir::arith::MulIOp::create(b, loc, tiles, extents[axis]);
+  for (int axis : parallel) tiles = mlir::arith::MulIOp::create(b, loc, tiles, walked[axis]);
   mlir::Value steps = extents[static_cast<size_t>(sequential)];
   mlir::Value zero = mlir::arith::ConstantIndexOp::create(b, loc, 0);
   mlir::Value left = mlir::arith::MaxSIOp::create(
       b, loc, mlir::arith::SubIOp::create(b, loc, tiles, worker), zero);
   mlir::Value mine = mlir::arith::CeilDivSIOp::create(b, loc, left, workers);
   mlir::Value total = mlir::arith::MulIOp::create(b, loc, mine, steps);
-  const size_t n = parallel.size();
   const int64_t group = spec.persistence()->group_rows;
-  mlir::Value steps32 = at_least_1(to32(steps)), worker32 = to32(worker), workers32 = to32(workers);
+  mlir::Value steps32 = at_least_1(to32(steps)), worker32 = to32(worker),
+              workers32 = at_least_1(to32(workers));
   std::vector<mlir::Value> extents32;
-  for (int axis : parallel) extents32.push_back(at_least_1(to32(extents[axis])));
+  for (int axis : parallel) extents32.push_back(at_least_1(to32(walked[axis])));
   // Bands of at most R rows (G * C then stays below the tile count).
   mlir::Value plane, band_tiles, group32;
   if (n > 2) plane = mul(extents32[n - 2], extents32[n - 1]);
   if (n >= 2) {
-    group32 = mlir::arith::MinSIOp::create(b, loc, c32(group), extents32[n - 2]);
+    mlir::Value rows_per_band = c32(group);
+    if (cluster > 1) rows_per_band = at_least_1(div(rows_per_band, at_least_1(to32(size))));
+    group32 = mlir::arith::MinSIOp::create(b, loc, rows_per_band, extents32[n - 2]);
     band_tiles = mul(group32, extents32[n - 1]);
   }
+  mlir::Value size32 = to32(size), rank32 = to32(rank);
   mlir::Value one = mlir::arith::ConstantIndexOp::create(b, loc, 1);
   auto loop = mlir::scf::ForOp::create(b, loc, zero, total, one);
   b.setInsertionPoint(loop.getBody()->getTerminator());
@@ -643,13 +673,29 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
     mlir::Value band = div(inner, band_tiles);
     mlir::Value first = mul(band, group32);
     mlir::Value band_rows = at_least_1(
-        mlir::arith::MinSIOp::create(b, loc, sub(to32(extents[parallel[n - 2]]), first), group32));
+        mlir::arith::MinSIOp::create(b, loc, sub(to32(walked[parallel[n - 2]]), first), group32));
     mlir::Value q = sub(inner, mul(band, band_tiles));
-    t.sequential_ids[static_cast<size_t>(parallel[n - 2])] =
-        to_index(add(first, rem(q, band_rows)));
+    mlir::Value row = add(first, rem(q, band_rows));
+    if (cluster > 1) row = add(mul(row, size32), rank32);  // the CTA's row of its cluster's
+    t.sequential_ids[static_cast<size_t>(parallel[n - 2])] = to_index(row);
     t.sequential_ids[static_cast<size_t>(parallel[n - 1])] = to_index(div(q, band_rows));
+    if (cluster > 1) t.cluster_row_id = t.sequential_ids[static_cast<size_t>(parallel[n - 2])];
   }
   return loop;
+}
+
+/// Whether any of `values` is computed from `target` (through the ops that define them).
+bool depends_on(llvm::ArrayRef<mlir::Value> values, mlir::Value target) {
+  llvm::SmallVector<mlir::Value> work(values.begin(), values.end());
+  llvm::DenseSet<mlir::Value> seen;
+  while (!work.empty()) {
+    mlir::Value v = work.pop_back_val();
+    if (v == target) return true;
+    if (!seen.insert(v).second) continue;
+    if (mlir::Operation* def = v.getDefiningOp())
+      work.append(def->getOperands().begin(), def->getOperands().end());
+  }
+  return false;
 }
 
 /// Builds the kernel function once the body is declared.
@@ -867,9 +913,12 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     auto ref_type = mlir::pallas::RefType::get(&ctx, ref_shape, to_mlir_type(d.dtype, ctx));
     auto block = mlir::pallas::BlockOp::create(
         t.builder, loc, ref_type, t.args[i], indices, block_shape, squeezed, /*staged=*/false,
-        /*swizzle=*/nullptr, /*buffers=*/nullptr, /*tiling=*/nullptr);
+        /*swizzle=*/nullptr, /*buffers=*/nullptr, /*tiling=*/nullptr, /*multicast=*/false);
     if (d.staged) {  // InShared: the GPU lowering stages it with TMA
       block.setStaged(true);
+      // The same block for every CTA of a cluster: loaded once, multicast.
+      if (t.cluster_row_id && d.role == Role::kInput && !depends_on(indices, t.cluster_row_id))
+        block.setMulticast(true);
       block.setSwizzle(d.staged->swizzle);
       if (!d.staged->tiling.empty())
         block.setTiling(tma_copy_box(d.staged_block, d.staged->tiling));

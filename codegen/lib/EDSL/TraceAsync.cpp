@@ -151,7 +151,7 @@ void run_scoped(
     auto blk = mlir::pallas::BlockOp::create(
         b(), loc(), ref_type, block->getArgument(k), zeros, type.getShape(),
         llvm::SmallVector<bool>(type.getRank(), false), /*staged=*/false, /*swizzle=*/nullptr,
-        /*buffers=*/nullptr, /*tiling=*/nullptr);
+        /*buffers=*/nullptr, /*tiling=*/nullptr, /*multicast=*/false);
     blk->setAttr("name", b().getStringAttr(buffers[k].name));
     t.refs.push_back(RefState{blk, false, -1, buffers[k].name, buffers[k].dtype});
     made_refs.push_back(t.refs.size() - 1);

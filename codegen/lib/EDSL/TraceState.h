@@ -61,6 +61,10 @@ struct Trace {
   // runs as, counting parallel axes only; -1 for arbitrary axes. A grid
   // (b, i, j, arbitrary k) launches b, i, j as 0, 1, 2.
   std::vector<int> launched_axis;
+  // A persistent grid in clusters (Persistent::cluster > 1): the tile's row
+  // index, which the CTAs of a cluster differ in; blocks whose indices do
+  // not depend on it are multicast.
+  mlir::Value cluster_row_id;
 };
 
 inline thread_local Trace* current_trace = nullptr;

@@ -352,11 +352,17 @@ class Rewriter {
     } else if (auto wait = dyn_cast<NVVM::MBarrierTryWaitParityOp>(op)) {
       call(loc, "pallas_emu_mbarrier_wait_parity", Type(), {wait.getAddr(), wait.getPhase()});
     } else if (auto load = dyn_cast<NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp>(op)) {
-      if (!load.getIm2colOffsets().empty() || load.getMulticastMask() || load.getPredicate())
-        return op->emitOpError("no emulator rule for im2col, multicast or predicated TMA loads");
+      if (!load.getIm2colOffsets().empty() || load.getPredicate())
+        return op->emitOpError("no emulator rule for im2col or predicated TMA loads");
       SmallVector<Value> args{load.getDstMem(), load.getTmaDescriptor(), load.getMbar()};
-      args.append(coords(load.getCoordinates()));
-      call(loc, "pallas_emu_tma_load", Type(), args);
+      if (Value mask = load.getMulticastMask()) {
+        args.push_back(LLVM::ZExtOp::create(b_, loc, i32(), mask));
+        args.append(coords(load.getCoordinates()));
+        call(loc, "pallas_emu_tma_load_multicast", Type(), args);
+      } else {
+        args.append(coords(load.getCoordinates()));
+        call(loc, "pallas_emu_tma_load", Type(), args);
+      }
     } else if (auto store = dyn_cast<NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp>(op)) {
       if (store.getPredicate())
         return op->emitOpError("no emulator rule for predicated TMA stores");
@@ -373,8 +379,8 @@ class Rewriter {
                              : "pallas_emu_cp_async_mbarrier_arrive",
            Type(), {arrive.getAddr()});
     } else if (auto arrive = dyn_cast<NVVM::MBarrierArriveOp>(op)) {
-      if (arrive.getCount() || arrive.getRelaxed() || arrive.getScope() != NVVM::MemScopeKind::CTA)
-        return op->emitOpError("no emulator rule for a counted, relaxed or cluster-scope arrive");
+      if (arrive.getCount() || arrive.getRelaxed())
+        return op->emitOpError("no emulator rule for a counted or relaxed arrive");
       Value state = call(loc, "pallas_emu_mbarrier_arrive", i64(), {arrive.getAddr()});
       replace(op, arrive.getRes() ? state : Value());
       return success();
@@ -404,6 +410,13 @@ class Rewriter {
       call(loc, "pallas_emu_wgmma_commit", Type(), {});
     } else if (auto wait = dyn_cast<NVVM::WgmmaWaitGroupSyncOp>(op)) {
       call(loc, "pallas_emu_wgmma_wait", Type(), {constI32(loc, wait.getGroup())});
+    } else if (isa<NVVM::ClusterArriveOp, NVVM::ClusterArriveRelaxedOp>(op)) {
+      call(loc, "pallas_emu_cluster_arrive", Type(), {});
+    } else if (isa<NVVM::ClusterWaitOp>(op)) {
+      call(loc, "pallas_emu_cluster_wait", Type(), {});
+    } else if (auto mapa = dyn_cast<NVVM::MapaOp>(op)) {
+      replace(op, call(loc, "pallas_emu_mapa", ptr(), {mapa.getA(), mapa.getB()}));
+      return success();
     } else if (isa<NVVM::CpAsyncBulkCommitGroupOp>(op)) {
       call(loc, "pallas_emu_bulk_commit", Type(), {});
     } else if (auto wait = dyn_cast<NVVM::CpAsyncBulkWaitGroupOp>(op)) {

@@ -107,6 +107,12 @@ class HostLowering {
   LogicalResult lowerOp(Operation* op, OpBuilder& b) {
     Location loc = op->getLoc();
     if (lowerGridOp(op, map_, b, gridCoordinates_)) return success();
+    // Host programs run one at a time: clusters of one.
+    if (isa<ClusterRankOp, ClusterSizeOp>(op)) {
+      map_.map(op->getResult(0),
+               arith::ConstantIndexOp::create(b, op->getLoc(), isa<ClusterSizeOp>(op) ? 1 : 0));
+      return success();
+    }
     if (auto blk = dyn_cast<BlockOp>(op)) {
       SmallVector<Value> indices;
       for (Value v : blk.getIndices()) indices.push_back(map_.lookup(v));

@@ -70,6 +70,14 @@ const Cubin* select_cubin(std::span<const Cubin> cubins, int device_sm);
 // A persistent image (KernelImage::persistent) gets grid = {tiles, 1, 1} and launches at most
 // as many programs as the device keeps resident.
 //
+// `cluster` > 1 asks for thread-block clusters of that many programs along x (a persistent
+// grid in clusters, KernelSpec::persistent: the entry point asks when the tile rows divide by
+// it). The launch is then a multiple of `cluster` programs: on CUDA devices of sm_90 and up,
+// as many clusters as cudaOccupancyMaxActiveClusters keeps resident; on the emulator (an
+// sm_90 form) EmulatorOptions::concurrent_programs rounded down to whole clusters. Where
+// there are no clusters (the host, sm_8x devices and forms, fewer resident programs than a
+// cluster) it launches clusters of 1, which the kernel handles too (%cluster_nctarank).
+//
 // A grid with an extent of 0 launches nothing and returns Ok; a negative extent is
 // kInvalidArgument. The host backend calls image.host_entry synchronously (the stream is
 // ignored; kUnsupportedBackend when there is no host form); the emulator backend likewise
@@ -119,7 +127,7 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
                          std::span<const ResourceRequest> requests, LaunchResources& out);
 
 Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
-                     const Launch& launch);
+                     const Launch& launch, int cluster = 1);
 
 // After a launch of a kernel with run-time checks: the status its error record `errors` says.
 // Host and emulator: the launch has run, so the record is read (and left as is: it is this

@@ -74,6 +74,27 @@ def Pallas_NumProgramsOp : Pallas_Op<"num_programs", [Pure]> {
   let assemblyFormat = "$axis attr-dict";
 }
 
+def Pallas_ClusterRankOp : Pallas_Op<"cluster_rank", [Pure]> {
+  let summary = "the program's rank in its thread-block cluster";
+  let description = [{
+    The rank of the program's CTA in its cluster (PTX's %cluster_ctarank):
+    0 where programs launch without clusters (the host, sm_80).
+  }];
+  let results = (outs Index:$result);
+  let assemblyFormat = "attr-dict";
+}
+
+def Pallas_ClusterSizeOp : Pallas_Op<"cluster_size", [Pure]> {
+  let summary = "programs per thread-block cluster";
+  let description = [{
+    CTAs per cluster (PTX's %cluster_nctarank), chosen at launch: a
+    persistent grid's programs walk the tiles in clusters of this many
+    (KernelSpec::persistent). 1 where programs launch without clusters.
+  }];
+  let results = (outs Index:$result);
+  let assemblyFormat = "attr-dict";
+}
+
 def Pallas_BlockOp : Pallas_Op<"block", [Pure]> {
   let summary = "the block of an operand selected by block indices";
   let description = [{
@@ -107,12 +128,20 @@ def Pallas_BlockOp : Pallas_Op<"block", [Pure]> {
     the tiles, row-major inside one), each tile one copy. It must divide the
     block, at most 256 elements a dim, its last dim at most `swizzle` bytes.
     Absent: the block's own extents, cut into boxes of 256 along longer dims.
+
+    `multicast` marks a staged input block that every program of a
+    thread-block cluster reads at the same indices (a persistent grid's
+    clusters: KernelSpec::persistent). A warp-specialized TMA pipeline loads
+    it once per cluster: each CTA issues its share of the copies (copy c by
+    rank c % cluster size) with `.multicast::cluster` into the same stage
+    buffer of every CTA. Elsewhere, and in clusters of 1, it is an ordinary
+    staged block.
   }];
   let arguments = (ins AnyMemRef:$array, Variadic<Index>:$indices,
                        DenseI64ArrayAttr:$block_shape, DenseBoolArrayAttr:$squeezed,
                        UnitAttr:$staged, OptionalAttr<I64Attr>:$swizzle,
                        OptionalAttr<I64Attr>:$buffers,
-                       OptionalAttr<DenseI64ArrayAttr>:$tiling);
+                       OptionalAttr<DenseI64ArrayAttr>:$tiling, UnitAttr:$multicast);
   let results = (outs Pallas_RefType:$ref);
   let assemblyFormat = "$array `[` $indices `]` attr-dict `:` type($array) `->` type($ref)";
   let hasVerifier = 1;

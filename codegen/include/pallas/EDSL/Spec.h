@@ -358,8 +358,26 @@ struct WarpSpecialization {
 /// (the last two parallel axes, rows and columns) into bands of that many
 /// rows, swept column by column, so that the programs running at once share
 /// rows of A and columns of B in L2 (Triton's GROUP_M). 1: row-major.
+///
+/// `cluster` > 1 (2 or 4) runs the programs in thread-block clusters of that
+/// many CTAs (Hopper; CUTLASS's cluster shape along M) wherever the tile
+/// rows divide by it: a cluster walks the tile plane as one program would a
+/// plane of rows / cluster rows, its CTA of rank r taking tile row
+/// `cluster * row + r` of the same column. Staged input blocks whose index
+/// map does not read the row axis (matmul's B, [K, N] or [N, K]) are then the
+/// same for every CTA of a cluster, and a warp-specialized TMA pipeline loads
+/// them once per cluster with multicast copies (BlockOp's `multicast`): a
+/// 128 x 256 tile's K step reads 16 + 32 / 2 KiB from L2 instead of 48. The
+/// entry point asks for clusters when the rows divide by `cluster` (else
+/// clusters of 1, the plain walk); the launch falls back to 1 where the
+/// device or backend has none (the host; sm_80). Worked example, a [4, 3]
+/// tile plane, cluster 2, group_rows 1, W = 4 programs (2 clusters): the
+/// cluster plane is [2, 3]; cluster 0 walks its tiles 0, 2, 4 = (0,0) (0,2)
+/// (1,1), so program 0 (rank 0) does tiles (0,0) (0,2) (2,1) and program 1
+/// (rank 1) does (1,0) (1,2) (3,1).
 struct Persistent {
   int group_rows = 1;
+  int cluster = 1;
 };
 
 /// How dot multiplies: `b` given as [N, K] (its rows are the columns of the

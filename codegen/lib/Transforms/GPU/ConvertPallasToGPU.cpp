@@ -261,9 +261,21 @@ FailureOr<SmallVector<Value>> GpuLowering::lowerAgainWith(ArrayRef<Operation*> o
   return out;
 }
 
+Value GpuLowering::clusterValue(OpBuilder& b, Location loc, bool size) {
+  if (cpAsync)  // sm_80 has no clusters (and no %cluster_* registers)
+    return arith::ConstantIndexOp::create(b, loc, size ? 1 : 0);
+  Value v = size ? NVVM::ClusterDim::create(b, loc, b.getI32Type()).getResult()
+                 : NVVM::ClusterId::create(b, loc, b.getI32Type()).getResult();
+  return arith::IndexCastUIOp::create(b, loc, b.getIndexType(), v);
+}
+
 LogicalResult GpuLowering::lowerOp(Operation* op, OpBuilder& b) {
   ++currentRule_;
   if (lowerGridOp(op, map, b, gpuGrid())) return success();
+  if (isa<ClusterRankOp, ClusterSizeOp>(op)) {
+    map.map(op->getResult(0), clusterValue(b, op->getLoc(), isa<ClusterSizeOp>(op)));
+    return success();
+  }
   if (const Rule* rule = rules_.find(op)) return (*rule)(op, *this, b);
   return cloneScalarOp(op, map, b, "GPU", rules_.known());  // ProgramSkeleton.h
 }
@@ -366,6 +378,16 @@ LogicalResult GpuLowering::run() {
     b.setInsertionPointToEnd(&entry);
   } else {
     copyOutStagedBlocks(*this, b);
+  }
+  if (clusterSyncAtExit) {  // every thread, producer too: no CTA leaves while a peer may reach it
+    Value several = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt,
+                                          clusterValue(b, loc, /*size=*/true),
+                                          arith::ConstantIndexOp::create(b, loc, 1));
+    scf::IfOp::create(b, loc, several, [&](OpBuilder& cb, Location l) {
+      NVVM::ClusterArriveOp::create(cb, l, UnitAttr());
+      NVVM::ClusterWaitOp::create(cb, l, UnitAttr());
+      scf::YieldOp::create(cb, l);
+    });
   }
   gpu::ReturnOp::create(b, loc);
 

@@ -95,6 +95,11 @@ struct StagedBlock {
   /// A run_scoped buffer (AsyncCopyRules.cpp): the body's copies and waits
   /// fill it, so its loads do not wait, and its stores go anywhere.
   bool explicitBuffer = false;
+  /// A multicast stage of a warp-specialized pipeline (BlockOp's
+  /// `multicast`): the cluster's rank and size (i32). With a size above 1
+  /// the producer of rank r issues copies r, r + size, ... of the block with
+  /// .multicast::cluster to every CTA; null: every copy, to this CTA.
+  Value clusterRank, clusterSize;
   int64_t bytes() const;  // of one block (every copy), what its barrier expects
 };
 
@@ -327,6 +332,14 @@ class GpuLowering {
   /// Whether the kernel copies with TMA (it has descriptors and is built for
   /// sm_90a): mbarrier waits may use try_wait, fences the async proxy.
   bool usesTma() const { return !cpAsync && !tmaDescriptors.empty(); }
+  /// The program's rank in its cluster (`size` false) or the cluster's CTA
+  /// count, as index values: %cluster_ctarank / %cluster_nctarank, or 0 / 1
+  /// on sm_80, which has no clusters.
+  Value clusterValue(OpBuilder& b, Location loc, bool size);
+  /// A warp-specialized pipeline multicasts a stage (PipelineRules.cpp):
+  /// every thread meets the cluster's others before the kernel exits (a
+  /// peer may still arrive on this CTA's barriers until then).
+  bool clusterSyncAtExit = false;
   /// run_scoped buffers and barriers (AsyncCopyRules.cpp), by region argument.
   DenseMap<Value, StagedBlock> copyBuffers;
   struct BarrierArray {

@@ -72,6 +72,31 @@
 // producer (ConvertPallasToGPU): its C threads run the pipeline above, and
 // keep every register of the SM for themselves.
 //
+// Clusters (a persistent grid in thread-block clusters, KernelSpec::persistent;
+// a stage marked `multicast`: the same block in every CTA of the cluster).
+// With S = %cluster_nctarank > 1 and R = %cluster_ctarank, a
+// warp-specialized pipeline loads each multicast stage once per cluster:
+//
+//   thread 0: release barriers expect 128 W S arrivals (every CTA's consumers)
+//   barrier.cluster arrive + wait (every CTA's barriers are initialised before
+//                                  a peer's copy or arrival reaches them)
+//   producer, step k: wait release[slot] as above (the consumers of all S CTAs
+//             are done with it), expect-tx of the whole block on its own full
+//             barrier, then copies R, R + S, ... of the block with
+//             .multicast::cluster (mask 2^S - 1): each lands at the same
+//             offset in every CTA and completes transactions on that CTA's
+//             full barrier, whose phase ends when all S shares are in
+//   consumer release: an arrival on release[slot] of every CTA (mapa, then
+//             mbarrier.arrive.release.cluster on the shared::cluster address)
+//   kernel end: barrier.cluster arrive + wait by every thread, so no CTA
+//             exits while a peer may still arrive on its barriers
+//
+// Worked example, S = 2, a 128 x 256 matmul tile whose B block [256, 64] is
+// tiled [128, 64]: rank 0 copies B rows 0-127 and rank 1 rows 128-255 into
+// both CTAs, each its own A; a K step reads 16 + 16 KiB from L2 per CTA
+// instead of 16 + 32. With S = 1 (a launch without clusters) every branch
+// above takes the plain path: local copies and arrivals, bar.sync.
+//
 //===----------------------------------------------------------------------===//
 
 #include "GpuLowering.h"
@@ -194,6 +219,40 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
   SmallVector<Value> empties;
   const bool sharedRelease =
       llvm::all_of(stages, [&](const Stage& s) { return s.st.slots == stages.front().st.slots; });
+  // Multicast stages (BlockOp's `multicast`: the same block in every CTA of
+  // the cluster): see "Clusters" in the file comment.
+  const bool multicast = producer && llvm::any_of(stages, [](const Stage& s) {
+                           return !s.st.output && BlockOp(s.op).getMulticast();
+                         });
+  Value clusterSize, clusterRank;  // i32
+  if (multicast) {
+    clusterSize =
+        arith::IndexCastUIOp::create(b, loc, b.getI32Type(), g.clusterValue(b, loc, /*size=*/true));
+    clusterRank = arith::IndexCastUIOp::create(b, loc, b.getI32Type(),
+                                               g.clusterValue(b, loc, /*size=*/false));
+    for (Stage& s : stages)
+      if (!s.st.output && BlockOp(s.op).getMulticast()) {
+        s.st.clusterSize = clusterSize;
+        s.st.clusterRank = clusterRank;
+      }
+    g.clusterSyncAtExit = true;
+  }
+  // In clusters of several CTAs (multicast only): `inCluster`, else `alone`.
+  auto byClusterSize = [&](OpBuilder& at, function_ref<void(OpBuilder&, Location)> inCluster,
+                           function_ref<void(OpBuilder&, Location)> alone) {
+    Value several = arith::CmpIOp::create(at, loc, arith::CmpIPredicate::ugt, clusterSize,
+                                          constI32(at, loc, 1));
+    scf::IfOp::create(
+        at, loc, several,
+        [&](OpBuilder& tb, Location l) {
+          inCluster(tb, l);
+          scf::YieldOp::create(tb, l);
+        },
+        [&](OpBuilder& eb, Location l) {
+          alone(eb, l);
+          scf::YieldOp::create(eb, l);
+        });
+  };
   if (producer) {
     ArrayRef<int64_t> regs = wsAttr.asArrayRef();  // producer, launch, consumer
     if (!isa<func::FuncOp>(loop->getParentOp()) || minOutputSlots)
@@ -207,13 +266,26 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
                                          "stage buffers' release barriers"));
     onThread0(b, [&](OpBuilder& tb, Location l) {
       for (const Stage& s : stages) initStageBarriers(tb, l, g, s.st);
+      // Multicast: the consumers of every CTA of the cluster release a slot
+      // (each CTA's producer writes it in all of them).
+      Value arrivals = constI32(tb, l, consumers);
+      if (multicast) arrivals = arith::MulIOp::create(tb, l, arrivals, clusterSize);
       for (auto [empty, s] : llvm::zip_first(empties, stages))
         for (int64_t k = 0; k < s.st.slots; ++k)
           NVVM::MBarrierInitOp::create(tb, l, barrierPointer(tb, l, empty, indexConst(tb, l, k)),
-                                       constI32(tb, l, consumers), Value());
+                                       arrivals, Value());
       NVVM::FenceMbarrierInitOp::create(tb, l);
     });
-    gpu::BarrierOp::create(b, loc);  // every thread of every warpgroup
+    if (multicast)  // every CTA's barriers are initialised before any copy or arrival reaches them
+      byClusterSize(
+          b,
+          [&](OpBuilder& cb, Location l) {
+            NVVM::ClusterArriveOp::create(cb, l, UnitAttr());
+            NVVM::ClusterWaitOp::create(cb, l, UnitAttr());
+          },
+          [&](OpBuilder& eb, Location l) { gpu::BarrierOp::create(eb, l); });
+    else
+      gpu::BarrierOp::create(b, loc);  // every thread of every warpgroup
     Value isConsumer = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.tid,
                                              indexConst(b, loc, consumers));
     auto branch = scf::IfOp::create(b, loc, isConsumer, /*withElseRegion=*/true);
@@ -323,8 +395,31 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
         Value slot = arith::RemUIOp::create(
             rb, l, arith::AddIOp::create(rb, l, i, indexConst(rb, l, s.st.slots - delay)),
             indexConst(rb, l, s.st.slots));
-        NVVM::MBarrierArriveOp::create(rb, l, rb.getI64Type(), barrierPointer(rb, l, empty, slot),
-                                       Value(), NVVM::MemScopeKindAttr(), BoolAttr());
+        Value bar = barrierPointer(rb, l, empty, slot);
+        auto local = [&](OpBuilder& ab, Location al) {
+          NVVM::MBarrierArriveOp::create(ab, al, ab.getI64Type(), bar, Value(),
+                                         NVVM::MemScopeKindAttr(), BoolAttr());
+        };
+        if (!multicast) {
+          local(rb, l);
+          continue;
+        }
+        // The slot's release barrier in every CTA of the cluster (mapa).
+        byClusterSize(
+            rb,
+            [&](OpBuilder& cb, Location cl) {
+              auto ranks =
+                  scf::ForOp::create(cb, cl, constI32(cb, cl, 0), clusterSize, constI32(cb, cl, 1));
+              OpBuilder ab = OpBuilder::atBlockTerminator(ranks.getBody());
+              Value remote =
+                  NVVM::MapaOp::create(ab, cl, LLVM::LLVMPointerType::get(ab.getContext(), 7), bar,
+                                       ranks.getInductionVar());
+              NVVM::MBarrierArriveOp::create(
+                  ab, cl, Type(), remote, Value(),
+                  NVVM::MemScopeKindAttr::get(ab.getContext(), NVVM::MemScopeKind::CLUSTER),
+                  BoolAttr());
+            },
+            local);
       }
       scf::YieldOp::create(rb, l);
     });

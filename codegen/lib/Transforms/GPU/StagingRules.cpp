@@ -290,16 +290,50 @@ namespace {
 /// completing on `bar`.
 void issueTmaLoad(OpBuilder& b, Location loc, const StagedBlock& st, Value slot, Value bar,
                   ValueRange coords) {
+  // This CTA's barrier expects the whole block, multicast or not: a
+  // multicast stage's other copies come from the cluster's other producers.
   NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, constI32(b, loc, st.bytes()),
                                          NVVM::MemScopeKindAttr(), b.getBoolAttr(false), Value());
-  forEachCopy(st, [&](int64_t copy, ArrayRef<int64_t> offsets) {
-    Value dst = LLVM::AddrSpaceCastOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7),
-                                              copyAddress(b, loc, st, slot, copy));
-    NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
-        b, loc, dst, st.descriptor, copyCoords(b, loc, coords, offsets), bar, ValueRange{}, Value(),
-        Value(), NVVM::TMALoadModeAttr::get(b.getContext(), NVVM::TMALoadMode::TILE),
-        b.getBoolAttr(false), NVVM::CTAGroupKindAttr(), Value());
-  });
+  auto copies = [&](OpBuilder& cb, Location l, Value mask) {
+    forEachCopy(st, [&](int64_t copy, ArrayRef<int64_t> offsets) {
+      auto issue = [&](OpBuilder& ib, Location il) {
+        Value dst =
+            LLVM::AddrSpaceCastOp::create(ib, il, LLVM::LLVMPointerType::get(ib.getContext(), 7),
+                                          copyAddress(ib, il, st, slot, copy));
+        NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+            ib, il, dst, st.descriptor, copyCoords(ib, il, coords, offsets), bar, ValueRange{},
+            mask, Value(), NVVM::TMALoadModeAttr::get(ib.getContext(), NVVM::TMALoadMode::TILE),
+            ib.getBoolAttr(false), NVVM::CTAGroupKindAttr(), Value());
+      };
+      if (!mask) return issue(cb, l);
+      // Copy `copy` is rank (copy % size)'s, for every CTA of the cluster.
+      Value mine = arith::CmpIOp::create(
+          cb, l, arith::CmpIPredicate::eq,
+          arith::RemUIOp::create(cb, l, constI32(cb, l, copy), st.clusterSize), st.clusterRank);
+      scf::IfOp::create(cb, l, mine, [&](OpBuilder& ib, Location il) {
+        issue(ib, il);
+        scf::YieldOp::create(ib, il);
+      });
+    });
+  };
+  if (!st.clusterSize) return copies(b, loc, Value());
+  // A multicast stage: in clusters of several CTAs, this CTA's share of the
+  // copies to all of them (mask: ranks 0 .. size - 1); alone, every copy.
+  Value clustered =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, st.clusterSize, constI32(b, loc, 1));
+  scf::IfOp::create(
+      b, loc, clustered,
+      [&](OpBuilder& cb, Location l) {
+        Value all = arith::SubIOp::create(
+            cb, l, arith::ShLIOp::create(cb, l, constI32(cb, l, 1), st.clusterSize),
+            constI32(cb, l, 1));
+        copies(cb, l, arith::TruncIOp::create(cb, l, cb.getI16Type(), all));
+        scf::YieldOp::create(cb, l);
+      },
+      [&](OpBuilder& cb, Location l) {
+        copies(cb, l, Value());
+        scf::YieldOp::create(cb, l);
+      });
 }
 
 /// This thread's cp.async pieces of the block at `coords` (TMA's i32,

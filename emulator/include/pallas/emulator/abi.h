@@ -26,12 +26,12 @@ enum SpecialRegister : int32_t {
   kCtaidX, kCtaidY, kCtaidZ,                          // %ctaid
   kNctaidX, kNctaidY, kNctaidZ,                       // %nctaid
   kLaneId, kWarpId, kNwarpId,                         // %laneid, %warpid, %nwarpid
-  // Clusters are of one CTA until clusters are emulated:
-  kClusterCtaRank, kClusterNctaRank,                  // %cluster_ctarank 0, %cluster_nctarank 1
-  kClusterCtaidX, kClusterCtaidY, kClusterCtaidZ,     // %cluster_ctaid = 0
-  kClusterNctaidX, kClusterNctaidY, kClusterNctaidZ,  // %cluster_nctaid = 1
-  kClusteridX, kClusteridY, kClusteridZ,              // %clusterid = %ctaid
-  kNclusteridX, kNclusteridY, kNclusteridZ,           // %nclusterid = %nctaid
+  // Clusters (LaunchConfig::cluster) run along x:
+  kClusterCtaRank, kClusterNctaRank,                  // %cluster_ctarank, %cluster_nctarank
+  kClusterCtaidX, kClusterCtaidY, kClusterCtaidZ,     // %cluster_ctaid (x: the rank)
+  kClusterNctaidX, kClusterNctaidY, kClusterNctaidZ,  // %cluster_nctaid (x: the size)
+  kClusteridX, kClusteridY, kClusteridZ,              // %clusterid
+  kNclusteridX, kNclusteridY, kNclusteridZ,           // %nclusterid
 };
 // clang-format on
 
@@ -164,7 +164,8 @@ void pallas_emu_cp_async_mbarrier_arrive_noinc(void* barrier);
 /// cp.async.mbarrier.arrive (without .noinc): the barrier's current phase
 /// also waits for the thread's earlier cp.async copies (no arrival of its own).
 void pallas_emu_cp_async_mbarrier_arrive(void* barrier);
-/// mbarrier.arrive: one arrival; returns the barrier's state (unused: 0).
+/// mbarrier.arrive: one arrival, on a barrier of this CTA or (an address
+/// from mapa) of another CTA of its cluster; returns the state (unused: 0).
 int64_t pallas_emu_mbarrier_arrive(void* barrier);
 /// mbarrier.arrive.expect_tx: announce `bytes` of copies, then arrive.
 void pallas_emu_mbarrier_arrive_expect_tx(void* barrier, int32_t bytes);
@@ -177,6 +178,18 @@ void pallas_emu_mbarrier_wait_parity(void* barrier, int32_t parity);
 /// transactions on `barrier`. Bounds-checked against the launch's buffers.
 void pallas_emu_tma_load(void* dst, const void* descriptor, void* barrier, int32_t rank, int32_t c0,
                          int32_t c1, int32_t c2, int32_t c3, int32_t c4);
+/// The same with .multicast::cluster: the box lands at `dst`'s offset in the
+/// shared memory of every CTA of the cluster whose rank is a bit of `mask`,
+/// completing transactions on the mbarrier at `barrier`'s offset in each.
+void pallas_emu_tma_load_multicast(void* dst, const void* descriptor, void* barrier, int32_t mask,
+                                   int32_t rank, int32_t c0, int32_t c1, int32_t c2, int32_t c3,
+                                   int32_t c4);
+/// mapa: the address of `p`'s shared-memory location in the cluster's CTA `rank`.
+void* pallas_emu_mapa(const void* p, int32_t rank);
+/// barrier.cluster.arrive and .wait: the wait returns once every thread of
+/// the cluster that has not exited has arrived.
+void pallas_emu_cluster_arrive(void);
+void pallas_emu_cluster_wait(void);
 /// cp.async.bulk.tensor shared -> global: the box at `coords` from `src`;
 /// elements outside the array are not written.
 void pallas_emu_tma_store(const void* descriptor, const void* src, int32_t rank, int32_t c0,

@@ -46,6 +46,11 @@ struct LaunchConfig {
   std::array<int64_t, 3> grid;
   std::array<int, 3> block;
   int64_t shared_bytes = 0;  // static + dynamic shared memory per CTA
+  /// CTAs per thread-block cluster, along x (grid[0] is a multiple of it):
+  /// a cluster's CTAs are resident together, reach each other's shared
+  /// memory (mapa, remote mbarrier arrivals, multicast TMA loads) and meet
+  /// at barrier.cluster.
+  int cluster = 1;
   std::span<const Buffer> buffers;
   Options options;
 };
