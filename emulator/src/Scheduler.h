@@ -49,6 +49,9 @@ struct Thread {
   /// generation `cluster_generation`.
   bool cluster_arrived = false;
   uint64_t cluster_generation = 0;
+  /// Has waited on barrier.cluster at least once: the cluster's other CTAs
+  /// have started (CUDA guarantees no more), so it may reach their shared memory.
+  bool cluster_started = false;
 };
 
 /// One bar.sync id of a CTA.

@@ -477,6 +477,7 @@ extern "C" void pallas_emu_cluster_wait(void) {
   }
   t.spin_on.clear();
   t.cluster_arrived = false;
+  t.cluster_started = true;
 }
 
 extern "C" void pallas_emu_yield(void) { suspend(Wait::kSpin); }

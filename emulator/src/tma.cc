@@ -57,6 +57,30 @@ MBarrier& barrier_at(Cta& cta, void* p, const char* op) {
   return it->second;
 }
 
+/// Fails unless the running thread has waited on barrier.cluster before
+/// `what` reaches another CTA's shared memory: until then the cluster's
+/// other CTAs may not have started, nor initialised their barriers.
+void require_cluster_started(const char* what) {
+  if (current().thread->cluster_started) return;
+  fail(std::string(what) +
+       " reaches another CTA of the cluster before this thread waited on barrier.cluster: "
+       "the cluster's CTAs are not known to have started (nor initialised their barriers) "
+       "until then");
+}
+
+/// Fails when `what` reaches `cta`, a peer of the running thread's CTA whose
+/// threads have all exited: its shared memory is gone (a barrier.cluster
+/// before the exit keeps every CTA of the cluster until the others are done).
+void require_running(const Cta& cta, const std::string& what) {
+  if (&cta == current().cta) return;
+  for (const Thread& t : cta.threads)
+    if (t.wait != Wait::kDone) return;
+  fail(what + " reaches block (" + std::to_string(cta.x) + ", " + std::to_string(cta.y) + ", " +
+       std::to_string(cta.z) +
+       ") of the cluster, which has exited: a CTA's shared memory lives until it exits, so "
+       "its cluster meets at barrier.cluster first");
+}
+
 /// Completes the phase when its arrivals and transactions are all in.
 void maybe_complete(Cta& cta, int64_t offset, MBarrier& bar) {
   const uint32_t ranks = bar.arrived_ranks;
@@ -283,6 +307,7 @@ extern "C" void pallas_emu_cp_async_mbarrier_arrive(void* barrier) {
 
 extern "C" int64_t pallas_emu_mbarrier_arrive(void* barrier) {
   Cta& cta = shared_owner(barrier, 8, "mbarrier.arrive's barrier");  // remote: mapa's address
+  require_running(cta, "an mbarrier.arrive");
   MBarrier& bar = barrier_at(cta, barrier, "mbarrier.arrive");
   const uint32_t phase = bar.phase;
   arrive(cta, shared_offset(cta, barrier, "mbarrier", 8), bar, "mbarrier.arrive");
@@ -359,10 +384,13 @@ extern "C" void pallas_emu_tma_load_multicast(void* dst, const void* descriptor,
     fail("TMA multicast load of operand '" + std::string(map.name) + "' with CTA mask " +
          std::to_string(bits) + " in a cluster of " + std::to_string(ctas.size()) +
          " CTAs; the mask names ranks 0 to " + std::to_string(ctas.size() - 1));
+  if ((bits & ~(1u << cta.rank)) != 0) require_cluster_started("a TMA multicast load");
   const int32_t coords[5] = {c0, c1, c2, c3, c4};
   for (Cta* to : ctas)
-    if (bits >> to->rank & 1u)
+    if (bits >> to->rank & 1u) {
+      require_running(*to, "a TMA multicast load of operand '" + std::string(map.name) + "'");
       tma_load_into(*to, same_offset(cta, dst, *to), map, same_offset(cta, barrier, *to), coords);
+    }
 }
 
 extern "C" void* pallas_emu_mapa(const void* p, int32_t rank) {
@@ -371,6 +399,7 @@ extern "C" void* pallas_emu_mapa(const void* p, int32_t rank) {
   if (rank < 0 || static_cast<size_t>(rank) >= ctas.size())
     fail("mapa to CTA rank " + std::to_string(rank) + " in a cluster of " +
          std::to_string(ctas.size()) + " CTAs");
+  if (ctas[static_cast<size_t>(rank)] != current().cta) require_cluster_started("mapa");
   return same_offset(cta, p, *ctas[static_cast<size_t>(rank)]);
 }
 
