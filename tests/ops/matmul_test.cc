@@ -395,7 +395,8 @@ TEST_P(MatmulTest, BatchedBTransposedF16ToF32) {
 
 // The sm_80 form (cp.async staging, ldmatrix + mma.sync) on the emulator.
 // The tiles schedule is a persistent grid: each program walks several tiles
-// with one pipeline (and one accumulator, zeroed between them). One emulated
+// with one pipeline (and one accumulator, zeroed between them), in clusters of
+// two where the tile rows are even. One emulated
 // program walks 6 tiles of 128 x 256 (and 9 of 128 x 128 with C), on both
 // emulated targets; on CUDA 272 tiles of 128 x 256 outnumber an H100's 132
 // SMs, so every program walks at least two.
@@ -413,6 +414,14 @@ TEST_P(MatmulTest, PersistentProgramsWalkSeveralTiles) {
   }
   check_product<half, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, 2.0f}, {257, 300, 64},
                              90, 1);
+  // Clusters of two (4 tile rows): one cluster walks 4 pairs of tiles of a column, each CTA
+  // copying half of every B block multicast to both (B^T: one of its two row tiles; [K, N]:
+  // two of its four 64-column tiles); with C, 128 x 128 tiles. 3 emulated programs are one
+  // cluster (the third is not launched).
+  check_product<bfloat16, bfloat16>(backend, {true}, {512, 300, 130}, 90, 3);
+  check_product<half, float>(backend, {false}, {512, 300, 130}, 90, 3);
+  check_product<bfloat16, bfloat16>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, 2.0f},
+                                    {512, 200, 64}, 90, 3);
 }
 
 TEST_P(MatmulTest, Sm80Form) {
