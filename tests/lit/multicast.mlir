@@ -17,13 +17,13 @@
 // RUN:   | FileCheck %s --check-prefix=CPASYNC
 
 // The cluster's size and this CTA's rank; the release barriers (one set for
-// a and b, both 3 stages) expect 128 arrivals from each CTA's consumers.
+// a and b, both 3 stages) expect 4 arrivals from each CTA's consumer warps.
 // TMA-LABEL: gpu.func @multicast_b
 // TMA: %[[S:.*]] = nvvm.read.ptx.sreg.cluster.nctarank : i32
 // TMA: %[[S32:.*]] = arith.index_castui %{{.*}} : index to i32
 // TMA: %[[R:.*]] = nvvm.read.ptx.sreg.cluster.ctarank : i32
 // TMA: %[[R32:.*]] = arith.index_castui %{{.*}} : index to i32
-// TMA: %[[ARRIVALS:.*]] = arith.muli %c128_i32, %[[S32]] : i32
+// TMA: %[[ARRIVALS:.*]] = arith.muli %c4_i32, %[[S32]] : i32
 // TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %[[ARRIVALS]]
 // TMA-NEXT: nvvm.fence.mbarrier.init
 // Every CTA's barriers are initialised before a peer's copy or arrival.
@@ -34,15 +34,22 @@
 // TMA-NEXT: } else {
 // TMA-NEXT: gpu.barrier
 // TMA-NEXT: }
-// The consumers release a slot in every CTA of the cluster (mapa, then a
-// cluster-scope arrival on the shared::cluster address); alone, locally.
+// The consumers release a slot in every CTA of the cluster: after the
+// warp meets, its lane r arrives on CTA r's barrier (mapa, then a
+// cluster-scope arrival on the shared::cluster address); alone, lane 0
+// locally.
 // TMA: nvvm.setmaxregister increase 232
 // TMA: nvvm.wgmma.wait.group.sync.aligned 1
-// TMA: scf.for %[[RANK:.*]] = %{{.*}} to %[[S32]] step %{{.*}} : i32 {
-// TMA-NEXT: %[[REMOTE:.*]] = nvvm.mapa %{{.*}}, %[[RANK]] : !llvm.ptr<3> -> !llvm.ptr<7>
+// TMA: nvvm.bar.warp.sync %c-1_i32
+// TMA: %[[LANE:.*]] = arith.index_castui %{{.*}} : index to i32
+// TMA: %[[MINE:.*]] = arith.cmpi ult, %[[LANE]], %[[S32]] : i32
+// TMA-NEXT: scf.if %[[MINE]] {
+// TMA-NEXT: %[[REMOTE:.*]] = nvvm.mapa %{{.*}}, %[[LANE]] : !llvm.ptr<3> -> !llvm.ptr<7>
 // TMA-NEXT: nvvm.mbarrier.arrive %[[REMOTE]] {scope = #nvvm.mem_scope<cluster>} : !llvm.ptr<7>
 // TMA-NEXT: }
 // TMA-NEXT: } else {
+// TMA: %[[FIRST:.*]] = arith.cmpi eq, %[[LANE]], %c0_i32
+// TMA-NEXT: scf.if %[[FIRST]] {
 // TMA-NEXT: nvvm.mbarrier.arrive %{{.*}} : !llvm.ptr<3> -> i64
 // The producer: a's copy is its own; b's whole block is expected on this
 // CTA's barrier, copy 0 issued by rank 0 and copy 1 (rows 32-63) by rank 1,

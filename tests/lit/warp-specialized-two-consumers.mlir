@@ -11,10 +11,10 @@
 // (40 + 2 * 232) / 3 = 168 registers each: 64512 of the SM's 65536.
 // CHECK-LABEL: gpu.func @pipelined_wgmma_ws2
 // CHECK-SAME: known_block_size = array<i32: 384, 1, 1>, nvvm.maxnreg = 168
-// Release barriers wait for all 256 consumer threads.
+// Release barriers wait for all 8 consumer warps.
 // CHECK-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c1_i32
 // CHECK-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c1_i32
-// CHECK-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c256_i32
+// CHECK-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c8_i32
 // CHECK: gpu.barrier
 // CHECK: %[[CONSUMER:.*]] = arith.cmpi ult, %thread_id_x, %c256
 // CHECK-NEXT: scf.if %[[CONSUMER]] {

@@ -13,13 +13,13 @@
 
 // sm_90a. 256 threads that start with (40 + 232) / 2 = 136 registers each.
 // Per stage and operand a full barrier (1 arrival: the producer's expect-tx,
-// completed by the TMA bytes); per stage one release barrier (128 arrivals:
-// every consumer thread), shared by a and b (both have 3 stages).
+// completed by the TMA bytes); per stage one release barrier (4 arrivals:
+// one per consumer warp), shared by a and b (both have 3 stages).
 // TMA-LABEL: gpu.func @pipelined_wgmma_ws
 // TMA-SAME: known_block_size = array<i32: 256, 1, 1>, nvvm.maxnreg = 136
 // TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c1_i32
 // TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c1_i32
-// TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c128_i32
+// TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c4_i32
 // TMA-NOT: nvvm.mbarrier.init
 // TMA: gpu.barrier
 // The consumer warpgroup (threads 0-127) takes 232 registers. Each step
@@ -37,9 +37,17 @@
 // TMA-NEXT: %[[STEP:.*]] = arith.subi %[[K]], %c0
 // TMA: %[[LATE:.*]] = arith.cmpi uge, %[[STEP]], %c1
 // TMA-NEXT: scf.if %[[LATE]] {
+// Each warp meets, then its lane 0 arrives for it.
+// TMA: nvvm.bar.warp.sync %c-1_i32
+// TMA-NEXT: %c32 = arith.constant 32 : index
+// TMA-NEXT: %[[LANE:.*]] = arith.remui %thread_id_x, %c32
+// TMA-NEXT: %[[LANE32:.*]] = arith.index_castui %[[LANE]] : index to i32
 // TMA: %[[SLOT:.*]] = arith.addi %[[STEP]], %c2
 // TMA-NEXT: arith.remui %[[SLOT]], %c3
-// TMA: nvvm.mbarrier.arrive
+// TMA: %[[FIRST:.*]] = arith.cmpi eq, %[[LANE32]], %c0_i32
+// TMA-NEXT: scf.if %[[FIRST]] {
+// TMA-NEXT: nvvm.mbarrier.arrive
+// TMA-NEXT: }
 // TMA-NEXT: }
 // TMA-NEXT: }
 // The peeled last step waits for every multiply and stores the accumulator

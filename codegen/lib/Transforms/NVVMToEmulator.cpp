@@ -228,6 +228,12 @@ class Rewriter {
     if (auto rs = dyn_cast<LLVM::InlineAsmOp>(op); rs && rs->hasAttr(kWgmmaRegisterAAttrName))
       return rewriteWgmmaRegisterA(rs);
     if (auto mma = dyn_cast<NVVM::MmaOp>(op)) return rewriteMmaSync(mma);
+    if (auto sync = dyn_cast<NVVM::SyncWarpOp>(op)) {  // bar.warp.sync: the lanes meet
+      call(loc, "pallas_emu_vote", i32(),
+           {constI32(loc, emu::kVoteAll), sync.getMask(), constI32(loc, 1)});
+      replace(op, {});
+      return success();
+    }
     if (auto vote = dyn_cast<NVVM::VoteSyncOp>(op)) {
       Value pred = LLVM::ZExtOp::create(b_, loc, i32(), vote.getPred());
       Value r = call(loc, "pallas_emu_vote", i32(),

@@ -47,15 +47,17 @@
 // consumer] registers per thread; the loop is the kernel's outermost op and
 // stages inputs only): a producer warpgroup (threads C..C + 127) runs beside
 // the body's C = 128 W consumer threads (W consumer warpgroups), and each
-// slot also gets a release mbarrier of C arrivals (one set for all inputs
-// when they have as many slots, else one per input). With d =
+// slot also gets a release mbarrier of C / 32 arrivals, one per consumer
+// warp (one set for all inputs when they have as many slots, else one per
+// input). With d =
 // delay_release, C = 128:
 //
-//   thread 0: mbarrier.init of the full (1 arrival) and release (128) barriers
+//   thread 0: mbarrier.init of the full (1 arrival) and release (C / 32) barriers
 //   bar.sync 0 (all 256 threads)
 //   if tid < 128 (`pallas.consumer`): setmaxnreg.inc consumer
 //     for k = lo .. hi: body (a load waits full[slot] parity (i / n) % 2)
-//                       if i >= d: every thread arrives on release[(i + n - d) % n]
+//                       if i >= d: bar.warp.sync, then lane 0 of every warp
+//                       arrives on release[(i + n - d) % n]
 //                       (at the end of the step, or right after the body's
 //                       wgmma_wait(n <= d) that follows its wgmma: before an
 //                       epilogue in the step; see `releaseAfter`)
@@ -77,7 +79,7 @@
 // With S = %cluster_nctarank > 1 and R = %cluster_ctarank, a
 // warp-specialized pipeline loads each multicast stage once per cluster:
 //
-//   thread 0: release barriers expect 128 W S arrivals (every CTA's consumers)
+//   thread 0: release barriers expect 4 W S arrivals (every CTA's consumer warps)
 //   barrier.cluster arrive + wait (every CTA's barriers are initialised before
 //                                  a peer's copy or arrival reaches them)
 //   producer, step k: wait release[slot] as above (the consumers of all S CTAs
@@ -86,8 +88,9 @@
 //             .multicast::cluster (mask 2^S - 1): each lands at the same
 //             offset in every CTA and completes transactions on that CTA's
 //             full barrier, whose phase ends when all S shares are in
-//   consumer release: an arrival on release[slot] of every CTA (mapa, then
-//             mbarrier.arrive.release.cluster on the shared::cluster address)
+//   consumer release: after bar.warp.sync, lane r of each warp arrives on
+//             release[slot] of CTA r (mapa, then mbarrier.arrive.release.cluster
+//             on the shared::cluster address)
 //   kernel end: barrier.cluster arrive + wait by every thread, so no CTA
 //             exits while a peer may still arrive on its barriers
 //
@@ -266,9 +269,10 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
                                          "stage buffers' release barriers"));
     onThread0(b, [&](OpBuilder& tb, Location l) {
       for (const Stage& s : stages) initStageBarriers(tb, l, g, s.st);
-      // Multicast: the consumers of every CTA of the cluster release a slot
-      // (each CTA's producer writes it in all of them).
-      Value arrivals = constI32(tb, l, consumers);
+      // One arrival per consumer warp (see `release`); multicast: the
+      // consumers of every CTA of the cluster release a slot (each CTA's
+      // producer writes it in all of them).
+      Value arrivals = constI32(tb, l, consumers / 32);
       if (multicast) arrivals = arith::MulIOp::create(tb, l, arrivals, clusterSize);
       for (auto [empty, s] : llvm::zip_first(empties, stages))
         for (int64_t k = 0; k < s.st.slots; ++k)
@@ -386,38 +390,56 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
       }
     }
   }
+  // The consumers' release of step k - delay: each warp meets (bar.warp.sync,
+  // which orders its lanes' accesses before what follows), then one lane
+  // arrives for the warp (CUTLASS arrives once per warpgroup; one per warp
+  // needs no wider meeting): lane 0 on this CTA's barrier, or with
+  // multicast in a cluster of S, lane r on CTA r's (mapa; cluster scope).
   auto release = [&](OpBuilder& nb, Value k) -> LogicalResult {
     Value i = arith::SubIOp::create(nb, loc, k, lo);
     Value done =
         arith::CmpIOp::create(nb, loc, arith::CmpIPredicate::uge, i, indexConst(nb, loc, delay));
     scf::IfOp::create(nb, loc, done, [&](OpBuilder& rb, Location l) {
+      NVVM::SyncWarpOp::create(rb, l, constI32(rb, l, -1));
+      Value lane = arith::IndexCastUIOp::create(
+          rb, l, rb.getI32Type(), arith::RemUIOp::create(rb, l, g.tid, indexConst(rb, l, 32)));
+      auto when = [&](OpBuilder& at, Location wl, Value cond,
+                      function_ref<void(OpBuilder&, Location)> body) {
+        scf::IfOp::create(at, wl, cond, [&](OpBuilder& tb, Location tl) {
+          body(tb, tl);
+          scf::YieldOp::create(tb, tl);
+        });
+      };
       for (auto [empty, s] : llvm::zip_first(empties, stages)) {
         Value slot = arith::RemUIOp::create(
             rb, l, arith::AddIOp::create(rb, l, i, indexConst(rb, l, s.st.slots - delay)),
             indexConst(rb, l, s.st.slots));
         Value bar = barrierPointer(rb, l, empty, slot);
         auto local = [&](OpBuilder& ab, Location al) {
-          NVVM::MBarrierArriveOp::create(ab, al, ab.getI64Type(), bar, Value(),
-                                         NVVM::MemScopeKindAttr(), BoolAttr());
+          Value first =
+              arith::CmpIOp::create(ab, al, arith::CmpIPredicate::eq, lane, constI32(ab, al, 0));
+          when(ab, al, first, [&](OpBuilder& tb, Location tl) {
+            NVVM::MBarrierArriveOp::create(tb, tl, tb.getI64Type(), bar, Value(),
+                                           NVVM::MemScopeKindAttr(), BoolAttr());
+          });
         };
         if (!multicast) {
           local(rb, l);
           continue;
         }
-        // The slot's release barrier in every CTA of the cluster (mapa).
         byClusterSize(
             rb,
             [&](OpBuilder& cb, Location cl) {
-              auto ranks =
-                  scf::ForOp::create(cb, cl, constI32(cb, cl, 0), clusterSize, constI32(cb, cl, 1));
-              OpBuilder ab = OpBuilder::atBlockTerminator(ranks.getBody());
-              Value remote =
-                  NVVM::MapaOp::create(ab, cl, LLVM::LLVMPointerType::get(ab.getContext(), 7), bar,
-                                       ranks.getInductionVar());
-              NVVM::MBarrierArriveOp::create(
-                  ab, cl, Type(), remote, Value(),
-                  NVVM::MemScopeKindAttr::get(ab.getContext(), NVVM::MemScopeKind::CLUSTER),
-                  BoolAttr());
+              Value mine =
+                  arith::CmpIOp::create(cb, cl, arith::CmpIPredicate::ult, lane, clusterSize);
+              when(cb, cl, mine, [&](OpBuilder& tb, Location tl) {
+                Value remote = NVVM::MapaOp::create(
+                    tb, tl, LLVM::LLVMPointerType::get(tb.getContext(), 7), bar, lane);
+                NVVM::MBarrierArriveOp::create(
+                    tb, tl, Type(), remote, Value(),
+                    NVVM::MemScopeKindAttr::get(tb.getContext(), NVVM::MemScopeKind::CLUSTER),
+                    BoolAttr());
+              });
             },
             local);
       }
