@@ -36,7 +36,7 @@
 // TMA-NEXT: }
 // The consumers release a slot in every CTA of the cluster: after the
 // warp meets, its lane r arrives on CTA r's barrier (mapa, then a
-// cluster-scope arrival on the shared::cluster address); alone, lane 0
+// CTA-scope arrival on the shared::cluster address); alone, lane 0
 // locally.
 // TMA: nvvm.setmaxregister increase 232
 // TMA: nvvm.wgmma.wait.group.sync.aligned 1
@@ -45,7 +45,7 @@
 // TMA: %[[MINE:.*]] = arith.cmpi ult, %[[LANE]], %[[S32]] : i32
 // TMA-NEXT: scf.if %[[MINE]] {
 // TMA-NEXT: %[[REMOTE:.*]] = nvvm.mapa %{{.*}}, %[[LANE]] : !llvm.ptr<3> -> !llvm.ptr<7>
-// TMA-NEXT: nvvm.mbarrier.arrive %[[REMOTE]] {scope = #nvvm.mem_scope<cluster>} : !llvm.ptr<7>
+// TMA-NEXT: nvvm.mbarrier.arrive %[[REMOTE]] : !llvm.ptr<7>
 // TMA-NEXT: }
 // TMA-NEXT: } else {
 // TMA: %[[FIRST:.*]] = arith.cmpi eq, %[[LANE]], %c0_i32

@@ -89,8 +89,8 @@
 //             offset in every CTA and completes transactions on that CTA's
 //             full barrier, whose phase ends when all S shares are in
 //   consumer release: after bar.warp.sync, lane r of each warp arrives on
-//             release[slot] of CTA r (mapa, then mbarrier.arrive.release.cluster
-//             on the shared::cluster address)
+//             release[slot] of CTA r (mapa, then mbarrier.arrive on the
+//             shared::cluster address)
 //   kernel end: barrier.cluster arrive + wait by every thread, so no CTA
 //             exits while a peer may still arrive on its barriers
 //
@@ -435,10 +435,13 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
               when(cb, cl, mine, [&](OpBuilder& tb, Location tl) {
                 Value remote = NVVM::MapaOp::create(
                     tb, tl, LLVM::LLVMPointerType::get(tb.getContext(), 7), bar, lane);
-                NVVM::MBarrierArriveOp::create(
-                    tb, tl, Type(), remote, Value(),
-                    NVVM::MemScopeKindAttr::get(tb.getContext(), NVVM::MemScopeKind::CLUSTER),
-                    BoolAttr());
+                // CTA scope, as CUTLASS's ClusterBarrier::arrive: what it
+                // orders is this warp's reads of its own stage buffers, done
+                // (wgmma waited for, loads in registers) before the peer's
+                // producer issues its copy. (.release.cluster costs a
+                // MEMBAR.ALL.GPU before every arrive, on every step.)
+                NVVM::MBarrierArriveOp::create(tb, tl, Type(), remote, Value(),
+                                               NVVM::MemScopeKindAttr(), BoolAttr());
               });
             },
             local);
