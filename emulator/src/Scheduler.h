@@ -52,6 +52,10 @@ struct Thread {
   /// Has waited on barrier.cluster at least once: the cluster's other CTAs
   /// have started (CUDA guarantees no more), so it may reach their shared memory.
   bool cluster_started = false;
+  /// fence.proxy.async (generic -> async proxy) executed so far: the
+  /// thread's earlier shared-memory stores are visible to TMA stores and
+  /// wgmma once it has fenced after them.
+  uint32_t proxy_fences = 0;
 };
 
 /// One bar.sync id of a CTA.
@@ -115,6 +119,10 @@ struct ShadowByte {
   /// waited for (wgmma.wait_group).
   int32_t wgmma_thread = kNobody;
   uint64_t wgmma_group = 0;
+  /// The writer's Thread::proxy_fences when it wrote the byte (a thread's
+  /// store): the async proxy (a TMA store, wgmma) reads it only once the
+  /// writer has fenced since.
+  uint32_t write_fences = 0;
   /// The swizzle (0, 32, 64, 128 bytes) of the TMA copy that last wrote the
   /// byte; -1 when a thread wrote it (no layout known). A wgmma descriptor
   /// reading it must use the same swizzle.
@@ -179,6 +187,11 @@ Cta& shared_owner(const void* p, int64_t bytes, const char* what);
 /// Fails when byte `offset` of shared memory is still read by a TMA store
 /// whose bulk group was not waited for; `writer` names what writes it.
 void check_store_done(const Cta& cta, int64_t offset, const std::string& writer);
+/// Fails unless the thread that last stored byte `offset` (if a thread did)
+/// executed fence.proxy.async after it: `reader` (a TMA store, a wgmma
+/// operand) reads it through the async proxy, which may not see the store
+/// otherwise.
+void check_proxy_fenced(const Cta& cta, int64_t offset, const std::string& reader);
 /// Fails if an unfinished wgmma (not yet waited for) reads shared `offset`,
 /// which `writer` is about to overwrite.
 void check_wgmma_done(const Cta& cta, int64_t offset, const std::string& writer);

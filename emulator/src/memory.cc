@@ -88,6 +88,7 @@ void check_race(Cta& cta, const Thread& t, int64_t offset, int64_t bytes, bool s
         race(sh.reader, "a load");
       sh.writer = me;
       sh.write_epoch = cta.epoch;
+      sh.write_fences = t.proxy_fences;
     } else {
       sh.reader = sh.read_epoch == cta.epoch && sh.reader != me ? ShadowByte::kSeveral : me;
       sh.read_epoch = cta.epoch;
@@ -134,6 +135,16 @@ void check_store_done(const Cta& cta, int64_t offset, const std::string& writer)
        thread_name(cta, sh.store_thread) +
        ", not yet waited for): wait for the store (cp.async.bulk.wait_group.read, Pallas' "
        "wait_smem_to_gmem) before writing the stage again");
+}
+
+void check_proxy_fenced(const Cta& cta, int64_t offset, const std::string& reader) {
+  const ShadowByte& sh = cta.shadow[static_cast<size_t>(offset)];
+  if (sh.writer < 0 || sh.copy_barrier != -1) return;  // no thread's store (a copy's bytes)
+  if (cta.threads[static_cast<size_t>(sh.writer)].proxy_fences != sh.write_fences) return;
+  fail(reader + " reads shared offset " + std::to_string(offset) + ", which " +
+       thread_name(cta, sh.writer) +
+       " stored without a fence.proxy.async after it: the async proxy (TMA, wgmma) may not "
+       "see a thread's stores until it fences them (Pallas' commit_smem)");
 }
 
 void check_wgmma_done(const Cta& cta, int64_t offset, const std::string& writer) {

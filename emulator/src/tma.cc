@@ -417,6 +417,8 @@ extern "C" void pallas_emu_tma_store(const void* descriptor, const void* src, in
     // The store reads its source until its bulk group is waited for (an
     // uncommitted copy belongs to the thread's next group), even where it clips.
     for (int64_t k = 0; k < eb; ++k) {
+      check_proxy_fenced(cta, base_offset + swizzle(o, map.swizzle) + k,
+                         "a TMA store of operand '" + std::string(map.name) + "'");
       ShadowByte& sh = cta.shadow[static_cast<size_t>(base_offset + swizzle(o, map.swizzle) + k)];
       sh.store_thread = me.linear;
       sh.store_group = me.bulk_committed;
@@ -443,6 +445,8 @@ extern "C" void pallas_emu_tma_reduce_add(const void* descriptor, const void* sr
   Thread& me = *current().thread;
   for_each_run(map, coords, [&](int64_t o, const std::byte* dst) {
     for (int64_t k = 0; k < 4; ++k) {  // read until its bulk group is waited for
+      check_proxy_fenced(cta, base_offset + swizzle(o, map.swizzle) + k,
+                         "a TMA reduction into operand '" + std::string(map.name) + "'");
       ShadowByte& sh = cta.shadow[static_cast<size_t>(base_offset + swizzle(o, map.swizzle) + k)];
       sh.store_thread = me.linear;
       sh.store_group = me.bulk_committed;

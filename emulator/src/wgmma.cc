@@ -108,6 +108,7 @@ float element(Cta& cta, const Operand& op, int64_t r, int64_t k, bool bf16, cons
   pallas_emu_access(at, 2, 2, kAccessLoad);  // races, and copies not yet waited for
   const Thread& t = *current().thread;
   for (int64_t k = offset; k < offset + 2; ++k) {
+    check_proxy_fenced(cta, k, std::string("wgmma operand ") + which);
     ShadowByte& sh = cta.shadow[static_cast<size_t>(k)];
     // A TMA copy wrote the byte in its swizzled layout: the descriptor must
     // read it with the same swizzle, or it reads other elements.
@@ -196,6 +197,8 @@ extern "C" void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t
 }
 
 extern "C" void pallas_emu_wgmma_fence(void) {}
+
+extern "C" void pallas_emu_fence_proxy_async(void) { ++current().thread->proxy_fences; }
 
 extern "C" void pallas_emu_wgmma_commit(void) { ++current().thread->wgmma_committed; }
 

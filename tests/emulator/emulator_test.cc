@@ -35,6 +35,7 @@ PLANTED(tma_read_before_wait)
 PLANTED(tma_expect_tx)
 PLANTED(tma_stage_reuse)
 PLANTED(tma_store_then_overwrite)
+PLANTED(tma_store_unfenced)
 PLANTED(wgmma_tma_operand)
 #undef PLANTED
 }
@@ -343,6 +344,23 @@ TEST(EmulatorChecks, StageWrittenAgainAfterWaitingForTheStore) {
         "")
         << "seed " << seed;
     for (size_t i = 0; i < 256; ++i) ASSERT_EQ(out[i], float(i % 128)) << "element " << i;
+  }
+}
+
+TEST(EmulatorChecks, TmaStoreOfThreadsStoresNeedsTheirProxyFence) {
+  std::vector<float> out(256, -1.0f);
+  std::string error = run_tma("tma_store_unfenced", pallas_emu_kernel_tma_store_unfenced,
+                              pallas_emu_kernel_tma_store_unfenced_shared_bytes, out, out, false);
+  EXPECT_THAT(error, HasSubstr("thread (0, 0, 0): a TMA store of operand 'x' reads shared offset "
+                               "0, which thread (0, 0, 0) stored without a fence.proxy.async"));
+  for (uint64_t seed : {0, 1}) {
+    std::vector<float> fenced(256, -1.0f);
+    EXPECT_EQ(
+        run_tma("tma_store_unfenced", pallas_emu_kernel_tma_store_unfenced,
+                pallas_emu_kernel_tma_store_unfenced_shared_bytes, fenced, fenced, true, seed),
+        "")
+        << "seed " << seed;
+    for (size_t i = 0; i < 256; ++i) ASSERT_EQ(fenced[i], float(i % 128)) << "element " << i;
   }
 }
 

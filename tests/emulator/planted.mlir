@@ -416,6 +416,38 @@ module attributes {gpu.container_module} {
       gpu.return
     }
 
+    // The twin of tma_store_then_overwrite that waits for its store, with the
+    // threads' fence.proxy.async before the barrier only when %fence: without
+    // it the TMA store (the async proxy) may not see their stores.
+    gpu.func @tma_store_unfenced(%out: memref<?xf32>, %desc: !llvm.ptr, %fence: i1) workgroup(%buf: memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 128 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %c128 = arith.constant 128 : index
+      %is0 = arith.cmpi eq, %tid, %c0 : index
+      %hi = arith.addi %tid, %c128 : index
+      %si = memref.extract_aligned_pointer_as_index %buf : memref<256xf32, #gpu.address_space<workgroup>> -> index
+      %s64 = arith.index_cast %si : index to i64
+      %s3 = llvm.inttoptr %s64 : i64 to !llvm.ptr<3>
+      %origin = arith.constant 0 : i32
+      %t32 = arith.index_cast %tid : index to i32
+      %v = arith.sitofp %t32 : i32 to f32
+      memref.store %v, %buf[%tid] : memref<256xf32, #gpu.address_space<workgroup>>
+      memref.store %v, %buf[%hi] : memref<256xf32, #gpu.address_space<workgroup>>
+      scf.if %fence {
+        nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+      }
+      gpu.barrier
+      scf.if %is0 {
+        nvvm.cp.async.bulk.tensor.global.shared.cta %desc, %s3, box[%origin] : !llvm.ptr, !llvm.ptr<3>
+        nvvm.cp.async.bulk.commit.group
+        nvvm.cp.async.bulk.wait_group 0 {read}
+      }
+      gpu.barrier
+      %zero = arith.constant 0.0 : f32
+      memref.store %zero, %buf[%tid] : memref<256xf32, #gpu.address_space<workgroup>>
+      gpu.return
+    }
+
     // wgmma on a TMA-staged operand: thread 0 copies x (64 rows x 16 bf16)
     // into %buf with a 32-byte swizzle; the warpgroup multiplies its rows by
     // rows 0..7 (A = x, B = x[0:8], both K-major, one descriptor) through a

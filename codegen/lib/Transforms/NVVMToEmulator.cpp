@@ -282,7 +282,17 @@ class Rewriter {
       replace(op, {});
       return success();
     }
-    // Fences order memory for other threads; the emulator is sequentially consistent.
+    // A thread's stores reach the async proxy (TMA stores, wgmma) through
+    // fence.proxy.async, which the runtime tracks (check_proxy_fenced).
+    if (auto fence = dyn_cast<NVVM::FenceProxyOp>(op);
+        fence && (fence.getKind() == NVVM::ProxyKind::async_shared ||
+                  fence.getKind() == NVVM::ProxyKind::async)) {
+      call(loc, "pallas_emu_fence_proxy_async", Type(), {});
+      replace(op, {});
+      return success();
+    }
+    // Other fences order memory for other threads; the emulator is
+    // sequentially consistent.
     if (isa<NVVM::MembarOp, NVVM::FenceScClusterOp, NVVM::FenceProxyOp>(op) ||
         op->getName().getStringRef().starts_with("nvvm.fence.")) {
       replace(op, {});

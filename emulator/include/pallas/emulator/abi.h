@@ -132,6 +132,10 @@ void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t* a_words, 
 /// failure (and a descriptor's swizzle must match the TMA copy that wrote
 /// the operand).
 void pallas_emu_wgmma_fence(void);
+/// fence.proxy.async (.shared::cta or all state spaces): the thread's earlier
+/// shared-memory stores become visible to the async proxy; a TMA store or a
+/// wgmma reading a thread's store that no such fence followed fails.
+void pallas_emu_fence_proxy_async(void);
 void pallas_emu_wgmma_commit(void);
 void pallas_emu_wgmma_wait(int32_t pending);
 
