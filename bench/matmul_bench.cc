@@ -5,7 +5,8 @@
 //
 // Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 1024, 4096 with (N, K) in
 // (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)); products: `matmul_bt` (D = A B^T,
-// B [N, K], bf16 -> bf16), `matmul` (B [K, N]) on the squares, and `linear_bias_gelu` against
+// B [N, K], bf16 -> bf16; `matmul_bt/1cta`: the same without 2-CTA clusters), `matmul` (B [K,
+// N]) on the squares, and `linear_bias_gelu` against
 // cuBLASLt's GELU_BIAS epilogue. Each pair is first compared element by element (the same
 // inputs: a wrong kernel is reported, not timed). Weights rotate over enough copies that they
 // are read from HBM, not L2, as in a model. cuBLASLt is loaded at run time (dlopen), so the
@@ -190,12 +191,16 @@ struct Buffer {
   }
 };
 
-enum class Product { kMatmulBt, kMatmul, kLinearBiasGelu };
+// kMatmulBtOneCta: matmul_bt launched without thread-block clusters (Launch::max_cluster 1),
+// what the clusters' multicast of B gives, in the same run.
+enum class Product { kMatmulBt, kMatmulBtOneCta, kMatmul, kLinearBiasGelu };
 
 const char* product_name(Product p) {
   switch (p) {
     case Product::kMatmulBt:
       return "matmul_bt";
+    case Product::kMatmulBtOneCta:
+      return "matmul_bt/1cta";
     case Product::kMatmul:
       return "matmul";
     case Product::kLinearBiasGelu:
@@ -224,7 +229,8 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
     b.emplace_back(n * k, rng, scale);
     bias.emplace_back(n, rng, 1.0f);
   }
-  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  if (product == Product::kMatmulBtOneCta) launch.max_cluster = 1;
   auto ours = [&](int i) {
     const bfloat16* bw = b[i % sets].data;
     TensorView<const bfloat16, 2> av(a.data, {m, k});
@@ -232,6 +238,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
     pallas::Status s;
     switch (product) {
       case Product::kMatmulBt:
+      case Product::kMatmulBtOneCta:
         s = pallas::kernels::matmul_bt(av, TensorView<const bfloat16, 2>(bw, {n, k}), dv, launch);
         break;
       case Product::kMatmul:
@@ -330,6 +337,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> squares = {512, 1024, 2048, 4096, 8192};
   if (quick) squares = {1024, 4096};
   for (int64_t s : squares) run(Product::kMatmulBt, s, s, s);
+  for (int64_t s : squares) run(Product::kMatmulBtOneCta, s, s, s);
   for (int64_t s : squares) run(Product::kMatmul, s, s, s);
   std::vector<int64_t> ms = {1, 16, 64, 128, 1024, 4096};
   if (quick) ms = {16, 4096};

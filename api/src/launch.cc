@@ -471,6 +471,12 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
     return Status::Error(StatusCode::kInvalidArgument, std::string(name) + ": clusters of " +
                                                            std::to_string(cluster) +
                                                            " programs; 1 to 8 are portable");
+  if (launch.max_cluster < 0)
+    return Status::Error(StatusCode::kInvalidArgument, std::string(name) +
+                                                           ": Launch::max_cluster is " +
+                                                           std::to_string(launch.max_cluster) +
+                                                           "; 0 (no limit) or a positive bound");
+  if (launch.max_cluster > 0) cluster = std::min(cluster, launch.max_cluster);
   if (launch.backend == Backend::kEmulator) {  // options the emulator cannot stand for
     if (launch.emulator.concurrent_programs <= 0)
       return Status::Error(StatusCode::kInvalidArgument,

@@ -654,6 +654,11 @@ TEST_F(LaunchKernel, ClustersOnTheHostAreOfOneAndAtMostEightArePortable) {
     EXPECT_EQ(s.message(),
               "add_f32: clusters of " + std::to_string(cluster) + " programs; 1 to 8 are portable");
   }
+  Launch bounded{Backend::kHost};
+  bounded.max_cluster = -1;
+  Status s = launch_kernel(image, args_, {40, 1, 1}, bounded, 2);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "add_f32: Launch::max_cluster is -1; 0 (no limit) or a positive bound");
 }
 
 TEST_F(LaunchKernel, HostHasNoCudaGridLimits) {

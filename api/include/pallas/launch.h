@@ -45,6 +45,11 @@ struct Launch {
   // launch never synchronizes and failures wait for take_device_errors. The host and emulator
   // backends always report failed checks as the launch's status.
   bool check_device_errors = false;
+  // kCuda and kEmulator: at most this many programs per thread-block cluster, for kernels that
+  // run in clusters (a persistent grid in clusters: the matmul family's tiles schedule); 0: as
+  // many as the kernel asks for, 1: no clusters. The results are the same either way: for
+  // measuring what clusters give, or ruling them out.
+  int max_cluster = 0;
 };
 
 // Synchronizes `stream`, then reports the checks that failed on the current device (values a
