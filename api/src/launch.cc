@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <span>
@@ -314,7 +316,14 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
         loaded.cluster_size = cluster;
         loaded.resident_clusters = clusters;
       }
-      if (cluster > 1 && loaded.resident_clusters < 1) cluster = 1;
+      if (cluster > 1 && (loaded.resident_clusters < 1 || grid[0] < cluster)) {
+        if (std::getenv("PALLAS_LOG_LAUNCH"))
+          std::fprintf(stderr,
+                       "pallas: %s: launching without clusters (clusters of %d: %d resident, "
+                       "%lld programs)\n",
+                       name, cluster, loaded.resident_clusters, static_cast<long long>(grid[0]));
+        cluster = 1;
+      }
       if (cluster > 1)
         grid[0] = std::min<int64_t>(grid[0] / cluster, int64_t{loaded.resident_clusters}) * cluster;
     }
@@ -467,16 +476,17 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
 Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
                      const Launch& launch, int cluster) {
   const char* name = kernel_name(image);
-  if (cluster < 1 || cluster > 8)
-    return Status::Error(StatusCode::kInvalidArgument, std::string(name) + ": clusters of " +
-                                                           std::to_string(cluster) +
-                                                           " programs; 1 to 8 are portable");
+  if (cluster < 1 || cluster > 8 || (cluster & (cluster - 1)) != 0)
+    return Status::Error(StatusCode::kInvalidArgument,
+                         std::string(name) + ": clusters of " + std::to_string(cluster) +
+                             " programs; 1, 2, 4 or 8 (portable sizes that halve to each other)");
   if (launch.max_cluster < 0)
     return Status::Error(StatusCode::kInvalidArgument, std::string(name) +
                                                            ": Launch::max_cluster is " +
                                                            std::to_string(launch.max_cluster) +
                                                            "; 0 (no limit) or a positive bound");
-  if (launch.max_cluster > 0) cluster = std::min(cluster, launch.max_cluster);
+  // Halving keeps a size that divides what the entry point checked (the tile rows).
+  while (launch.max_cluster > 0 && cluster > launch.max_cluster) cluster /= 2;
   if (launch.backend == Backend::kEmulator) {  // options the emulator cannot stand for
     if (launch.emulator.concurrent_programs <= 0)
       return Status::Error(StatusCode::kInvalidArgument,

@@ -154,11 +154,11 @@ struct Cta {
 };
 
 /// A thread-block cluster (LaunchConfig::cluster CTAs, consecutive along x):
-/// its CTAs by rank, and barrier.cluster's state, which completes when every
-/// thread of the cluster that has not exited has arrived.
+/// its CTAs by rank, and barrier.cluster's generation, which advances when
+/// every thread of the cluster that has not exited has arrived in it
+/// (Thread::cluster_arrived, cluster_generation).
 struct Cluster {
   std::vector<Cta*> ctas;
-  int arrived = 0;
   uint64_t generation = 0;
 };
 

@@ -121,7 +121,10 @@ Cta& shared_owner(const void* p, int64_t bytes, const char* what) {
   if (s.cta->cluster)
     for (Cta* peer : s.cta->cluster->ctas)
       if (holds(*peer)) return *peer;
-  fail(std::string(what) + " is not inside the " + std::to_string(s.cta->shared_bytes) +
+  const auto base = reinterpret_cast<uintptr_t>(s.cta->shared);
+  fail(std::string(what) + " (" +
+       (a >= base ? "shared offset " + std::to_string(a - base) : hex(a)) + ", " +
+       std::to_string(bytes) + " bytes) is not inside the " + std::to_string(s.cta->shared_bytes) +
        " bytes of the shared memory of the program or of its cluster's programs");
 }
 

@@ -437,14 +437,24 @@ extern "C" void pallas_emu_barrier(int32_t id, int32_t count) {
 }
 
 namespace {
-/// Completes the running thread's cluster barrier once every thread of the
-/// cluster that has not exited has arrived (PTX's barrier.cluster.wait).
-void try_complete_cluster_barrier(Cluster& cluster) {
-  int live = 0;
+/// The cluster barrier's arrivals in its current generation by threads that
+/// have not exited, and the threads that have not exited.
+std::pair<int, int> cluster_counts(const Cluster& cluster) {
+  int arrived = 0, live = 0;
   for (const Cta* cta : cluster.ctas)
-    for (const Thread& t : cta->threads) live += t.wait != Wait::kDone;
-  if (cluster.arrived < live) return;
-  cluster.arrived = 0;
+    for (const Thread& t : cta->threads) {
+      if (t.wait == Wait::kDone) continue;  // an exited thread no longer counts, arrived or not
+      ++live;
+      arrived += t.cluster_arrived && t.cluster_generation == cluster.generation;
+    }
+  return {arrived, live};
+}
+
+/// Completes the cluster barrier once every thread of the cluster that has
+/// not exited has arrived (PTX's barrier.cluster.wait).
+void try_complete_cluster_barrier(Cluster& cluster) {
+  const auto [arrived, live] = cluster_counts(cluster);
+  if (arrived < live) return;
   ++cluster.generation;
   ++current().state_changes;
   for (Cta* cta : cluster.ctas) ++cta->epoch;  // orders the cluster's accesses, as bar.sync
@@ -458,7 +468,6 @@ extern "C" void pallas_emu_cluster_arrive(void) {
     fail("barrier.cluster.arrive twice without a barrier.cluster.wait between them");
   t.cluster_arrived = true;
   t.cluster_generation = s.cta->cluster->generation;
-  ++s.cta->cluster->arrived;
   ++s.state_changes;
   try_complete_cluster_barrier(*s.cta->cluster);
 }
@@ -471,8 +480,9 @@ extern "C" void pallas_emu_cluster_wait(void) {
   while (cluster.generation == t.cluster_generation) {
     try_complete_cluster_barrier(cluster);
     if (cluster.generation != t.cluster_generation) break;
-    t.spin_on = "the cluster barrier (" + std::to_string(cluster.arrived) +
-                " threads of the cluster arrived)";
+    const auto [arrived, live] = cluster_counts(cluster);
+    t.spin_on = "the cluster barrier (" + std::to_string(arrived) + " of the cluster's " +
+                std::to_string(live) + " running threads arrived)";
     suspend(Wait::kSpin);
   }
   t.spin_on.clear();

@@ -642,17 +642,17 @@ TEST_F(LaunchKernel, HostRunsOnePersistentProgram) {
 }
 
 // Clusters (a persistent grid in clusters asks for them): the host runs clusters of one, and a
-// cluster size past what is portable is an error naming it.
-TEST_F(LaunchKernel, ClustersOnTheHostAreOfOneAndAtMostEightArePortable) {
+// cluster size that is not a portable power of two is an error naming it.
+TEST_F(LaunchKernel, ClustersOnTheHostAreOfOneAndSizesArePortablePowersOfTwo) {
   KernelImage image = make_image();
   image.persistent = true;
   ASSERT_TRUE(launch_kernel(image, args_, {40, 1, 1}, {Backend::kHost}, 2).ok());
   EXPECT_EQ(g_host_call.grid, (std::array<int64_t, 3>{1, 1, 1}));
-  for (int cluster : {0, 9}) {
+  for (int cluster : {0, 3, 16}) {
     Status s = launch_kernel(image, args_, {40, 1, 1}, {Backend::kHost}, cluster);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(s.message(),
-              "add_f32: clusters of " + std::to_string(cluster) + " programs; 1 to 8 are portable");
+    EXPECT_EQ(s.message(), "add_f32: clusters of " + std::to_string(cluster) +
+                               " programs; 1, 2, 4 or 8 (portable sizes that halve to each other)");
   }
   Launch bounded{Backend::kHost};
   bounded.max_cluster = -1;

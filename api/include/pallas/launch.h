@@ -47,8 +47,10 @@ struct Launch {
   bool check_device_errors = false;
   // kCuda and kEmulator: at most this many programs per thread-block cluster, for kernels that
   // run in clusters (a persistent grid in clusters: the matmul family's tiles schedule); 0: as
-  // many as the kernel asks for, 1: no clusters. The results are the same either way: for
-  // measuring what clusters give, or ruling them out.
+  // many as the kernel asks for, 1: no clusters; the kernel's size is halved until it fits.
+  // The results are the same either way: for measuring what clusters give, or ruling them
+  // out. (With the environment variable PALLAS_LOG_LAUNCH set, a CUDA launch that asked for
+  // clusters and runs without them says so on stderr.)
   int max_cluster = 0;
 };
 

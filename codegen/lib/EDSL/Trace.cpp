@@ -684,16 +684,26 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
   return loop;
 }
 
-/// Whether any of `values` is computed from `target` (through the ops that define them).
-bool depends_on(llvm::ArrayRef<mlir::Value> values, mlir::Value target) {
+/// Whether any of `values` may be computed from `target`, through the ops
+/// that define them. Conservative where the def-use chain does not tell: a
+/// result of an op with regions (an scf.if's) or an argument of a block other
+/// than `func`'s entry and `loop`'s body counts as dependent.
+bool depends_on(llvm::ArrayRef<mlir::Value> values, mlir::Value target, mlir::func::FuncOp func,
+                mlir::scf::ForOp loop) {
   llvm::SmallVector<mlir::Value> work(values.begin(), values.end());
   llvm::DenseSet<mlir::Value> seen;
   while (!work.empty()) {
     mlir::Value v = work.pop_back_val();
     if (v == target) return true;
     if (!seen.insert(v).second) continue;
-    if (mlir::Operation* def = v.getDefiningOp())
-      work.append(def->getOperands().begin(), def->getOperands().end());
+    if (auto arg = llvm::dyn_cast<mlir::BlockArgument>(v)) {
+      mlir::Block* owner = arg.getOwner();
+      if (owner != &func.getBody().front() && owner != loop.getBody()) return true;
+      continue;
+    }
+    mlir::Operation* def = v.getDefiningOp();
+    if (def->getNumRegions() != 0) return true;
+    work.append(def->getOperands().begin(), def->getOperands().end());
   }
   return false;
 }
@@ -917,7 +927,8 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     if (d.staged) {  // InShared: the GPU lowering stages it with TMA
       block.setStaged(true);
       // The same block for every CTA of a cluster: loaded once, multicast.
-      if (t.cluster_row_id && d.role == Role::kInput && !depends_on(indices, t.cluster_row_id))
+      if (t.cluster_row_id && d.role == Role::kInput &&
+          !depends_on(indices, t.cluster_row_id, func, innermost))
         block.setMulticast(true);
       block.setSwizzle(d.staged->swizzle);
       if (!d.staged->tiling.empty())
