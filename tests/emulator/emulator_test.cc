@@ -31,6 +31,7 @@ PLANTED(cross_cta_flag)
 PLANTED(misaligned_vector)
 PLANTED(mbarrier_never_completes)
 PLANTED(mbarrier_completes)
+PLANTED(cluster_release)
 PLANTED(tma_read_before_wait)
 PLANTED(tma_expect_tx)
 PLANTED(tma_stage_reuse)
@@ -214,6 +215,43 @@ TEST(EmulatorChecks, MBarrierPhaseCompletesForEveryWaiter) {
         << "seed " << seed;
     EXPECT_EQ(std::accumulate(out.begin(), out.end(), 0.0f), 128.0f);
   }
+}
+
+/// cluster_release on a grid of 2 CTAs in one cluster of 2.
+std::string run_cluster(std::vector<int32_t>& out, bool early, uint64_t seed) {
+  Descriptor d(out);
+  std::vector<void*> args;
+  d.append(args);
+  args.push_back(&early);
+  LaunchConfig config;
+  config.kernel = "cluster_release";
+  config.entry = pallas_emu_kernel_cluster_release;
+  config.args = args.data();
+  config.grid = {2, 1, 1};
+  config.block = {64, 1, 1};
+  config.shared_bytes = pallas_emu_kernel_cluster_release_shared_bytes;
+  std::vector<Buffer> buffers{buffer("out", out)};
+  config.buffers = buffers;
+  config.cluster = 2;
+  config.options.schedule_seed = seed;
+  std::string error;
+  if (launch(config, error)) return "";
+  return error.empty() ? "<failed without a message>" : error;
+}
+
+TEST(EmulatorClusters, RemoteArrivalsAfterTheClusterBarrier) {
+  for (uint64_t seed : {0, 1, 2}) {
+    std::vector<int32_t> out(128, -1);
+    EXPECT_EQ(run_cluster(out, /*early=*/false, seed), "") << "seed " << seed;
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], i / 64) << "element " << i;
+  }
+}
+
+TEST(EmulatorClusters, MapaBeforeTheClusterBarrier) {
+  std::vector<int32_t> out(128, -1);
+  EXPECT_THAT(run_cluster(out, /*early=*/true, 0),
+              HasSubstr("block (0, 0, 0), thread (0, 0, 0): mapa reaches another CTA of the "
+                        "cluster before this thread waited on barrier.cluster"));
 }
 
 //===----------------------------------------------------------------------===//

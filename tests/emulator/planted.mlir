@@ -276,6 +276,60 @@ module attributes {gpu.container_module} {
       memref.store %one, %out[%tid] : memref<?xf32>
       gpu.return
     }
+    // A cluster of two CTAs (LaunchConfig::cluster 2): thread 0 of each
+    // arrives on its own barrier and, through mapa, on its peer's (2
+    // arrivals each); every thread waits for its barrier's phase, stores its
+    // rank, and meets the cluster at exit, where thread 1 arrives and exits
+    // without waiting (barrier.cluster counts the threads that have not
+    // exited). With %early the CTAs meet with bar.sync only, not
+    // barrier.cluster, so thread 0's mapa may reach a peer that has not
+    // started.
+    gpu.func @cluster_release(%out: memref<?xi32>, %early: i1) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}) kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %true = arith.constant true
+      %is0 = arith.cmpi eq, %tid, %c0 : index
+      %is1 = arith.cmpi eq, %tid, %c1 : index
+      %idx = memref.extract_aligned_pointer_as_index %bar : memref<1xi64, #gpu.address_space<workgroup>> -> index
+      %i64 = arith.index_cast %idx : index to i64
+      %p = llvm.inttoptr %i64 : i64 to !llvm.ptr<3>
+      %two = arith.constant 2 : i32
+      %zero = arith.constant 0 : i32
+      %one = arith.constant 1 : i32
+      %ticks = arith.constant 1000 : i32
+      %rank = nvvm.read.ptx.sreg.cluster.ctarank : i32
+      %peer = arith.xori %rank, %one : i32
+      scf.if %is0 {
+        nvvm.mbarrier.init %p, %two : !llvm.ptr<3>, i32
+        nvvm.fence.mbarrier.init
+      }
+      %late = arith.xori %early, %true : i1
+      scf.if %late {
+        nvvm.cluster.arrive
+        nvvm.cluster.wait
+      } else {
+        gpu.barrier
+      }
+      scf.if %is0 {
+        %remote = nvvm.mapa %p, %peer : !llvm.ptr<3> -> !llvm.ptr<7>
+        nvvm.mbarrier.arrive %remote : !llvm.ptr<7>
+        %state = nvvm.mbarrier.arrive %p : !llvm.ptr<3> -> i64
+      }
+      nvvm.mbarrier.try_wait.parity %p, %zero, %ticks : !llvm.ptr<3>, i32, i32
+      %cta = gpu.block_id x
+      %c64 = arith.constant 64 : index
+      %base = arith.muli %cta, %c64 : index
+      %at = arith.addi %base, %tid : index
+      memref.store %rank, %out[%at] : memref<?xi32>
+      nvvm.cluster.arrive
+      %waits = arith.xori %is1, %true : i1
+      scf.if %waits {
+        nvvm.cluster.wait
+      }
+      gpu.return
+    }
+
       // --- Asynchronous copies (TMA): the checks of emulator/src/tma.cc -------
     // %desc is an EmuTensorMap over a 1-D f32 array of 256 elements, box 256
     // (1024 bytes); %buf is its 128-aligned stage buffer.
