@@ -30,7 +30,8 @@
 // entry point picks at run time): when D has few tiles and K is long (a
 // decode step: M of 1..128 against a 4096-wide weight gives 16 programs on
 // 132 SMs), the grid is (i, j, s, k): split s multiplies K steps
-// [s * per, (s + 1) * per), stores its f32 tile to a workspace and adds one
+// [s * per, (s + 1) * per), stores its f32 tile to a workspace (the rows D
+// has: the workspace is min(M, 128) rows high) and adds one
 // to the tile's semaphore; the split that brings it to S sums the S partial
 // tiles in order (the result does not depend on which finished last), runs
 // the epilogue and stores D, 16 rows at a time, and puts the semaphore back
@@ -209,8 +210,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // empty for the other schedule (every instance declares the same operands).
   DimExpr tiles = cdiv(m, kTileM) * cdiv(n, kTileN);
   Splits splits = splits_for(tiles, cdiv(k, kTileK));
+  // The partial tiles side by side, [min(M, 128), S tiles x 128 x 64 ... ]: tile t's split s
+  // is columns [(t S + s) 64, + 64). Rows past M (a decode step's M of 1..127) are past the
+  // workspace's first extent: stores skip them and loads read 0, so they cost no traffic.
   if (!form.batched)
-    spec.workspace("partials", f32, split ? splits.count * tiles * (kTileM * kTileN) : DimExpr(0));
+    spec.workspace(
+        "partials", f32,
+        {split ? min(m, kTileM) : DimExpr(0), split ? splits.count * tiles * kTileN : DimExpr(0)});
   Semaphores arrived;
   if (!form.batched) arrived = spec.semaphores("arrived", split ? tiles : DimExpr(0));
   // With K = 0 the product is zero and D is still its epilogue (BLAS's
@@ -333,23 +339,24 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
         store_part(acc.load({0, c0}, {kTileM, kEpilogueCols}), e, d, 0, kTileM, c0, kEpilogueCols);
       return;
     }
-    const Value r = acc.load();
-    const int64_t tile_elements = kTileM * kTileN, slab = 16;
+    const int64_t slab = 16;
     Value tile = program_id(0) * num_programs(1) + program_id(1);
     Value count = num_programs(2);
-    partials->store_at(reshape(r, {tile_elements}),
-                       {(tile * count + program_id(2)) * tile_elements});
+    Value rows = d.extent(0) - program_id(0) * index(kTileM);  // of D in this tile, > 0
+    partials->store_at(acc.load(), {index(0), (tile * count + program_id(2)) * index(kTileN)});
     Value before = arrived.add(tile, constant(1, i32));
     when(before == count.cast(i32) - 1, [&] {  // every other split has stored its part
-      for (int64_t r0 = 0; r0 < kTileM; r0 += slab) {
-        std::vector<Value> sum = fori(
-            index(0), count, {broadcast_to(constant(0, f32), {slab * kTileN})},
-            [&](Value s, std::vector<Value> acc) {
-              Value at_rows = (tile * count + s) * tile_elements + r0 * kTileN;
-              return std::vector<Value>{acc[0] + partials->load_at({at_rows}, {slab * kTileN})};
-            });
-        store_rows(reshape(sum[0], {slab, kTileN}), e, d, r0, slab);
-      }
+      for (int64_t r0 = 0; r0 < kTileM; r0 += slab)
+        when(index(r0) < rows, [&] {  // a slab with rows of D
+          std::vector<Value> sum =
+              fori(index(0), count, {broadcast_to(constant(0, f32), {slab, kTileN})},
+                   [&](Value s, std::vector<Value> acc) {
+                     Value column = (tile * count + s) * index(kTileN);
+                     return std::vector<Value>{
+                         acc[0] + partials->load_at({index(r0), column}, {slab, kTileN})};
+                   });
+          store_rows(sum[0], e, d, r0, slab);
+        });
       arrived.add(tile, -count.cast(i32));  // back to zero for the next launch
     });
   };

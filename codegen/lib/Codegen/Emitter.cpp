@@ -354,7 +354,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   if (!pooled.empty()) {
     os << "  pallas::detail::LaunchResources resources;\n";
     for (int i : pooled) {
-      os << "  const int64_t count_" << ops[i].name << " = " << ops[i].shape[0].to_cpp();
+      // A workspace of several dims: the product of its extents (row-major).
+      os << "  const int64_t count_" << ops[i].name << " = ";
+      for (size_t k = 0; k < ops[i].shape.size(); ++k)
+        os << (k ? " * " : "") << "int64_t{" << ops[i].shape[k].to_cpp() << "}";
       if (ops[i].role == Role::kSemaphores &&
           ops[i].semaphore_scope == edsl::SemaphoreScope::kProgram)  // a slice per program
         for (size_t a = 0; a < 3; ++a) os << " * (" << launchedExtent(spec, a) << ")";
@@ -421,9 +424,15 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     }
     if (d.role == Role::kSemaphores || d.role == Role::kWorkspace || d.role == Role::kErrors) {
       size_t slot = std::find(pooled.begin(), pooled.end(), static_cast<int>(i)) - pooled.begin();
-      os << "  auto " << var << " = descriptor(pallas::TensorView<" << cppType(d.dtype)
-         << ", 1>(static_cast<" << cppType(d.dtype) << "*>(resources.data(" << slot << ")), {count_"
-         << d.name << "}));\n";
+      std::string extents = "count_" + d.name;  // 1-D; else each dim, row-major
+      if (d.shape.size() > 1) {
+        extents.clear();
+        for (size_t k = 0; k < d.shape.size(); ++k)
+          extents += (k ? ", " : "") + std::string("int64_t{") + d.shape[k].to_cpp() + "}";
+      }
+      os << "  auto " << var << " = descriptor(pallas::TensorView<" << cppType(d.dtype) << ", "
+         << d.shape.size() << ">(static_cast<" << cppType(d.dtype) << "*>(resources.data(" << slot
+         << ")), {" << extents << "}));\n";
     } else {
       os << "  auto " << var << " = descriptor(" << ops[viewOf(spec, static_cast<int>(i))].name
          << ");\n";

@@ -270,9 +270,17 @@ void KernelSpec::dimension_semantics(std::vector<Semantics> semantics) {
 }
 
 Operand KernelSpec::workspace(const std::string& name, DType dtype, DimExpr count) {
-  Operand op = add_operand(name, Role::kWorkspace, dtype, {std::move(count)});
-  operands_[op.index].block = {BlockDim(full)};
-  operands_[op.index].index_map = [](const ProgramIds&) { return at(0); };
+  return workspace(name, dtype, std::vector<DimExpr>{std::move(count)});
+}
+
+Operand KernelSpec::workspace(const std::string& name, DType dtype, std::vector<DimExpr> shape) {
+  if (shape.empty()) fail("workspace '" + name + "' has no dims");
+  const size_t rank = shape.size();
+  Operand op = add_operand(name, Role::kWorkspace, dtype, std::move(shape));
+  operands_[op.index].block = std::vector<BlockDim>(rank, BlockDim(full));
+  operands_[op.index].index_map = [rank](const ProgramIds&) {
+    return Indices(rank, Idx(int64_t{0}));
+  };
   operands_[op.index].has_block = true;
   return op;
 }

@@ -872,6 +872,10 @@ class KernelSpec {
   /// Global-memory scratch of `count` elements for this launch (not zeroed).
   /// The body gets a Ref over it (a full 1-D block) in declaration order.
   Operand workspace(const std::string& name, DType dtype, DimExpr count);
+  /// The same, of `shape` (row-major, contiguous): the Ref is a full block of
+  /// that rank, so stores past an extent are skipped and loads read 0 there
+  /// (split-K's partial tiles keep only the rows D has).
+  Operand workspace(const std::string& name, DType dtype, std::vector<DimExpr> shape);
   /// `output` is written in place over `input` (Pallas' input_output_aliases):
   /// the entry point takes one mutable tensor for both.
   void alias(Operand input, Operand output);
