@@ -425,9 +425,11 @@ TEST(Validator, WarpSpecializationFitsWholeWarpgroupsAndTheRegisterPool) {
 }
 
 // A persistent grid fuses the tiles with one arbitrary axis: none, or two,
-// is an error, as is a band of no rows. (Axis 0 is parallel unless both are
-// arbitrary; axis 1 is arbitrary unless none is.)
-template <int kArbitrary, int kGroupRows>
+// is an error, as is a band of no rows, a cluster size other than 1, 2, 4,
+// and clusters without a tile plane to split (this grid has one parallel
+// axis). (Axis 0 is parallel unless both are arbitrary; axis 1 is arbitrary
+// unless none is.)
+template <int kArbitrary, int kGroupRows, int kCluster = 1>
 void declare_persistent(KernelSpec& spec) {
   DimExpr m = spec.dim("m");
   Operand x = spec.input("x", f32, {m, m});
@@ -435,7 +437,7 @@ void declare_persistent(KernelSpec& spec) {
   spec.grid({cdiv(m, 16), cdiv(m, 16)});
   spec.dimension_semantics(
       {kArbitrary == 2 ? arbitrary : parallel, kArbitrary == 0 ? parallel : arbitrary});
-  spec.persistent({.group_rows = kGroupRows});
+  spec.persistent({.group_rows = kGroupRows, .cluster = kCluster});
   auto tile = [](const ProgramIds& p) { return at(p[0], p[1]); };
   spec.block(x, {Blocked{16}, Blocked{16}}, tile);
   spec.block(out, {Blocked{16}, Blocked{16}}, tile);
@@ -452,6 +454,18 @@ TEST(Validator, PersistentGridsHaveOneArbitraryAxis) {
             "the grid has 2");
   EXPECT_EQ(trace_error("band", declare_persistent<1, 0>),
             "spec 'band': persistent: group_rows 0; bands of at least 1 row");
+  EXPECT_EQ(trace_error("three", declare_persistent<1, 4, 3>),
+            "spec 'three': persistent: cluster 3; clusters of 1, 2 or 4 CTAs (at most 8 are "
+            "portable, and the tile rows must divide by it)");
+  EXPECT_EQ(trace_error("plane", declare_persistent<1, 4, 2>),
+            "spec 'plane': persistent: cluster 2 needs a tile plane (two parallel grid axes: "
+            "rows, whose tiles a cluster splits, and columns); the grid has 1");
+}
+
+TEST(Validator, WorkspacesHaveDims) {
+  EXPECT_EQ(trace_error("nodims",
+                        [](KernelSpec& spec) { spec.workspace("w", f32, std::vector<DimExpr>{}); }),
+            "spec 'nodims': workspace 'w' has no dims");
 }
 
 TEST(Validator, AccumulatorSlicesAreWholeRowsOfEightColumns) {
