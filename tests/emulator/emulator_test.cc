@@ -78,6 +78,13 @@ std::string hex(const void* p) {
   return buf;
 }
 
+/// Launches `config`; returns the error ("" if none).
+std::string launch_error(const LaunchConfig& config) {
+  std::string error;
+  if (launch(config, error)) return "";
+  return error.empty() ? "<failed without a message>" : error;
+}
+
 /// Runs `entry` over one CTA of `threads` threads; returns the error ("" if none).
 std::string run(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
                 std::vector<Descriptor> descriptors, std::vector<Buffer> buffers, int threads = 128,
@@ -94,9 +101,7 @@ std::string run(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
   config.buffers = buffers;
   config.options.schedule_seed = seed;
   config.options.concurrent_ctas = resident;
-  std::string error;
-  if (launch(config, error)) return "";
-  return error.empty() ? "<failed without a message>" : error;
+  return launch_error(config);
 }
 
 TEST(EmulatorChecks, OffByOneStoreIsOutOfBounds) {
@@ -234,9 +239,7 @@ std::string run_cluster(std::vector<int32_t>& out, bool early, uint64_t seed) {
   config.buffers = buffers;
   config.cluster = 2;
   config.options.schedule_seed = seed;
-  std::string error;
-  if (launch(config, error)) return "";
-  return error.empty() ? "<failed without a message>" : error;
+  return launch_error(config);
 }
 
 TEST(EmulatorClusters, RemoteArrivalsAfterTheClusterBarrier) {
@@ -294,9 +297,7 @@ std::string run_tma(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
   if (array.data() != out.data()) buffers.push_back(buffer("x", array));
   config.buffers = buffers;
   config.options.schedule_seed = seed;
-  std::string error;
-  if (launch(config, error)) return "";
-  return error.empty() ? "<failed without a message>" : error;
+  return launch_error(config);
 }
 
 std::vector<float> iota_floats(size_t n) {
@@ -446,9 +447,7 @@ std::string run_wgmma(std::vector<float>& out, std::vector<uint16_t>& x, int64_t
   std::vector<Buffer> buffers{buffer("out", out), buffer("x", x)};
   config.buffers = buffers;
   config.options.schedule_seed = seed;
-  std::string error;
-  if (launch(config, error)) return "";
-  return error.empty() ? "<failed without a message>" : error;
+  return launch_error(config);
 }
 
 /// bf16 bits of small integers (exact), x[r][k] = (3 r + k) % 7 - 3.

@@ -269,6 +269,19 @@ Value GpuLowering::clusterValue(OpBuilder& b, Location loc, bool size) {
   return arith::IndexCastUIOp::create(b, loc, b.getIndexType(), v);
 }
 
+void GpuLowering::clusterBarrier(OpBuilder& b, Location loc, Value size, bool barSyncAlone) {
+  Value several = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, size,
+                                        arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1));
+  auto branch = scf::IfOp::create(b, loc, several, /*withElseRegion=*/barSyncAlone);
+  OpBuilder cb = OpBuilder::atBlockTerminator(branch.thenBlock());
+  NVVM::ClusterArriveOp::create(cb, loc, UnitAttr());
+  NVVM::ClusterWaitOp::create(cb, loc, UnitAttr());
+  if (barSyncAlone) {
+    OpBuilder eb = OpBuilder::atBlockTerminator(branch.elseBlock());
+    gpu::BarrierOp::create(eb, loc);
+  }
+}
+
 LogicalResult GpuLowering::lowerOp(Operation* op, OpBuilder& b) {
   ++currentRule_;
   if (lowerGridOp(op, map, b, gpuGrid())) return success();
@@ -380,14 +393,9 @@ LogicalResult GpuLowering::run() {
     copyOutStagedBlocks(*this, b);
   }
   if (clusterSyncAtExit) {  // every thread, producer too: no CTA leaves while a peer may reach it
-    Value several = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt,
-                                          clusterValue(b, loc, /*size=*/true),
-                                          arith::ConstantIndexOp::create(b, loc, 1));
-    scf::IfOp::create(b, loc, several, [&](OpBuilder& cb, Location l) {
-      NVVM::ClusterArriveOp::create(cb, l, UnitAttr());
-      NVVM::ClusterWaitOp::create(cb, l, UnitAttr());
-      scf::YieldOp::create(cb, l);
-    });
+    Value size =
+        arith::IndexCastUIOp::create(b, loc, b.getI32Type(), clusterValue(b, loc, /*size=*/true));
+    clusterBarrier(b, loc, size, /*barSyncAlone=*/false);
   }
   gpu::ReturnOp::create(b, loc);
 

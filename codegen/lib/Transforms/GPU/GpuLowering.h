@@ -336,6 +336,10 @@ class GpuLowering {
   /// count, as index values: %cluster_ctarank / %cluster_nctarank, or 0 / 1
   /// on sm_80, which has no clusters.
   Value clusterValue(OpBuilder& b, Location loc, bool size);
+  /// Every thread: barrier.cluster arrive + wait when the cluster has more
+  /// than one CTA (`size`, i32 %cluster_nctarank); else bar.sync with
+  /// `barSyncAlone`, nothing without.
+  void clusterBarrier(OpBuilder& b, Location loc, Value size, bool barSyncAlone);
   /// A warp-specialized pipeline multicasts a stage (PipelineRules.cpp):
   /// every thread meets the cluster's others before the kernel exits (a
   /// peer may still arrive on this CTA's barriers until then).

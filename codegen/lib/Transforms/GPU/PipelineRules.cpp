@@ -281,13 +281,7 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
       NVVM::FenceMbarrierInitOp::create(tb, l);
     });
     if (multicast)  // every CTA's barriers are initialised before any copy or arrival reaches them
-      byClusterSize(
-          b,
-          [&](OpBuilder& cb, Location l) {
-            NVVM::ClusterArriveOp::create(cb, l, UnitAttr());
-            NVVM::ClusterWaitOp::create(cb, l, UnitAttr());
-          },
-          [&](OpBuilder& eb, Location l) { gpu::BarrierOp::create(eb, l); });
+      g.clusterBarrier(b, loc, clusterSize, /*barSyncAlone=*/true);
     else
       gpu::BarrierOp::create(b, loc);  // every thread of every warpgroup
     Value isConsumer = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g.tid,
