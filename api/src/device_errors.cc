@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_status.h"
 #include "pallas/detail/kernel_image.h"
 
 namespace pallas::detail {
@@ -55,10 +56,6 @@ Status status_of(const KernelImage& image, const int32_t (&record)[kRecordInts])
     message +=
         " (" + std::to_string(record[0]) + " programs failed a check; the first is reported)";
   return Status::Error(StatusCode::kInvalidArgument, std::move(message));
-}
-
-std::string cuda_text(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
 struct DeviceRecord {

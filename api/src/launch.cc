@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_status.h"
 #include "pallas/detail/kernel_image.h"
 #include "pallas/emulator/simt.h"
 
@@ -65,40 +66,6 @@ std::string arch_name(int sm, bool arch_specific) {
   return "sm_" + std::to_string(sm) + (arch_specific ? "a" : "");
 }
 
-// Errors that mean "there is no usable device here", as opposed to a failing call.
-bool is_no_device_error(cudaError_t err) {
-  switch (err) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInitializationError:
-    case cudaErrorStubLibrary:
-    case cudaErrorCallRequiresNewerDriver:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorSystemNotReady:
-    case cudaErrorSystemDriverMismatch:
-    case cudaErrorCompatNotSupportedOnDevice:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// "<kernel>: cudaXxx failed: <name>: <text>" as kNoDevice or kCudaError. The error is reported
-// through the Status, so it is cleared from cudaGetLastError (sticky errors stay).
-Status cuda_failure(const char* kernel, const char* call, cudaError_t err) {
-  (void)cudaGetLastError();
-  const bool no_device = is_no_device_error(err);
-  std::string message = kernel;
-  message += no_device ? ": no usable CUDA device: " : ": ";
-  message += call;
-  message += " failed: ";
-  message += cudaGetErrorName(err);
-  message += ": ";
-  message += cudaGetErrorString(err);
-  return Status::Error(no_device ? StatusCode::kNoDevice : StatusCode::kCudaError,
-                       std::move(message));
-}
-
 struct DeviceInfo {
   bool known = false;
   int sm = 0;                // 10 * major + minor
@@ -114,6 +81,7 @@ struct LoadedKernel {
   // cluster_size 0: not asked yet; resident_clusters 0: none fit (launch without clusters).
   int cluster_size = 0;
   int resident_clusters = 0;
+  cudaError_t cluster_query_error = cudaSuccess;  // why none fit, when the query failed
 };
 
 // Process-lifetime cache of devices, libraries and kernels. Never destroyed: the handles stay
@@ -308,10 +276,14 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
         query.attrs = &attribute;
         query.numAttrs = 1;
         int clusters = 0;
-        if (cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kernel),
-                                           &query) != cudaSuccess) {
+        if (const cudaError_t err = cudaOccupancyMaxActiveClusters(
+                &clusters, reinterpret_cast<const void*>(kernel), &query);
+            err != cudaSuccess) {
+          if (is_sticky_error(err))
+            return cuda_failure(name, "cudaOccupancyMaxActiveClusters", err);
           (void)cudaGetLastError();  // not sticky: the launch goes on without clusters
           clusters = 0;
+          loaded.cluster_query_error = err;
         }
         loaded.cluster_size = cluster;
         loaded.resident_clusters = clusters;
@@ -319,9 +291,16 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
       if (cluster > 1 && (loaded.resident_clusters < 1 || grid[0] < cluster)) {
         if (std::getenv("PALLAS_LOG_LAUNCH"))
           std::fprintf(stderr,
-                       "pallas: %s: launching without clusters (clusters of %d: %d resident, "
+                       "pallas: %s: launching without clusters (clusters of %d: %d resident%s%s, "
                        "%lld programs)\n",
-                       name, cluster, loaded.resident_clusters, static_cast<long long>(grid[0]));
+                       name, cluster, loaded.resident_clusters,
+                       loaded.cluster_query_error == cudaSuccess
+                           ? ""
+                           : "; cudaOccupancyMaxActiveClusters failed: ",
+                       loaded.cluster_query_error == cudaSuccess
+                           ? ""
+                           : cudaGetErrorName(loaded.cluster_query_error),
+                       static_cast<long long>(grid[0]));
         cluster = 1;
       }
       if (cluster > 1)
@@ -417,7 +396,10 @@ Status launch_host(const KernelImage& image, void** args, std::array<int64_t, 3>
   if (!t_stuck_wait.stuck) return Status::Ok();
   const StuckWait w = t_stuck_wait;
   const char* name = kernel_name(image);
-  std::string semaphores = "#" + std::to_string(w.operand);
+  // Appended, not "#" + std::to_string(...): GCC 12 warns (-Wrestrict, a false positive in
+  // operator+(const char*, string&&)) on the prepend.
+  std::string semaphores = "#";
+  semaphores += std::to_string(w.operand);
   if (image.metadata && w.operand >= 0 &&
       static_cast<size_t>(w.operand) < image.metadata->operands.size())
     semaphores = image.metadata->operands[static_cast<size_t>(w.operand)].name;

@@ -1,6 +1,7 @@
 // pallas::detail::acquire_resources: semaphore and workspace memory per launch,
 // from a per-device pool on the CUDA backend (see kernel_image.h).
 
+#include "cuda_status.h"
 #include "pallas/detail/kernel_image.h"
 
 #include <cuda_runtime.h>
@@ -30,10 +31,6 @@ std::vector<std::unique_ptr<Region>>& pool() {
   return *regions;
 }
 
-std::string cuda_text(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-}
-
 /// A free region of the pool with room for `bytes`, or a new one. A new
 /// semaphore region is zeroed on `stream`, ahead of the launch that takes it:
 /// cudaMemset would run on the legacy default stream, which a non-blocking
@@ -58,9 +55,13 @@ Status take_region(int device, uint64_t bytes, bool semaphores, Stream stream, c
         std::string(kernel) + ": cudaMalloc of " + std::to_string(r->bytes) +
             " bytes for semaphores/workspace failed: " + cuda_text(e));
   if (semaphores)
-    if (cudaError_t e = cudaMemsetAsync(r->ptr, 0, r->bytes, stream); e != cudaSuccess)
+    if (cudaError_t e = cudaMemsetAsync(r->ptr, 0, r->bytes, stream); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      (void)cudaFree(r->ptr);
+      (void)cudaGetLastError();
       return Status::Error(StatusCode::kCudaError,
                            std::string(kernel) + ": zeroing semaphores failed: " + cuda_text(e));
+    }
   r->busy = true;
   out = r.get();
   pool().push_back(std::move(r));
@@ -74,8 +75,23 @@ LaunchResources::~LaunchResources() {
   for (Item& item : items_) {
     auto* r = static_cast<Region*>(item.pool_region);
     if (!r) continue;
-    if (!r->done) cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming);
-    cudaEventRecord(r->done, stream_);
+    // The region is free for another launch once this stream has passed the event; without
+    // an event (creating or recording it failed) once this stream has drained.
+    bool recorded = r->done != nullptr ||
+                    cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming) == cudaSuccess;
+    if (recorded) recorded = cudaEventRecord(r->done, stream_) == cudaSuccess;
+    if (!recorded) {
+      (void)cudaGetLastError();
+      if (cudaStreamSynchronize(stream_) != cudaSuccess) {
+        (void)cudaGetLastError();
+        continue;  // the stream failed: the region stays busy (leaked), never shared
+      }
+      if (r->done) {
+        (void)cudaEventDestroy(r->done);
+        (void)cudaGetLastError();
+        r->done = nullptr;
+      }
+    }
     r->busy = false;
   }
 }

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_status.h"
 #include "pallas/detail/kernel_image.h"
 #include "pallas/emulator/abi.h"
 
@@ -187,12 +188,16 @@ Status encode_tma(const char* kernel, const TmaOperand& op, const Launch& launch
   // An sm_8x device runs the kernel's cp.async form, which takes the descriptor parameters but
   // never reads them; tensor maps are defined from sm_90 only, so none is encoded (nor cached:
   // the next launch may be on another device).
-  int device = 0, major = 0;
-  if (launch.backend == Backend::kCuda && cudaGetDevice(&device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-      major < 9) {
-    std::memset(&out, 0, sizeof out);
-    return Status::Ok();
+  if (launch.backend == Backend::kCuda) {
+    int device = 0, major = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e != cudaSuccess) return cuda_failure(kernel, "cudaDeviceGetAttribute (for TMA)", e);
+    if (major < 9) {
+      std::memset(&out, 0, sizeof out);
+      return Status::Ok();
+    }
   }
   CacheKey k = key(op, launch.backend);
   Cache& c = cache();
@@ -205,8 +210,15 @@ Status encode_tma(const char* kernel, const TmaOperand& op, const Launch& launch
   }
   if (launch.backend == Backend::kEmulator) {
     encode_emulator(op, out);
-  } else if (Status s = encode_cuda(kernel, op, out); !s.ok()) {
-    return s;
+  } else {
+    // The driver encodes in the current context: make the device's primary context current
+    // on this thread (one whose first CUDA call is this launch has none yet); since CUDA 12
+    // cudaSetDevice does, without synchronizing.
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess) e = cudaSetDevice(device);
+    if (e != cudaSuccess) return cuda_failure(kernel, "cudaSetDevice (before TMA encoding)", e);
+    if (Status s = encode_cuda(kernel, op, out); !s.ok()) return s;
   }
   std::lock_guard<std::mutex> lock(c.mutex);
   if (c.entries.size() >= kMaxCached) c.entries.clear();

@@ -662,6 +662,14 @@ TEST(Validator, StagedBlockTilingDividesTheBlockAndFitsTheSwizzle) {
   EXPECT_EQ(trace_error("wide_tile", staged(InShared{.swizzle = 128, .tiling = {64, 128}})),
             "spec 'wide_tile': operand 'b': the tile's last dim is 256 bytes, more than its "
             "128-byte swizzle (TMA's rule); use a narrower block, a tiling or a wider swizzle");
+  EXPECT_EQ(trace_error("narrow_tile", staged(InShared{.swizzle = 128, .tiling = {64, 32}})),
+            "spec 'narrow_tile': operand 'b': the tile's last dim is 64 bytes, less than its "
+            "128-byte swizzle; a swizzled row is one swizzle span (Pallas' rule): use the 64-byte "
+            "swizzle or a wider block");
+  EXPECT_EQ(trace_error("thin_tile", staged(InShared{.swizzle = 32, .tiling = {64, 8}})),
+            "spec 'thin_tile': operand 'b': the tile's last dim is 16 bytes, less than its "
+            "32-byte swizzle; a swizzled row is one swizzle span (Pallas' rule): use no swizzle "
+            "or a wider block");
   EXPECT_EQ(trace_error("uneven_tile", staged(InShared{.swizzle = 128, .tiling = {48, 64}})),
             "spec 'uneven_tile': operand 'b' block dim 0 is 64; its tile of 48 must divide it "
             "and be 1 to 256 elements (one TMA box)");

@@ -39,8 +39,24 @@ int firstInt(const std::string& text, const char* pattern) {
   return std::stoi(m[1].str());
 }
 
-/// Runs ptxas on `ptx`, filling the cubin and the resource report.
-bool runPtxas(const GpuOptions& options, GpuBinary& bin, std::string& error) {
+}  // namespace
+
+std::vector<std::string> ptxasAdvisories(const std::string& log) {
+  // "ptxas warning : ...", "ptxas /tmp/x.ptx, line 9; warning : ...", and the
+  // coded info lines; the plain info lines (registers, smem, compile time)
+  // have no code.
+  llvm::Regex coded("^ptxas info +: \\(C[0-9]+\\)");
+  std::vector<std::string> found;
+  llvm::SmallVector<llvm::StringRef> lines;
+  llvm::StringRef(log).split(lines, '\n', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef line : lines) {
+    line = line.rtrim();
+    if (line.contains("warning") || coded.match(line)) found.push_back(line.str());
+  }
+  return found;
+}
+
+bool assembleWithPtxas(const GpuOptions& options, GpuBinary& bin, std::string& error) {
   llvm::TimeTraceScope scope("ptxas", bin.arch);
   llvm::SmallString<128> ptxPath, cubinPath, logPath;
   int fd;
@@ -77,6 +93,14 @@ bool runPtxas(const GpuOptions& options, GpuBinary& bin, std::string& error) {
       bin.spill_stores = firstInt(logText, "([0-9]+) bytes spill stores");
       bin.spill_loads = firstInt(logText, "([0-9]+) bytes spill loads");
       bin.shared_bytes = firstInt(logText, "([0-9]+) bytes smem");
+      // A wgmma pipeline ptxas serialized runs at a fraction of the tensor
+      // cores' rate without any other sign: what ptxas says about the PTX
+      // fails the build, so that no such kernel ships.
+      if (std::vector<std::string> advisories = ptxasAdvisories(logText); !advisories.empty()) {
+        error = "ptxas " + archFlag + " reported " + std::to_string(advisories.size()) +
+                " warning(s) or advisories (they fail the build):\n" + llvm::join(advisories, "\n");
+        rc = 1;
+      }
     }
   }
   llvm::sys::fs::remove(ptxPath);
@@ -84,8 +108,6 @@ bool runPtxas(const GpuOptions& options, GpuBinary& bin, std::string& error) {
   llvm::sys::fs::remove(logPath);
   return rc == 0;
 }
-
-}  // namespace
 
 std::string gpuModuleToNVVMPipeline(bool gridConstant) {
   return std::string(
@@ -194,7 +216,16 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
       return false;
     }
     bin.ptx = object.getObject().getValue().str();
-    if (!runPtxas(options, bin, error)) return false;
+    if (!assembleWithPtxas(options, bin, error)) return false;
+    // The runtime raises a kernel's dynamic shared memory to its plan, which
+    // with static shared memory beside it could pass the device's limit: all
+    // of it is the plan's (dynamic).
+    if (bin.shared_bytes != 0) {
+      error = "ptxas " + bin.arch + ": " + std::to_string(bin.shared_bytes) +
+              " bytes of static shared memory; every shared byte must be in the kernel's "
+              "shared-memory plan (dynamic)";
+      return false;
+    }
     bin.dynamic_shared_bytes = dynamicSharedBytes;
     bin.shared_bytes += dynamicSharedBytes;
     bin.threads = threads;

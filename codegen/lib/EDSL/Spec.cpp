@@ -410,6 +410,17 @@ void KernelSpec::check_staging(int index, const std::vector<BlockDim>& block_sha
     fail("operand '" + d.name + "': " + what + " is " + std::to_string(row_bytes) +
          " bytes, more than its " + std::to_string(staging.swizzle) +
          "-byte swizzle (TMA's rule); use a narrower block, a tiling or a wider swizzle");
+  // A row narrower than the span (TMA allows it) is refused as Pallas refuses
+  // it ("minor tiling dimension does not fit swizzle"): where the copy puts a
+  // short row under a wider pattern is what the descriptors, the emulator and
+  // the thread layouts would have to agree on, and no kernel needs it.
+  if (staging.swizzle != 0 && row_bytes < staging.swizzle)
+    fail("operand '" + d.name + "': " + what + " is " + std::to_string(row_bytes) +
+         " bytes, less than its " + std::to_string(staging.swizzle) +
+         "-byte swizzle; a swizzled row is one swizzle span (Pallas' rule): use " +
+         (row_bytes == 32 || row_bytes == 64 ? "the " + std::to_string(row_bytes) + "-byte swizzle"
+                                             : std::string("no swizzle")) +
+         " or a wider block");
   // Several copies land one after another: each must keep the next aligned
   // to the swizzle pattern's period (TMA's rule for its destination).
   std::vector<int64_t> extents;

@@ -51,6 +51,19 @@ std::string gpuToNVVMPipeline(bool gridConstant = true, bool cpAsync = false);
 /// Its second half: gpu.modules of gpu.func kernels to the NVVM dialect.
 std::string gpuModuleToNVVMPipeline(bool gridConstant = true);
 
+/// Assembles `bin.ptx` for `bin.arch` with ptxas -O3 -v into `bin.cubin`,
+/// filling the resource report. ptxas' warnings and its coded advisories fail
+/// (see ptxasAdvisories): on failure returns false with the reason in `error`.
+bool assembleWithPtxas(const GpuOptions& options, GpuBinary& bin, std::string& error);
+
+/// The lines of a successful ptxas -v log that report a defect in the PTX
+/// rather than a resource count: warnings, and advisories with a code, e.g.
+///   ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async
+///   instructions are serialized due to insufficient register resources ...
+/// (every wgmma of the kernel then waits for the previous one), or (C7519)
+/// "warpgroup.arrive is injected ... to allow use of registers in GMMA".
+std::vector<std::string> ptxasAdvisories(const std::string& log);
+
 /// Lowers the kernel IR in `module` (consumed) to PTX and cubins for every
 /// arch. On failure returns false with the reason in `error`.
 bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
