@@ -256,12 +256,22 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // Pallas' pipelined wgmma: step k's multiply stays in flight while step
     // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
     // are released one step later (delay_release) and refilled with step
-    // k + 3 - 1: three buffers keep two steps' copies ahead. (At 128 x 256
+    // k + depth - 1: three buffers keep two steps' copies ahead. (At 128 x 256
     // a stage is 48 KiB: three fit sm_80's 164 KiB as well as sm_90's 227;
     // sm_86 / sm_89, 99 KiB, run the direct twin: tma_path_available.)
-    spec.max_concurrent_steps(3);
+    //
+    // Split-K streams B from DRAM (a decode step's A is a few rows), so what
+    // bounds it is the bytes in flight per SM: at ~3 TB/s over 132 SMs and
+    // ~0.7 us of DRAM latency, about 16 KiB of B. Its 128 x 64 accumulator is
+    // 64 registers a consumer thread, so the consumers take 168 (not 232):
+    // (40 + 168) x 128 = 26624 registers a program, two programs an SM
+    // (kSplitTargetPrograms' two per SM), each four stages of 24 KiB (192
+    // KiB an SM) keeping three steps (24 KiB of B) ahead: 48 KiB of B in
+    // flight per SM instead of 16 (one program of three stages: at 232,
+    // 34816 registers a program, one fit).
+    spec.max_concurrent_steps(split ? 4 : 3);
     spec.delay_release(1);
-    spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
+    spec.warp_specialize({.producer_registers = 40, .consumer_registers = split ? 168 : 232});
   }
   // Grid axes, after the batch: 0 = i (rows of D), 1 = j (columns), 2 = k;
   // split-K: 2 = s (the split), 3 = k within it, K step s * per + k.
