@@ -141,13 +141,28 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // products: their grid has no parallel axis left for the splits). The
   // chooser counts tiles of the in-place sizes for every instance, so that
   // a direct twin agrees with its TMA instance.
+  //
+  // Products whose tiles are 128 x 256 (below) have a third instance,
+  // `tiles128`, for devices whose shared memory per block cannot hold the
+  // 128 x 256 pipeline (three stages of 48 KiB): sm_86 / sm_89's 99 KiB. It
+  // tiles 128 x 128 (three stages of 32 KiB), the gemm instances' shape, and
+  // keeps those devices on a staged, pipelined tensor-core path instead of
+  // the direct twin.
   Schedule schedule = Schedule::kTiles;
+  bool narrow = false;  // the tiles128 instance
   if (!form.batched) {
-    const int64_t chooser_n = extra_operand(epilogue) == Extra::kMatrix ? 128 : 256;
+    const bool has_wide = extra_operand(epilogue) != Extra::kMatrix;
+    const int64_t chooser_n = has_wide ? 256 : 128;
     Splits chosen = splits_for(cdiv(m, 128) * cdiv(n, chooser_n), cdiv(k, kTileK));
-    schedule = spec.variant("schedule", {"tiles", "splitk"}, DimExpr(1) - le(chosen.count, 1)) == 1
-                   ? Schedule::kSplitK
-                   : Schedule::kTiles;
+    const DimExpr split_wanted = DimExpr(1) - le(chosen.count, 1);
+    const int64_t kWidePlanBytes = 3 * (128 + 256) * kTileK * 2 + 1024;  // stages + barriers
+    const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
+    const int option =
+        has_wide ? spec.variant("schedule", {"tiles", "splitk", "tiles128"},
+                                split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted))
+                 : spec.variant("schedule", {"tiles", "splitk"}, split_wanted);
+    schedule = option == 1 ? Schedule::kSplitK : Schedule::kTiles;
+    narrow = option == 2;
   }
   const bool split = schedule == Schedule::kSplitK;
   // The accumulator's registers decide the tile (no spills on any target;
@@ -162,14 +177,16 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //  - 128 x 128 over two consumer warpgroups (64 accumulator registers a
   //    thread) when the epilogue also holds an [M, N] tile of C or R in
   //    registers, or the product is batched (at 128 x 256 the sm_80 form of
-  //    batched_matmul_bt spilled 16 bytes);
+  //    batched_matmul_bt spilled 16 bytes), or the device has too little
+  //    shared memory for 128 x 256 (tiles128);
   //  - 128 x 64 on one warpgroup for split-K (decode shapes gain programs;
   //    its sm_80 form spilled at 128 x 128 on one warpgroup);
   //  - 64 x 64 where the threads first store the operands into wgmma's
   //    layout (the direct twin).
   const bool in_place = !spec.direct();
   const bool two_consumers = in_place && !split;
-  const bool wide = two_consumers && extra_operand(epilogue) != Extra::kMatrix && !form.batched;
+  const bool wide =
+      two_consumers && extra_operand(epilogue) != Extra::kMatrix && !form.batched && !narrow;
   const int64_t kTileM = in_place ? 128 : 64;
   const int64_t kTileN = wide ? 256 : two_consumers ? 128 : 64;
   if (two_consumers) spec.threads(256);

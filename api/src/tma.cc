@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -139,13 +140,41 @@ void encode_emulator(const TmaOperand& op, TmaDescriptor& out) {
   std::memcpy(&out, &map, sizeof map);
 }
 
+int64_t emulated_shared_bytes(const EmulatorOptions& emulator) {
+  if (emulator.shared_bytes_per_block > 0) return emulator.shared_bytes_per_block;
+  const int cc = emulator.compute_capability;
+  if (cc >= 90) return 227 * 1024;
+  if (cc == 86 || cc == 89) return 99 * 1024;
+  return 163 * 1024;  // 80, 87
+}
+
 }  // namespace
+
+int64_t device_shared_bytes(const Launch& launch) {
+  switch (launch.backend) {
+    case Backend::kHost:
+      return INT64_MAX;
+    case Backend::kEmulator:
+      return emulated_shared_bytes(launch.emulator);
+    case Backend::kCuda:
+      break;
+  }
+  int device = 0, shared = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();  // the launch that follows reports it
+    return INT64_MAX;
+  }
+  return shared;
+}
 
 bool tma_path_available(const KernelImage& image, const Launch& launch) {
   switch (launch.backend) {
     case Backend::kHost:
       return false;
     case Backend::kEmulator:
+      if (image.dynamic_shared_bytes > emulated_shared_bytes(launch.emulator)) return false;
       return launch.emulator.compute_capability >= 90 ? image.emulator_entry != nullptr
                                                       : image.emulator_cp_async_entry != nullptr;
     case Backend::kCuda:

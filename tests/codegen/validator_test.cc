@@ -250,6 +250,39 @@ TEST(Validator, OneVariantPerSpec) {
             "spec 'two_variants_x': variant 'b': a spec has at most one variant");
 }
 
+// The device's shared memory may choose a variant (the entry point reads it),
+// but not shape a kernel: not its grid, workspaces or semaphores.
+TEST(Validator, DeviceSharedBytesOnlyChoosesAVariant) {
+  auto chooser = [](KernelSpec& spec) {
+    spec.variant("tile", {"big", "small"}, le(KernelSpec::device_shared_bytes(), 150000));
+    declare_x_out(spec);
+    spec.body([](Ref x, Ref out) { out.store(x.load()); });
+  };
+  mlir::MLIRContext context;
+  auto kernels = trace_spec("by_device", chooser, context);
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(kernels[0].spec->variant_chooser()->to_string(), "le(device_shared_bytes, 150000)");
+  EXPECT_EQ(kernels[0].spec->variant_chooser()->to_cpp(),
+            "static_cast<int64_t>(pallas::detail::device_shared_bytes(launch) <= 150000)");
+
+  EXPECT_EQ(trace_error("device_grid",
+                        [](KernelSpec& spec) {
+                          declare_x_out(spec);
+                          spec.grid({cdiv(KernelSpec::device_shared_bytes(), 1024)});
+                        }),
+            "spec 'device_grid': grid axis 0 is 'cdiv(device_shared_bytes, 1024)'; "
+            "device_shared_bytes() may only choose a variant (spec.variant): a kernel and its "
+            "launch are shaped by the arrays alone");
+  EXPECT_EQ(trace_error("device_workspace",
+                        [](KernelSpec& spec) {
+                          declare_x_out(spec);
+                          spec.workspace("w", f32, {KernelSpec::device_shared_bytes()});
+                        }),
+            "spec 'device_workspace': workspace 'w' dim 0 is 'device_shared_bytes'; "
+            "device_shared_bytes() may only choose a variant (spec.variant): a kernel and its "
+            "launch are shaped by the arrays alone");
+}
+
 TEST(Validator, EveryDimIsBoundByAnOperand) {
   auto fn = [](KernelSpec& spec) {
     DimExpr n = spec.dim("n"), k = spec.dim("k");

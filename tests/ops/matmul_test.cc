@@ -74,14 +74,16 @@ double silu(double x) { return x / (1.0 + std::exp(-x)); }
 /// its rounding.
 template <class T, class Out>
 void check_product(Backend backend, Product p, MatmulShape s, int compute_capability = 90,
-                   int concurrent_programs = 4) {
+                   int concurrent_programs = 4, int64_t shared_bytes_per_block = 0,
+                   bool staged_fits = true) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(std::string(op_name(p, s)) + " " + dtype_name<T>() + "->" + dtype_name<Out>() +
                " batch " + std::to_string(s.batch) + " (gap " + std::to_string(s.batch_gap) +
                ") m " + std::to_string(s.m) + " n " + std::to_string(s.n) + " k " +
                std::to_string(s.k) + " pad " + std::to_string(s.pad) + " alpha " +
                std::to_string(p.alpha) + " beta " + std::to_string(p.beta) + " sm_" +
-               std::to_string(compute_capability) + " seed " + std::to_string(seed));
+               std::to_string(compute_capability) + " shared " +
+               std::to_string(shared_bytes_per_block) + " seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   const bool bt = p.b_transposed;
@@ -124,10 +126,11 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
   TensorView<const T, 3> a3(a.data(), {s.batch, s.m, s.k}, {abs_, as, 1});
   TensorView<const T, 3> b3(b.data(), {s.batch, b_rows, bt ? s.k : s.n}, {bbs, bs, 1});
   TensorView<Out, 3> d3(d.data(), {s.batch, s.m, s.n}, {dbs, ds, 1});
-  Launch launch{
-      backend,
-      nullptr,
-      {.concurrent_programs = concurrent_programs, .compute_capability = compute_capability}};
+  Launch launch{backend,
+                nullptr,
+                {.concurrent_programs = concurrent_programs,
+                 .compute_capability = compute_capability,
+                 .shared_bytes_per_block = shared_bytes_per_block}};
   Status status;
   switch (p.epilogue) {
     case Epilogue::kNone:
@@ -164,9 +167,9 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
     return rows == 1 || stride * static_cast<int64_t>(sizeof(T)) % 16 == 0;
   };
   // TMA also needs every extent positive (an empty K runs the direct twin).
-  const bool expect_tma = backend == Backend::kEmulator && s.m > 0 && s.n > 0 && s.k > 0 &&
-                          tma_rows(s.m, as) && tma_rows(b_rows, bs) && tma_rows(nb, abs_) &&
-                          tma_rows(nb, bbs);
+  const bool expect_tma = backend == Backend::kEmulator && staged_fits && s.m > 0 && s.n > 0 &&
+                          s.k > 0 && tma_rows(s.m, as) && tma_rows(b_rows, bs) &&
+                          tma_rows(nb, abs_) && tma_rows(nb, bbs);
   if (backend != Backend::kCuda)
     EXPECT_EQ(detail::tma_descriptors_handed_out() - before, expect_tma ? 2u : 0u)
         << (expect_tma ? "the TMA instance did not run" : "the direct twin did not run");
@@ -422,6 +425,29 @@ TEST_P(MatmulTest, PersistentProgramsWalkSeveralTiles) {
   check_product<half, float>(backend, {false}, {512, 300, 130}, 90, 3);
   check_product<bfloat16, bfloat16>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, 2.0f},
                                     {512, 200, 64}, 90, 3);
+}
+
+// Devices with less shared memory per block than the 128 x 256 pipeline needs (sm_86 / sm_89:
+// 99 KiB) run the products that tile 128 x 256 in their tiles128 instance (128 x 128, 96 KiB):
+// still staged (its TMA descriptors are handed out; the direct twin's are not). The instance
+// the chooser keeps at a device's size must fit it: at 148480 bytes (the chooser's threshold)
+// the 128 x 256 instance runs staged, one byte less the 128 x 128 one; below every staged plan
+// the direct twin runs.
+TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
+  if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the emulator stands for such devices";
+  const Backend e = Backend::kEmulator;
+  for (int cc : {86, 89}) {  // the sm_80 form, 99 KiB
+    check_product<bfloat16, bfloat16>(e, {true}, {257, 300, 64}, cc, 1);
+    check_product<half, float>(e, {false}, {129, 136, 80}, cc, 2);
+  }
+  check_product<bfloat16, bfloat16>(e, {true, Epilogue::kBiasGelu}, {129, 200, 72}, 86);
+  // The sm_90a form of tiles128, in clusters of two (4 tile rows).
+  check_product<bfloat16, bfloat16>(e, {true}, {512, 300, 130}, 90, 3, 99 * 1024);
+  check_product<half, float>(e, {false}, {512, 136, 64}, 90, 3, 99 * 1024);
+  check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 148480);
+  check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 148479);
+  check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 64 * 1024,
+                                    /*staged_fits=*/false);
 }
 
 TEST_P(MatmulTest, Sm80Form) {

@@ -33,6 +33,11 @@ struct EmulatorOptions {
   // kernels with blocks staged in shared memory, below 90 their sm_80 forms (cp.async), as a
   // device of that generation would.
   int compute_capability = 90;
+  // The shared memory one program may have on that GPU (its opt-in maximum per block), which
+  // decides, as on a device, whether a staged instance fits or gives way (to a smaller tile, or
+  // to its direct twin). 0: the compute capability's: 227 KiB from 90, 99 KiB for 86 and 89,
+  // 163 KiB for 80 and 87.
+  int64_t shared_bytes_per_block = 0;
 };
 
 struct Launch {

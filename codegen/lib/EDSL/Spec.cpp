@@ -48,6 +48,16 @@ DimExpr DimExpr::dim(int index, std::string name) {
       std::make_shared<const Node>(Node{Kind::kDim, 0, index, std::move(name), nullptr, nullptr}));
 }
 
+DimExpr DimExpr::device_shared_bytes() {
+  return DimExpr(std::make_shared<const Node>(
+      Node{Kind::kDeviceSharedBytes, 0, -1, "device_shared_bytes", nullptr, nullptr}));
+}
+
+bool DimExpr::reads_device() const {
+  if (node_->kind == Kind::kDeviceSharedBytes) return true;
+  return node_->lhs && (lhs().reads_device() || rhs().reads_device());
+}
+
 DimExpr DimExpr::binary(Kind kind, const DimExpr& a, const DimExpr& b) {
   return DimExpr(std::make_shared<const Node>(Node{kind, 0, -1, "", a.node_, b.node_}));
 }
@@ -81,6 +91,8 @@ std::string DimExpr::print(bool cpp) const {
       return std::to_string(n.value);
     case Kind::kDim:
       return n.name;
+    case Kind::kDeviceSharedBytes:
+      return cpp ? "pallas::detail::device_shared_bytes(launch)" : "device_shared_bytes";
     case Kind::kAdd:
       return "(" + sub(n.lhs, cpp) + " + " + sub(n.rhs, cpp) + ")";
     case Kind::kSub:
@@ -222,6 +234,7 @@ Check KernelSpec::check(const std::string& message) {
 }
 
 Semaphores KernelSpec::semaphores(const std::string& name, DimExpr count, SemaphoreScope scope) {
+  require_no_device(count, "semaphores '" + name + "' count");
   Operand op = add_operand(name, Role::kSemaphores, DType::i32, {std::move(count)});
   operands_[op.index].semaphore_scope = scope;
   return Semaphores(op.index, scope);
@@ -275,6 +288,8 @@ Operand KernelSpec::workspace(const std::string& name, DType dtype, DimExpr coun
 
 Operand KernelSpec::workspace(const std::string& name, DType dtype, std::vector<DimExpr> shape) {
   if (shape.empty()) fail("workspace '" + name + "' has no dims");
+  for (size_t d = 0; d < shape.size(); ++d)
+    require_no_device(shape[d], "workspace '" + name + "' dim " + std::to_string(d));
   const size_t rank = shape.size();
   Operand op = add_operand(name, Role::kWorkspace, dtype, std::move(shape));
   operands_[op.index].block = std::vector<BlockDim>(rank, BlockDim(full));
@@ -316,8 +331,17 @@ void KernelSpec::alias(Operand input, Operand output) {
   operands_[output.index].aliased_from = input.index;
 }
 
+void KernelSpec::require_no_device(const DimExpr& e, const std::string& what) const {
+  if (e.reads_device())
+    fail(what + " is '" + e.to_string() +
+         "'; device_shared_bytes() may only choose a variant (spec.variant): a kernel and its "
+         "launch are shaped by the arrays alone");
+}
+
 void KernelSpec::grid(std::vector<DimExpr> axes) {
   if (axes.empty()) fail("grid has no axes; declare at least one");
+  for (size_t a = 0; a < axes.size(); ++a)
+    require_no_device(axes[a], "grid axis " + std::to_string(a));
   grid_ = std::move(axes);
   semantics_.clear();
 }

@@ -407,6 +407,8 @@ mlir::Value trace_state::materialize(const DimExpr& e) {
       }
       fail("dim '" + e.dim_name() + "' is not the dim of any operand");
     }
+    case DimExpr::Kind::kDeviceSharedBytes:
+      fail("a kernel reads device_shared_bytes(); it may only choose a variant (spec.variant)");
     default:
       break;
   }

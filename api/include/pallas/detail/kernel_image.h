@@ -222,9 +222,16 @@ struct TmaOperand {
 
 // Whether the TMA instance `image` can run for `launch`: CUDA when the current device has one
 // of its cubins (sm_90a, or its cp.async form) and the shared memory its pipeline needs, the
-// emulator always, the host never (it runs the direct instance, whose block semantics are the
-// same).
+// emulator when the GPU it stands for has that shared memory, the host never (it runs the
+// direct instance, whose block semantics are the same).
 bool tma_path_available(const KernelImage& image, const Launch& launch);
+
+// The bytes of shared memory one program may have where `launch` runs (a variant chooser's
+// DimExpr::device_shared_bytes()): CUDA, the current device's opt-in maximum per block (a
+// query that fails gives INT64_MAX: the launch that follows reports the error); the emulator,
+// EmulatorOptions::shared_bytes_per_block or the GPU its compute capability stands for; the
+// host, INT64_MAX.
+int64_t device_shared_bytes(const Launch& launch);
 
 // TMA's rules for an operand: data 16-byte aligned, every stride but the last a multiple of 16
 // bytes, every extent below 2^32. Returns null when they hold, else the rule broken (for the

@@ -67,9 +67,17 @@ class SpecError : public std::runtime_error {
 /// +, -, *, cdiv, max, min, le of expressions. Grids are written with these.
 class DimExpr {
  public:
-  enum class Kind { kDim, kConst, kAdd, kSub, kMul, kCdiv, kMax, kMin, kLe };
+  enum class Kind { kDim, kConst, kDeviceSharedBytes, kAdd, kSub, kMul, kCdiv, kMax, kMin, kLe };
   DimExpr(int64_t value);  // NOLINT: constants convert implicitly
   static DimExpr dim(int index, std::string name);
+  /// The bytes of shared memory one program may have on the device the
+  /// launch runs on (CUDA: the opt-in maximum per block; the emulator: the
+  /// GPU it stands for; the host: unbounded). Only a variant's chooser may
+  /// read it (the entry point evaluates it; kernels cannot): e.g. a tile too
+  /// big for sm_86 / sm_89's 99 KiB gives way to a smaller one.
+  static DimExpr device_shared_bytes();
+  /// Whether the expression reads device_shared_bytes().
+  bool reads_device() const;
 
   Kind kind() const { return node_->kind; }
   int dim_index() const { return node_->dim_index; }
@@ -833,6 +841,8 @@ class KernelSpec {
   /// holds only that path's code and registers). At most one per spec; the
   /// instance is named after the option: softmax_bf16_tile16.
   int variant(const std::string& name, std::vector<std::string> options, DimExpr choose);
+  /// DimExpr::device_shared_bytes(), for a variant's chooser.
+  static DimExpr device_shared_bytes() { return DimExpr::device_shared_bytes(); }
   /// A run-time array dim, bound by the first operand using it.
   DimExpr dim(const std::string& name);
   Operand input(const std::string& name, DType dtype, std::vector<DimExpr> shape);
@@ -992,6 +1002,8 @@ class KernelSpec {
   const std::optional<DimExpr>& variant_chooser() const { return variant_chooser_; }
   int variant_index() const { return variant_index_; }
   [[noreturn]] void fail(const std::string& message) const;
+  /// Fails naming `what` when `e` reads device_shared_bytes().
+  void require_no_device(const DimExpr& e, const std::string& what) const;
 
  private:
   template <class F, size_t... I>
