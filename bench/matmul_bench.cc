@@ -5,7 +5,8 @@
 //
 // Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 1024, 4096 with (N, K) in
 // (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)); products: `matmul_bt` (D = A B^T,
-// B [N, K], bf16 -> bf16; `matmul_bt/1cta`: the same without 2-CTA clusters), `matmul` (B [K,
+// B [N, K], bf16 -> bf16; `matmul_bt/1cta`: the same without 2-CTA clusters;
+// `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
 // N]) on the squares, and `linear_bias_gelu` against
 // cuBLASLt's GELU_BIAS epilogue. Each pair is first compared element by element (the same
 // inputs: a wrong kernel is reported, not timed). Weights rotate over enough copies that they
@@ -192,8 +193,13 @@ struct Buffer {
 };
 
 // kMatmulBtOneCta: matmul_bt launched without thread-block clusters (Launch::max_cluster 1),
-// what the clusters' multicast of B gives, in the same run.
-enum class Product { kMatmulBt, kMatmulBtOneCta, kMatmul, kLinearBiasGelu };
+// what the clusters' multicast of B gives, in the same run. kMatmulBtTiles128: matmul_bt's
+// 128 x 128 instance (what sm_86 / sm_89 run; Launch::max_shared_bytes_per_block below the
+// 128 x 256 pipeline's 144 KiB), against the 128 x 256 tiles: where more, smaller tiles fill
+// the last wave better (M = 1024, N = 14336: 448 tiles of 128 x 256 are 3.4 waves of 66
+// cluster pairs, 896 of 128 x 128 6.8), this says whether the entry point should choose by
+// waves too.
+enum class Product { kMatmulBt, kMatmulBtOneCta, kMatmulBtTiles128, kMatmul, kLinearBiasGelu };
 
 const char* product_name(Product p) {
   switch (p) {
@@ -201,6 +207,8 @@ const char* product_name(Product p) {
       return "matmul_bt";
     case Product::kMatmulBtOneCta:
       return "matmul_bt/1cta";
+    case Product::kMatmulBtTiles128:
+      return "matmul_bt/tiles128";
     case Product::kMatmul:
       return "matmul";
     case Product::kLinearBiasGelu:
@@ -231,6 +239,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   }
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
   if (product == Product::kMatmulBtOneCta) launch.max_cluster = 1;
+  if (product == Product::kMatmulBtTiles128) launch.max_shared_bytes_per_block = 99 * 1024;
   auto ours = [&](int i) {
     const bfloat16* bw = b[i % sets].data;
     TensorView<const bfloat16, 2> av(a.data, {m, k});
@@ -239,6 +248,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
     switch (product) {
       case Product::kMatmulBt:
       case Product::kMatmulBtOneCta:
+      case Product::kMatmulBtTiles128:
         s = pallas::kernels::matmul_bt(av, TensorView<const bfloat16, 2>(bw, {n, k}), dv, launch);
         break;
       case Product::kMatmul:
@@ -345,6 +355,9 @@ int main(int argc, char** argv) {
       {4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
   for (auto [n, k] : llm)
     for (int64_t m : ms) run(Product::kMatmulBt, m, n, k);
+  for (int64_t s : squares) run(Product::kMatmulBtTiles128, s, s, s);
+  for (auto [n, k] : llm)
+    for (int64_t m : {int64_t{1024}, int64_t{4096}}) run(Product::kMatmulBtTiles128, m, n, k);
   for (int64_t m : ms) run(Product::kLinearBiasGelu, m, 11008, 4096);
 
   if (!csv.empty()) {

@@ -467,6 +467,11 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
                                                            ": Launch::max_cluster is " +
                                                            std::to_string(launch.max_cluster) +
                                                            "; 0 (no limit) or a positive bound");
+  if (launch.max_shared_bytes_per_block < 0)
+    return Status::Error(StatusCode::kInvalidArgument,
+                         std::string(name) + ": Launch::max_shared_bytes_per_block is " +
+                             std::to_string(launch.max_shared_bytes_per_block) +
+                             "; 0 (the device's) or a positive bound");
   // Halving keeps a size that divides what the entry point checked (the tile rows).
   while (launch.max_cluster > 0 && cluster > launch.max_cluster) cluster /= 2;
   if (launch.backend == Backend::kEmulator) {  // options the emulator cannot stand for
@@ -480,6 +485,11 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
                            std::string(name) + ": Launch::emulator.compute_capability is " +
                                std::to_string(launch.emulator.compute_capability) +
                                "; the emulator stands for sm_80 to sm_12x (80 to 129)");
+    if (launch.emulator.shared_bytes_per_block < 0)
+      return Status::Error(StatusCode::kInvalidArgument,
+                           std::string(name) + ": Launch::emulator.shared_bytes_per_block is " +
+                               std::to_string(launch.emulator.shared_bytes_per_block) +
+                               "; 0 (the compute capability's) or a positive size");
   }
   for (size_t axis = 0; axis < 3; ++axis) {
     if (grid[axis] < 0) {

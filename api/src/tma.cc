@@ -5,6 +5,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -150,7 +151,9 @@ int64_t emulated_shared_bytes(const EmulatorOptions& emulator) {
 
 }  // namespace
 
-int64_t device_shared_bytes(const Launch& launch) {
+namespace {
+
+int64_t backend_shared_bytes(const Launch& launch) {
   switch (launch.backend) {
     case Backend::kHost:
       return INT64_MAX;
@@ -167,6 +170,15 @@ int64_t device_shared_bytes(const Launch& launch) {
     return INT64_MAX;
   }
   return shared;
+}
+
+}  // namespace
+
+int64_t device_shared_bytes(const Launch& launch) {
+  const int64_t device = backend_shared_bytes(launch);
+  return launch.max_shared_bytes_per_block > 0
+             ? std::min<int64_t>(device, launch.max_shared_bytes_per_block)
+             : device;
 }
 
 bool tma_path_available(const KernelImage& image, const Launch& launch) {

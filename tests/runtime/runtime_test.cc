@@ -661,6 +661,47 @@ TEST_F(LaunchKernel, ClustersOnTheHostAreOfOneAndSizesArePortablePowersOfTwo) {
   EXPECT_EQ(s.message(), "add_f32: Launch::max_cluster is -1; 0 (no limit) or a positive bound");
 }
 
+// The shared memory a variant chooser sees (DimExpr::device_shared_bytes): the host's is
+// unbounded, the emulator's the GPU it stands for unless set, both at most the launch's cap;
+// negative sizes are errors naming the field.
+TEST_F(LaunchKernel, DeviceSharedBytesForVariantChoosers) {
+  EXPECT_EQ(detail::device_shared_bytes({Backend::kHost}), INT64_MAX);
+  Launch capped{Backend::kHost};
+  capped.max_shared_bytes_per_block = 101376;
+  EXPECT_EQ(detail::device_shared_bytes(capped), 101376);
+  for (auto [cc, bytes] : {std::pair{90, 232448},
+                           {100, 232448},
+                           {86, 101376},
+                           {89, 101376},
+                           {80, 166912},
+                           {87, 166912}}) {
+    Launch emulated{Backend::kEmulator};
+    emulated.emulator.compute_capability = cc;
+    EXPECT_EQ(detail::device_shared_bytes(emulated), bytes) << "sm_" << cc;
+  }
+  Launch sized{Backend::kEmulator};
+  sized.emulator.shared_bytes_per_block = 150000;
+  EXPECT_EQ(detail::device_shared_bytes(sized), 150000);
+  sized.max_shared_bytes_per_block = 120000;
+  EXPECT_EQ(detail::device_shared_bytes(sized), 120000);
+
+  const KernelImage image = make_image();
+  Launch bad{Backend::kHost};
+  bad.max_shared_bytes_per_block = -1;
+  Status s = launch_kernel(image, args_, {4, 1, 1}, bad);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "add_f32: Launch::max_shared_bytes_per_block is -1; 0 (the device's) or a positive "
+            "bound");
+  Launch bad_emulator{Backend::kEmulator};
+  bad_emulator.emulator.shared_bytes_per_block = -5;
+  s = launch_kernel(image, args_, {4, 1, 1}, bad_emulator);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "add_f32: Launch::emulator.shared_bytes_per_block is -5; 0 (the compute "
+            "capability's) or a positive size");
+}
+
 TEST_F(LaunchKernel, HostHasNoCudaGridLimits) {
   const KernelImage image = make_image();
   ASSERT_TRUE(launch_kernel(image, args_, {int64_t{1} << 33, 70000, 1}, {Backend::kHost}).ok());

@@ -57,6 +57,11 @@ struct Launch {
   // out. (With the environment variable PALLAS_LOG_LAUNCH set, a CUDA launch that asked for
   // clusters and runs without them says so on stderr.)
   int max_cluster = 0;
+  // At most this many bytes of shared memory per program for the instances an entry point
+  // chooses among by the device's shared memory (the matmul family's 128 x 256 tiles, 144 KiB,
+  // give way to 128 x 128 below it); 0: the device's. For measuring the smaller instance on a
+  // device that fits both; the results are the same either way.
+  int64_t max_shared_bytes_per_block = 0;
 };
 
 // Synchronizes `stream`, then reports the checks that failed on the current device (values a

@@ -230,7 +230,7 @@ bool tma_path_available(const KernelImage& image, const Launch& launch);
 // DimExpr::device_shared_bytes()): CUDA, the current device's opt-in maximum per block (a
 // query that fails gives INT64_MAX: the launch that follows reports the error); the emulator,
 // EmulatorOptions::shared_bytes_per_block or the GPU its compute capability stands for; the
-// host, INT64_MAX.
+// host, INT64_MAX. At most Launch::max_shared_bytes_per_block when that is set.
 int64_t device_shared_bytes(const Launch& launch);
 
 // TMA's rules for an operand: data 16-byte aligned, every stride but the last a multiple of 16
