@@ -391,9 +391,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // One K step: acc += a @ b; at the last step the tile is finished
   // (loading the accumulator waits for every multiply in flight; `done`
   // reads it). The accumulator starts every tile at zero (spec.accumulator;
-  // a persistent program's is zeroed after each tile's epilogue, where its
-  // registers die: a zeroing branch at each tile's first step instead kept
-  // them live beside the epilogue, and the sm_80 forms spilled).
+  // a persistent program's is reset after each tile's epilogue, where its
+  // registers die, and on sm_90a no zeros are written: the tile's first
+  // wgmma ignores the accumulator (scale-d 0, MatmulRules.cpp). A zeroing
+  // branch at each tile's first step instead kept the registers live beside
+  // the epilogue, and the sm_80 forms spilled).
   auto step = [=](Ref a, Ref b, Ref acc, auto&& done) {
     if (in_place) {  // both tiles are read where TMA put them
       wgmma(acc, a, b, {.transpose_b = b_transposed});

@@ -240,6 +240,37 @@ TEST(Validator, VariantsAreInstancesWithTheirOwnGrid) {
   ASSERT_TRUE(kernels[0].spec->variant_chooser());
 }
 
+// Staged variants whose direct twins are the same kernel share one twin (the
+// first), which serves both options; twins that differ stay apart.
+TEST(Validator, VariantsShareIdenticalDirectTwins) {
+  auto fn = [](KernelSpec& spec) {
+    DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
+    Operand x = spec.input("x", f32, {rows, cols});
+    Operand out = spec.output("out", f32, {rows, cols});
+    // deep: a deeper pipeline (staging only, so the twins agree); wide: 64-row blocks.
+    const int option = spec.variant("path", {"shallow", "deep", "wide"}, le(rows, 64));
+    const int64_t block_rows = option == 2 ? 64 : 32;
+    spec.grid({cdiv(rows, block_rows), cdiv(cols, 32)});
+    spec.dimension_semantics({parallel, arbitrary});
+    spec.max_concurrent_steps(option == 1 ? 3 : 2);
+    auto map = [](const ProgramIds& p) { return at(p[0], p[1]); };
+    spec.block(x, {Blocked{block_rows}, Blocked{32}}, map, InShared{.swizzle = 128});
+    spec.block(out, {Blocked{block_rows}, Blocked{32}}, map);
+    spec.body([](Ref x, Ref out) { out.store(2.0 * x.load()); });
+  };
+  mlir::MLIRContext context;
+  auto kernels = trace_spec("twins", fn, context);
+  std::vector<std::string> names;
+  for (const auto& k : kernels) names.push_back(k.instance);
+  EXPECT_EQ(names, (std::vector<std::string>{"twins_shallow", "twins_shallow_direct", "twins_deep",
+                                             "twins_wide", "twins_wide_direct"}));
+  ASSERT_EQ(kernels.size(), 5u);
+  EXPECT_EQ(kernels[2].spec->direct_twin_name(), "twins_shallow_direct");
+  EXPECT_EQ(kernels[1].spec->twin_serves(), (std::vector<int>{0, 1}));
+  EXPECT_EQ(kernels[3].spec->direct_twin_name(), "twins_wide_direct");
+  EXPECT_EQ(kernels[4].spec->twin_serves(), (std::vector<int>{2}));
+}
+
 TEST(Validator, OneVariantPerSpec) {
   auto fn = [](KernelSpec& spec) {
     declare_x_out(spec);

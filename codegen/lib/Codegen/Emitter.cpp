@@ -128,8 +128,9 @@ std::string launchedExtent(const edsl::KernelSpec& spec, size_t a) {
   return "1";
 }
 
-/// The instance a staged kernel falls back to: the same, traced without staging.
-std::string directName(const edsl::KernelSpec& spec) { return spec.instance_name() + "_direct"; }
+/// The instance a staged kernel falls back to: the same, traced without
+/// staging (or another variant's identical twin, KernelSpec::direct_twin_name).
+std::string directName(const edsl::KernelSpec& spec) { return spec.direct_twin_name(); }
 
 /// `text` as a C++ string literal.
 std::string cppString(const std::string& text) {
@@ -332,16 +333,24 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   // point picks it by them); its argv form may be called with any others, for
   // which its grid and index arithmetic are not made (a split row of 8 columns
   // divides by zero).
-  if (spec.variant_chooser())
-    os << "  if (const int64_t variant = " << spec.variant_chooser()->to_cpp()
-       << "; variant != " << spec.variant_index() << ")\n"
+  // A direct twin serves its instance's option and those of the instances sharing it.
+  if (spec.variant_chooser()) {
+    const std::vector<int> serves =
+        spec.direct() ? spec.twin_serves() : std::vector<int>{spec.variant_index()};
+    std::string test, options;
+    for (size_t i = 0; i < serves.size(); ++i) {
+      test += (i ? " && variant != " : "variant != ") + std::to_string(serves[i]);
+      options += (i == 0 ? "" : i + 1 == serves.size() ? " or " : ", ") + std::to_string(serves[i]);
+    }
+    os << "  if (const int64_t variant = " << spec.variant_chooser()->to_cpp() << "; " << test
+       << ")\n"
        << "    return pallas::Status::Error(pallas::StatusCode::kInvalidArgument,\n"
        << "        std::string(kKernel) + "
        << cppString(": instance '" + name + "' runs the shapes for which " +
-                    spec.variant_chooser()->to_string() + " is " +
-                    std::to_string(spec.variant_index()) + "; these give ")
+                    spec.variant_chooser()->to_string() + " is " + options + "; these give ")
        << " + std::to_string(variant) + \" (the entry point picks the instance by the "
           "shapes)\");\n";
+  }
   // Semaphores, workspaces and the error record: memory from the runtime for this launch.
   std::vector<int> pooled;
   int errors_slot = -1;

@@ -965,6 +965,27 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
 
 }  // namespace
 
+namespace {
+
+/// What makes a direct twin the kernel it is: its IR with its own name taken
+/// out, and the shapes its launch computes (grid, workspaces, semaphores).
+std::string twin_fingerprint(const KernelSpec& spec, mlir::ModuleOp module) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module.print(os);
+  const std::string name = spec.instance_name();
+  for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at))
+    text.replace(at, name.size(), "@twin");
+  for (const DimExpr& axis : spec.grid_axes()) text += "\ngrid " + axis.to_string();
+  for (const OperandDecl& d : spec.operands()) {
+    text += "\noperand " + d.name;
+    for (const DimExpr& e : d.shape) text += " " + e.to_string();
+  }
+  return text;
+}
+
+}  // namespace
+
 std::vector<TracedKernel> trace_spec(const char* op, SpecFn spec_fn, mlir::MLIRContext& context) {
   context.loadDialect<mlir::pallas::PallasDialect, mlir::func::FuncDialect,
                       mlir::arith::ArithDialect, mlir::math::MathDialect, mlir::scf::SCFDialect,
@@ -972,6 +993,8 @@ std::vector<TracedKernel> trace_spec(const char* op, SpecFn spec_fn, mlir::MLIRC
   std::vector<TracedKernel> out;
   std::vector<int> radix;  // options per dtype parameter, learned from instance 0
   int count = 1;
+  // The direct twins traced so far: (fingerprint, index in `out`).
+  std::vector<std::pair<std::string, size_t>> twins;
   for (int instance = 0; instance < count; ++instance) {
     // Instance k picks option (k / prod(radix[j+1..])) % radix[j] of parameter j.
     std::vector<int> choice(radix.size());
@@ -1009,6 +1032,20 @@ std::vector<TracedKernel> trace_spec(const char* op, SpecFn spec_fn, mlir::MLIRC
       direct->set_body_hook(nullptr);
       if (mlir::failed(mlir::verify(dm)))
         direct->fail("internal error: traced kernel IR does not verify");
+      // A variant's twin that is another variant's twin kernel for kernel (the
+      // same IR and launch shapes, names aside) is not compiled again: the
+      // staged instance falls back to the first one.
+      std::string key = twin_fingerprint(*direct, dm);
+      auto same = std::find_if(twins.begin(), twins.end(), [&](const auto& t) {
+        return t.first == key && out[t.second].spec->entry_name() == direct->entry_name();
+      });
+      if (same != twins.end()) {
+        TracedKernel& first = out[same->second];
+        first.spec->add_twin_serves(direct->variant_index());
+        spec->set_shared_twin(first.instance);
+        continue;
+      }
+      twins.emplace_back(std::move(key), out.size());
       out.push_back(TracedKernel{direct->instance_name(), direct, std::move(direct_module)});
     }
   }

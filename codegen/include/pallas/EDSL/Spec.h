@@ -989,6 +989,22 @@ class KernelSpec {
   /// instance its entry point falls back to). Set before the spec runs.
   void set_direct(bool direct) { direct_ = direct; }
   bool direct() const { return direct_; }
+  /// The direct twin a staged instance falls back to: its own (instance_name()
+  /// + "_direct") unless another variant's twin is the same kernel (the
+  /// matmul tiles and tiles128 instances: both twins tile 64 x 64), which it
+  /// then shares, so that no kernel is compiled twice.
+  std::string direct_twin_name() const {
+    return shared_twin_.empty() ? instance_name() + "_direct" : shared_twin_;
+  }
+  void set_shared_twin(std::string twin) { shared_twin_ = std::move(twin); }
+  /// A direct twin's variant options: its own and those of the instances
+  /// sharing it (the options whose shapes it may be launched for).
+  std::vector<int> twin_serves() const {
+    std::vector<int> v{variant_index_};
+    v.insert(v.end(), also_serves_.begin(), also_serves_.end());
+    return v;
+  }
+  void add_twin_serves(int variant_index) { also_serves_.push_back(variant_index); }
   /// The messages of spec.check(), in declaration order.
   const std::vector<std::string>& check_messages() const { return checks_; }
   const std::function<void(std::span<const Ref>)>& body_fn() const { return body_; }
@@ -1040,6 +1056,8 @@ class KernelSpec {
   int max_registers_ = 0;
   int run_elements_ = 0;
   bool direct_ = false;
+  std::string shared_twin_;
+  std::vector<int> also_serves_;
   int max_concurrent_steps_ = kDefaultPipelineDepth;
   int delay_release_ = 0;
   std::optional<WarpSpecialization> ws_;
