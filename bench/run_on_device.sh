@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine (the `device` tool), from the repository root,
-# with the binaries built here carried along (the device machine has no LLVM):
+# with the binaries built here carried along (the device machine has no LLVM).
+# The programs are larger than the tool's 64 MiB carry, so they travel packed:
 #
-#   run(command="bench/run_on_device.sh",
-#       carry=["build/bench/pallas_bench", "build/bench/pallas_matmul_bench",
-#              "build/tests/ops/ops_test",
-#              "build/tests/kernels/features_test", "build/tests/runtime/runtime_cuda_test"])
+#   ninja -C build && bench/pack_for_device.sh      # here: build/device/bundle.tar.gz
+#   run(command="bench/run_on_device.sh", carry=["build/device"])
 #
 # Correctness first (the `gpu` tests), then the benchmark and the PyTorch
 # peers. Logs and CSVs go to $OUT; the table comes last in the output.
 set -uo pipefail
 OUT=${OUT:-/tmp/pallas-bench}
 mkdir -p "$OUT"
+if [ -f build/device/bundle.tar.gz ]; then
+  tar -xzf build/device/bundle.tar.gz || { echo "cannot unpack build/device/bundle.tar.gz"; exit 1; }
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   | tee "$OUT/gpu.txt"
 # The carried programs were linked on Debian 12 (static libstdc++/libgcc/Boost):
