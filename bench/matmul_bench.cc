@@ -217,6 +217,18 @@ const char* product_name(Product p) {
   return "?";
 }
 
+/// Whether matmul_bt's entry point runs its split-K instance for this shape: the chooser in
+/// kernel_specs/matmul.cc (splits_for over 128 x 256 tiles, about 264 programs, at least 4 K
+/// steps of 64 a split), restated.
+bool split_k_chosen(int64_t m, int64_t n, int64_t k) {
+  auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const int64_t tiles = cdiv(m, 128) * cdiv(n, 256), steps = cdiv(k, 64);
+  const int64_t wanted =
+      std::max<int64_t>(std::min(cdiv(steps, 4), cdiv(264, std::max<int64_t>(tiles, 1))), 1);
+  const int64_t per = std::max<int64_t>(cdiv(steps, wanted), 1);
+  return std::max<int64_t>(cdiv(steps, per), 1) > 1;
+}
+
 struct Row {
   std::string op;
   int64_t m, n, k;
@@ -355,9 +367,13 @@ int main(int argc, char** argv) {
       {4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
   for (auto [n, k] : llm)
     for (int64_t m : ms) run(Product::kMatmulBt, m, n, k);
-  for (int64_t s : squares) run(Product::kMatmulBtTiles128, s, s, s);
+  // tiles128 against tiles only where the entry point runs the tiles schedule (elsewhere it
+  // runs split-K, whatever the shared memory).
+  for (int64_t s : squares)
+    if (!split_k_chosen(s, s, s)) run(Product::kMatmulBtTiles128, s, s, s);
   for (auto [n, k] : llm)
-    for (int64_t m : {int64_t{1024}, int64_t{4096}}) run(Product::kMatmulBtTiles128, m, n, k);
+    for (int64_t m : ms)
+      if (!split_k_chosen(m, n, k)) run(Product::kMatmulBtTiles128, m, n, k);
   for (int64_t m : ms) run(Product::kLinearBiasGelu, m, 11008, 4096);
 
   if (!csv.empty()) {

@@ -739,6 +739,10 @@ def load_ours(ptx_dir: Path, arch: str | None, ptxas: str, nvdisasm: str | None,
     items = [i for i in our_ptx(ptx_dir, arch) if i[1] != exclude_arch]
     cache.mkdir(parents=True, exist_ok=True)
     names = {inst for inst, _, _ in our_ptx(ptx_dir, None)}
+    # The staged instances pallas-codegen lists (<op>.staged.txt): a variant sharing another
+    # variant's direct twin has no <instance>_direct of its own.
+    listed = {line.strip() for f in ptx_dir.glob("*.staged.txt")
+              for line in f.read_text().splitlines() if line.strip()}
 
     def one(item):
         inst, a, p = item
@@ -746,7 +750,7 @@ def load_ours(ptx_dir: Path, arch: str | None, ptxas: str, nvdisasm: str | None,
         op, kind, dtype = classify(inst)
         r = next(iter(res.values()), Resources()) if len(res) == 1 else res.get(inst, Resources())
         k = Kernel(inst, "ours", inst, a, op, kind, dtype, r)
-        k.staged = kind == "staged" or f"{inst}_direct" in names
+        k.staged = kind == "staged" or inst in listed or f"{inst}_direct" in names
         if nvdisasm:
             funcs = disassemble(nvdisasm, cubin, cache)
             if inst in funcs:

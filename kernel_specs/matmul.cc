@@ -140,7 +140,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // The schedule, chosen from the shape by the entry point (batched
   // products: their grid has no parallel axis left for the splits). The
   // chooser counts tiles of the in-place sizes for every instance, so that
-  // a direct twin agrees with its TMA instance.
+  // a direct twin agrees with its TMA instance: 128 x 256 (128 x 128 with C
+  // or R), tiles128 included.
   //
   // Products whose tiles are 128 x 256 (below) have a third instance,
   // `tiles128`, for devices whose shared memory per block cannot hold the
@@ -275,7 +276,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // are released one step later (delay_release) and refilled with step
     // k + depth - 1: three buffers keep two steps' copies ahead. (At 128 x 256
     // a stage is 48 KiB: three fit sm_80's 164 KiB as well as sm_90's 227;
-    // sm_86 / sm_89, 99 KiB, run the direct twin: tma_path_available.)
+    // sm_86 / sm_89, 99 KiB, run tiles128: three stages of 32 KiB.)
     //
     // Split-K streams B from DRAM (a decode step's A is a few rows), so what
     // bounds it is the bytes in flight per SM: at ~3 TB/s over 132 SMs and

@@ -49,18 +49,19 @@ Status take_region(int device, uint64_t bytes, bool semaphores, Stream stream, c
   r->device = device;
   r->semaphores = semaphores;
   r->bytes = (bytes + 255) / 256 * 256;
-  if (cudaError_t e = cudaMalloc(&r->ptr, r->bytes); e != cudaSuccess)
-    return Status::Error(
-        e == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory : StatusCode::kCudaError,
-        std::string(kernel) + ": cudaMalloc of " + std::to_string(r->bytes) +
-            " bytes for semaphores/workspace failed: " + cuda_text(e));
+  if (cudaError_t e = cudaMalloc(&r->ptr, r->bytes); e != cudaSuccess) {
+    const std::string call =
+        "cudaMalloc of " + std::to_string(r->bytes) + " bytes for semaphores/workspace";
+    Status s = cuda_failure(kernel, call.c_str(), e);
+    return e == cudaErrorMemoryAllocation ? Status::Error(StatusCode::kOutOfMemory, s.message())
+                                          : s;
+  }
   if (semaphores)
     if (cudaError_t e = cudaMemsetAsync(r->ptr, 0, r->bytes, stream); e != cudaSuccess) {
-      (void)cudaGetLastError();
+      Status s = cuda_failure(kernel, "cudaMemsetAsync (zeroing semaphores)", e);
       (void)cudaFree(r->ptr);
       (void)cudaGetLastError();
-      return Status::Error(StatusCode::kCudaError,
-                           std::string(kernel) + ": zeroing semaphores failed: " + cuda_text(e));
+      return s;
     }
   r->busy = true;
   out = r.get();
@@ -71,27 +72,36 @@ Status take_region(int device, uint64_t bytes, bool semaphores, Stream stream, c
 }  // namespace
 
 LaunchResources::~LaunchResources() {
-  std::lock_guard<std::mutex> lock(pool_mutex);
-  for (Item& item : items_) {
-    auto* r = static_cast<Region*>(item.pool_region);
-    if (!r) continue;
-    // The region is free for another launch once this stream has passed the event; without
-    // an event (creating or recording it failed) once this stream has drained.
-    bool recorded = r->done != nullptr ||
-                    cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming) == cudaSuccess;
-    if (recorded) recorded = cudaEventRecord(r->done, stream_) == cudaSuccess;
-    if (!recorded) {
+  // A region is free for another launch once this stream has passed its event. Where the
+  // event cannot be recorded, once this stream has drained: that synchronization runs without
+  // the pool's lock (other threads take other regions meanwhile; these stay busy), and if the
+  // stream failed they stay busy for good (leaked, never shared).
+  std::vector<Region*> unrecorded;
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    for (Item& item : items_) {
+      auto* r = static_cast<Region*>(item.pool_region);
+      if (!r) continue;
+      bool recorded = r->done != nullptr ||
+                      cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming) == cudaSuccess;
+      if (recorded) recorded = cudaEventRecord(r->done, stream_) == cudaSuccess;
+      if (recorded) {
+        r->busy = false;
+        continue;
+      }
       (void)cudaGetLastError();
-      if (cudaStreamSynchronize(stream_) != cudaSuccess) {
-        (void)cudaGetLastError();
-        continue;  // the stream failed: the region stays busy (leaked), never shared
-      }
-      if (r->done) {
-        (void)cudaEventDestroy(r->done);
-        (void)cudaGetLastError();
-        r->done = nullptr;
-      }
+      unrecorded.push_back(r);
     }
+  }
+  if (unrecorded.empty()) return;
+  const bool drained = cudaStreamSynchronize(stream_) == cudaSuccess;
+  (void)cudaGetLastError();
+  if (!drained) return;
+  std::lock_guard<std::mutex> lock(pool_mutex);
+  for (Region* r : unrecorded) {
+    if (r->done) (void)cudaEventDestroy(r->done);  // it marks an older launch
+    (void)cudaGetLastError();
+    r->done = nullptr;
     r->busy = false;
   }
 }

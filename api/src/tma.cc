@@ -32,22 +32,39 @@ Status invalid(const char* kernel, const TmaOperand& op, const std::string& why)
                                                          "' cannot be copied by TMA: " + why);
 }
 
+// A driver entry point of the given ABI version, or null with the reason in `error`.
+void* driver_function(const char* name, unsigned version, cudaError_t& error) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  error = cudaGetDriverEntryPointByVersion(name, &p, version, cudaEnableDefault, &found);
+  if (error == cudaSuccess && found != cudaDriverEntryPointSuccess) error = cudaErrorSymbolNotFound;
+  if (error != cudaSuccess) (void)cudaGetLastError();
+  return error == cudaSuccess ? p : nullptr;
+}
+
 // The driver's cuTensorMapEncodeTiled, looked up once.
 PFN_cuTensorMapEncodeTiled_v12000 encode_function(cudaError_t& error) {
   static cudaError_t lookup_error = cudaSuccess;
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    lookup_error = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                    cudaEnableDefault, &found);
-    if (lookup_error == cudaSuccess && found != cudaDriverEntryPointSuccess)
-      lookup_error = cudaErrorSymbolNotFound;
-    if (lookup_error != cudaSuccess) (void)cudaGetLastError();
-    return lookup_error == cudaSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p)
-                                       : nullptr;
-  }();
+  static auto fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(
+      driver_function("cuTensorMapEncodeTiled", 12000, lookup_error));
   error = lookup_error;
   return fn;
+}
+
+// The driver encodes in the calling thread's current context. A thread whose first CUDA call
+// is this launch has none: make the device's primary context current there (cudaSetDevice
+// does since CUDA 12, without synchronizing), but never replace a context the caller made
+// current (a driver-API context the arrays may live in).
+cudaError_t ensure_current_context() {
+  static cudaError_t lookup_error = cudaSuccess;
+  static auto get_current = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(
+      driver_function("cuCtxGetCurrent", 4000, lookup_error));
+  if (!get_current) return lookup_error;
+  CUcontext current = nullptr;
+  if (get_current(&current) == CUDA_SUCCESS && current != nullptr) return cudaSuccess;
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  return e == cudaSuccess ? cudaSetDevice(device) : e;
 }
 
 // Descriptors of repeated launches, by everything that goes into one.
@@ -144,14 +161,10 @@ void encode_emulator(const TmaOperand& op, TmaDescriptor& out) {
 int64_t emulated_shared_bytes(const EmulatorOptions& emulator) {
   if (emulator.shared_bytes_per_block > 0) return emulator.shared_bytes_per_block;
   const int cc = emulator.compute_capability;
-  if (cc >= 90) return 227 * 1024;
-  if (cc == 86 || cc == 89) return 99 * 1024;
-  return 163 * 1024;  // 80, 87
+  if (cc >= 120 || cc == 86 || cc == 89) return 99 * 1024;  // sm_86, sm_89, sm_12x
+  if (cc >= 90) return 227 * 1024;                          // sm_90, sm_10x
+  return 163 * 1024;                                        // sm_80, sm_87
 }
-
-}  // namespace
-
-namespace {
 
 int64_t backend_shared_bytes(const Launch& launch) {
   switch (launch.backend) {
@@ -185,8 +198,15 @@ bool tma_path_available(const KernelImage& image, const Launch& launch) {
   switch (launch.backend) {
     case Backend::kHost:
       return false;
-    case Backend::kEmulator:
-      if (image.dynamic_shared_bytes > emulated_shared_bytes(launch.emulator)) return false;
+    case Backend::kEmulator: {
+      // The plan plus the form's static shared memory, as launch_kernel gives a program.
+      const int64_t* static_bytes = launch.emulator.compute_capability >= 90
+                                        ? image.emulator_shared_bytes
+                                        : image.emulator_cp_async_shared_bytes;
+      if (image.dynamic_shared_bytes + (static_bytes ? *static_bytes : 0) >
+          emulated_shared_bytes(launch.emulator))
+        return false;
+    }
       return launch.emulator.compute_capability >= 90 ? image.emulator_entry != nullptr
                                                       : image.emulator_cp_async_entry != nullptr;
     case Backend::kCuda:
@@ -231,10 +251,11 @@ Status encode_tma(const char* kernel, const TmaOperand& op, const Launch& launch
   // the next launch may be on another device).
   if (launch.backend == Backend::kCuda) {
     int device = 0, major = 0;
-    cudaError_t e = cudaGetDevice(&device);
-    if (e == cudaSuccess)
-      e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (e != cudaSuccess) return cuda_failure(kernel, "cudaDeviceGetAttribute (for TMA)", e);
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+      return cuda_failure(kernel, "cudaGetDevice (for TMA descriptors)", e);
+    if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+        e != cudaSuccess)
+      return cuda_failure(kernel, "cudaDeviceGetAttribute (for TMA descriptors)", e);
     if (major < 9) {
       std::memset(&out, 0, sizeof out);
       return Status::Ok();
@@ -252,13 +273,8 @@ Status encode_tma(const char* kernel, const TmaOperand& op, const Launch& launch
   if (launch.backend == Backend::kEmulator) {
     encode_emulator(op, out);
   } else {
-    // The driver encodes in the current context: make the device's primary context current
-    // on this thread (one whose first CUDA call is this launch has none yet); since CUDA 12
-    // cudaSetDevice does, without synchronizing.
-    int device = 0;
-    cudaError_t e = cudaGetDevice(&device);
-    if (e == cudaSuccess) e = cudaSetDevice(device);
-    if (e != cudaSuccess) return cuda_failure(kernel, "cudaSetDevice (before TMA encoding)", e);
+    if (cudaError_t e = ensure_current_context(); e != cudaSuccess)
+      return cuda_failure(kernel, "making a CUDA context current (to encode TMA descriptors)", e);
     if (Status s = encode_cuda(kernel, op, out); !s.ok()) return s;
   }
   std::lock_guard<std::mutex> lock(c.mutex);

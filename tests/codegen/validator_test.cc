@@ -247,8 +247,10 @@ TEST(Validator, VariantsShareIdenticalDirectTwins) {
     DimExpr rows = spec.dim("rows"), cols = spec.dim("cols");
     Operand x = spec.input("x", f32, {rows, cols});
     Operand out = spec.output("out", f32, {rows, cols});
-    // deep: a deeper pipeline (staging only, so the twins agree); wide: 64-row blocks.
-    const int option = spec.variant("path", {"shallow", "deep", "wide"}, le(rows, 64));
+    // deep: a deeper pipeline (staging only, so the twins agree); wide: 64-row blocks;
+    // worded: another check message (the same IR: the twins' launchers differ).
+    const int option = spec.variant("path", {"shallow", "deep", "wide", "worded"}, le(rows, 64));
+    Check check = spec.check(option == 3 ? "program {0} is negative" : "program {0} < 0");
     const int64_t block_rows = option == 2 ? 64 : 32;
     spec.grid({cdiv(rows, block_rows), cdiv(cols, 32)});
     spec.dimension_semantics({parallel, arbitrary});
@@ -256,15 +258,19 @@ TEST(Validator, VariantsShareIdenticalDirectTwins) {
     auto map = [](const ProgramIds& p) { return at(p[0], p[1]); };
     spec.block(x, {Blocked{block_rows}, Blocked{32}}, map, InShared{.swizzle = 128});
     spec.block(out, {Blocked{block_rows}, Blocked{32}}, map);
-    spec.body([](Ref x, Ref out) { out.store(2.0 * x.load()); });
+    spec.body([=](Ref x, Ref out) {
+      check.fail_if(program_id(0) < index(0), {program_id(0)});
+      out.store(2.0 * x.load());
+    });
   };
   mlir::MLIRContext context;
   auto kernels = trace_spec("twins", fn, context);
   std::vector<std::string> names;
   for (const auto& k : kernels) names.push_back(k.instance);
   EXPECT_EQ(names, (std::vector<std::string>{"twins_shallow", "twins_shallow_direct", "twins_deep",
-                                             "twins_wide", "twins_wide_direct"}));
-  ASSERT_EQ(kernels.size(), 5u);
+                                             "twins_wide", "twins_wide_direct", "twins_worded",
+                                             "twins_worded_direct"}));
+  ASSERT_EQ(kernels.size(), 7u);
   EXPECT_EQ(kernels[2].spec->direct_twin_name(), "twins_shallow_direct");
   EXPECT_EQ(kernels[1].spec->twin_serves(), (std::vector<int>{0, 1}));
   EXPECT_EQ(kernels[3].spec->direct_twin_name(), "twins_wide_direct");
@@ -729,11 +735,11 @@ TEST(Validator, StagedBlockTilingDividesTheBlockAndFitsTheSwizzle) {
   EXPECT_EQ(trace_error("narrow_tile", staged(InShared{.swizzle = 128, .tiling = {64, 32}})),
             "spec 'narrow_tile': operand 'b': the tile's last dim is 64 bytes, less than its "
             "128-byte swizzle; a swizzled row is one swizzle span (Pallas' rule): use the 64-byte "
-            "swizzle or a wider block");
+            "swizzle or a wider block or tiling");
   EXPECT_EQ(trace_error("thin_tile", staged(InShared{.swizzle = 32, .tiling = {64, 8}})),
             "spec 'thin_tile': operand 'b': the tile's last dim is 16 bytes, less than its "
             "32-byte swizzle; a swizzled row is one swizzle span (Pallas' rule): use no swizzle "
-            "or a wider block");
+            "or a wider block or tiling");
   EXPECT_EQ(trace_error("uneven_tile", staged(InShared{.swizzle = 128, .tiling = {48, 64}})),
             "spec 'uneven_tile': operand 'b' block dim 0 is 64; its tile of 48 must divide it "
             "and be 1 to 256 elements (one TMA box)");

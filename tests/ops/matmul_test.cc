@@ -14,6 +14,8 @@
 #include <pallas/detail/kernel_image.h>
 #include <pallas/kernels.h>
 
+#include <tuple>
+
 namespace pallas::testing {
 namespace {
 
@@ -429,10 +431,8 @@ TEST_P(MatmulTest, PersistentProgramsWalkSeveralTiles) {
 
 // Devices with less shared memory per block than the 128 x 256 pipeline needs (sm_86 / sm_89:
 // 99 KiB) run the products that tile 128 x 256 in their tiles128 instance (128 x 128, 96 KiB):
-// still staged (its TMA descriptors are handed out; the direct twin's are not). The instance
-// the chooser keeps at a device's size must fit it: at 148480 bytes (the chooser's threshold)
-// the 128 x 256 instance runs staged, one byte less the 128 x 128 one; below every staged plan
-// the direct twin runs.
+// still staged (its TMA descriptors are handed out; the direct twin's are not). Below every
+// staged plan the direct twin runs.
 TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
   if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the emulator stands for such devices";
   const Backend e = Backend::kEmulator;
@@ -448,6 +448,41 @@ TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
   check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 148479);
   check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 64 * 1024,
                                     /*staged_fits=*/false);
+
+  // Which instance the chooser keeps at each size: each instance serves only its own option
+  // (else "the entry point picks the instance"), and the one kept runs staged (its TMA
+  // descriptors are handed out), so the threshold is neither above the 128 x 256 plan nor
+  // below what keeps it.
+  auto call = [&](bool tiles128, int64_t shared) {
+    const int64_t m = 129, n = 300, k = 64;
+    Array<bfloat16> a(e, static_cast<size_t>(m * k)), b(e, static_cast<size_t>(n * k));
+    Array<bfloat16> d(e, static_cast<size_t>(m * n));
+    a.upload();
+    b.upload();
+    d.upload();
+    TensorView<const bfloat16, 2> av(a.data(), {m, k});
+    TensorView<const bfloat16, 2> bv(b.data(), {n, k});
+    TensorView<bfloat16, 2> dv(d.data(), {m, n});
+    void* args[] = {&av, &bv, &dv};
+    Launch launch{e, nullptr, {.concurrent_programs = 2, .shared_bytes_per_block = shared}};
+    const uint64_t before = detail::tma_descriptors_handed_out();
+    Status s = tiles128 ? kernels::matmul_bt_bf16_bf16_tiles128_argv(args, launch)
+                        : kernels::matmul_bt_bf16_bf16_tiles_argv(args, launch);
+    if (s.ok()) EXPECT_EQ(detail::tma_descriptors_handed_out() - before, 2u) << "staged";
+    return s;
+  };
+  for (auto [tiles128, shared, ok] : {std::tuple{false, 148480, true},
+                                      {true, 148480, false},
+                                      {false, 148479, false},
+                                      {true, 148479, true},
+                                      {true, 101376, true}}) {
+    Status s = call(tiles128, shared);
+    EXPECT_EQ(s.ok(), ok) << (tiles128 ? "tiles128" : "tiles") << " at " << shared << ": "
+                          << s.message();
+    if (!ok)
+      EXPECT_NE(s.message().find("the entry point picks the instance"), std::string::npos)
+          << s.message();
+  }
 }
 
 TEST_P(MatmulTest, Sm80Form) {

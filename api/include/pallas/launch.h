@@ -35,8 +35,8 @@ struct EmulatorOptions {
   int compute_capability = 90;
   // The shared memory one program may have on that GPU (its opt-in maximum per block), which
   // decides, as on a device, whether a staged instance fits or gives way (to a smaller tile, or
-  // to its direct twin). 0: the compute capability's: 227 KiB from 90, 99 KiB for 86 and 89,
-  // 163 KiB for 80 and 87.
+  // to its direct twin). 0: the compute capability's: 163 KiB for 80 and 87, 99 KiB for 86,
+  // 89 and from 120, 227 KiB for 90 to 119.
   int64_t shared_bytes_per_block = 0;
 };
 
@@ -57,10 +57,11 @@ struct Launch {
   // out. (With the environment variable PALLAS_LOG_LAUNCH set, a CUDA launch that asked for
   // clusters and runs without them says so on stderr.)
   int max_cluster = 0;
-  // At most this many bytes of shared memory per program for the instances an entry point
-  // chooses among by the device's shared memory (the matmul family's 128 x 256 tiles, 144 KiB,
-  // give way to 128 x 128 below it); 0: the device's. For measuring the smaller instance on a
-  // device that fits both; the results are the same either way.
+  // kCuda and kEmulator: the device's shared memory per block as the entry points' variant
+  // choosers see it is at most this (the matmul family's 128 x 256 tiles, a 144 KiB pipeline,
+  // give way to 128 x 128 below it); 0: the device's own. It steers the choice only: what
+  // runs still needs the device's memory. For measuring the smaller instance on a device that
+  // fits both; the results are the same either way.
   int64_t max_shared_bytes_per_block = 0;
 };
 

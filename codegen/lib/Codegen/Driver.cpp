@@ -325,10 +325,17 @@ int codegenMain(int argc, char** argv) {
             writeIfChanged(outDir + "/" + op + ".cc", emitSource(op, specFile, compiled)) &&
             writeIfChanged(outDir + "/" + op + "_host.o", object) &&
             writeIfChanged(outDir + "/" + op + ".kernel.mlir", kernelIR);
-  for (const auto& inst : compiled)
+  // Beside the PTX, the staged instances (the SASS report's TMA / cp.async
+  // rules apply to them; a shared direct twin does not name them all).
+  std::string staged;
+  for (const auto& inst : compiled) {
     for (const auto& bin : inst.gpu)
       ok = ok && writeIfChanged(outDir + "/ptx/" + inst.kernel->instance + "." + bin.arch + ".ptx",
                                 bin.ptx);
+    if (inst.kernel->spec->has_staged_blocks() && !inst.kernel->spec->direct())
+      staged += inst.kernel->instance + "\n";
+  }
+  if (!staged.empty()) ok = ok && writeIfChanged(outDir + "/ptx/" + op + ".staged.txt", staged);
   return ok ? 0 : 1;
 }
 

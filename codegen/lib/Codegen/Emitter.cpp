@@ -349,7 +349,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
        << cppString(": instance '" + name + "' runs the shapes for which " +
                     spec.variant_chooser()->to_string() + " is " + options + "; these give ")
        << " + std::to_string(variant) + \" (the entry point picks the instance by the "
-          "shapes)\");\n";
+       << (spec.variant_chooser()->reads_device() ? "shapes and the device" : "shapes")
+       << ")\");\n";
   }
   // Semaphores, workspaces and the error record: memory from the runtime for this launch.
   std::vector<int> pooled;
@@ -568,9 +569,11 @@ std::string emitHeader(const std::string& op, const std::string& spec_file,
        << " threads per program";
     if (spec.launch_threads(/*tma_copies=*/false) != spec.launch_threads())
       os << " (" << spec.launch_threads(false) << " in its sm_80 form: no producer warpgroup)";
-    if (spec.variant_chooser())
-      os << "; launched when " << spec.variant_chooser()->to_string() << " is "
-         << spec.variant_index();
+    if (spec.variant_chooser()) {
+      os << "; launched when " << spec.variant_chooser()->to_string() << " is";
+      for (int v : spec.direct() ? spec.twin_serves() : std::vector<int>{spec.variant_index()})
+        os << " " << v;
+    }
     os << ".\n";
     for (const OperandDecl& d : spec.operands()) {
       if (d.role == Role::kScratch) continue;

@@ -46,12 +46,13 @@ std::vector<std::string> ptxasAdvisories(const std::string& log) {
   // coded info lines; the plain info lines (registers, smem, compile time)
   // have no code.
   llvm::Regex coded("^ptxas info +: \\(C[0-9]+\\)");
+  llvm::Regex warning("^ptxas.* warning *:");
   std::vector<std::string> found;
   llvm::SmallVector<llvm::StringRef> lines;
   llvm::StringRef(log).split(lines, '\n', -1, /*KeepEmpty=*/false);
   for (llvm::StringRef line : lines) {
     line = line.rtrim();
-    if (line.contains("warning") || coded.match(line)) found.push_back(line.str());
+    if (warning.match(line) || coded.match(line)) found.push_back(line.str());
   }
   return found;
 }
@@ -79,9 +80,11 @@ bool assembleWithPtxas(const GpuOptions& options, GpuBinary& bin, std::string& e
       llvm::sys::ExecuteAndWait(options.ptxas, args, std::nullopt, redirects, 0, 0, &execError);
   auto log = llvm::MemoryBuffer::getFile(logPath);
   std::string logText = log ? (*log)->getBuffer().str() : "";
+  // A failure's lines cite the PTX: it is kept, and named.
+  const std::string kept = "; the PTX is kept at " + ptxPath.str().str();
   if (rc != 0) {
-    error =
-        "ptxas " + archFlag + " failed (" + std::to_string(rc) + "): " + execError + "\n" + logText;
+    error = "ptxas " + archFlag + " failed (" + std::to_string(rc) + kept + "): " + execError +
+            "\n" + logText;
   } else {
     auto cubin = llvm::MemoryBuffer::getFile(cubinPath);
     if (!cubin) {
@@ -98,12 +101,13 @@ bool assembleWithPtxas(const GpuOptions& options, GpuBinary& bin, std::string& e
       // fails the build, so that no such kernel ships.
       if (std::vector<std::string> advisories = ptxasAdvisories(logText); !advisories.empty()) {
         error = "ptxas " + archFlag + " reported " + std::to_string(advisories.size()) +
-                " warning(s) or advisories (they fail the build):\n" + llvm::join(advisories, "\n");
+                " warning(s) or advisories (they fail the build" + kept + "):\n" +
+                llvm::join(advisories, "\n");
         rc = 1;
       }
     }
   }
-  llvm::sys::fs::remove(ptxPath);
+  if (rc == 0) llvm::sys::fs::remove(ptxPath);
   llvm::sys::fs::remove(cubinPath);
   llvm::sys::fs::remove(logPath);
   return rc == 0;

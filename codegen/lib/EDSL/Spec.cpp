@@ -444,7 +444,7 @@ void KernelSpec::check_staging(int index, const std::vector<BlockDim>& block_sha
          "-byte swizzle; a swizzled row is one swizzle span (Pallas' rule): use " +
          (row_bytes == 32 || row_bytes == 64 ? "the " + std::to_string(row_bytes) + "-byte swizzle"
                                              : std::string("no swizzle")) +
-         " or a wider block");
+         " or a wider block or tiling");
   // Several copies land one after another: each must keep the next aligned
   // to the swizzle pattern's period (TMA's rule for its destination).
   std::vector<int64_t> extents;

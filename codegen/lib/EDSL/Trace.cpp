@@ -963,12 +963,10 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
   mlir::func::ReturnOp::create(t.builder, loc);
 }
 
-}  // namespace
-
-namespace {
-
 /// What makes a direct twin the kernel it is: its IR with its own name taken
-/// out, and the shapes its launch computes (grid, workspaces, semaphores).
+/// out (body, grid, threads, registers, persistence), and what its launcher
+/// and metadata read from the spec besides: each operand's role, dtype,
+/// shape, aliasing, scalar bound and semaphore scope, and the check messages.
 std::string twin_fingerprint(const KernelSpec& spec, mlir::ModuleOp module) {
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -976,11 +974,18 @@ std::string twin_fingerprint(const KernelSpec& spec, mlir::ModuleOp module) {
   const std::string name = spec.instance_name();
   for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at))
     text.replace(at, name.size(), "@twin");
+  text += "\nthreads " + std::to_string(spec.threads()) + " registers " +
+          std::to_string(spec.max_registers());
   for (const DimExpr& axis : spec.grid_axes()) text += "\ngrid " + axis.to_string();
   for (const OperandDecl& d : spec.operands()) {
-    text += "\noperand " + d.name;
+    text += "\noperand " + d.name + " role " + std::to_string(static_cast<int>(d.role)) +
+            " dtype " + std::string(edsl::name(d.dtype)) + " aliases " +
+            std::to_string(d.aliased_to) + " " + std::to_string(d.aliased_from) + " scope " +
+            std::to_string(static_cast<int>(d.semaphore_scope)) + " min " +
+            (d.min_value ? std::to_string(*d.min_value) : "-") + " shape";
     for (const DimExpr& e : d.shape) text += " " + e.to_string();
   }
+  for (const std::string& m : spec.check_messages()) text += "\ncheck " + m;
   return text;
 }
 

@@ -65,6 +65,7 @@ class SpecError : public std::runtime_error {
 
 /// An integer expression of run-time array dims: a dim, a constant, or
 /// +, -, *, cdiv, max, min, le of expressions. Grids are written with these.
+/// A variant's chooser may also read device_shared_bytes().
 class DimExpr {
  public:
   enum class Kind { kDim, kConst, kDeviceSharedBytes, kAdd, kSub, kMul, kCdiv, kMax, kMin, kLe };
@@ -147,8 +148,9 @@ inline constexpr Full full{};
 /// `swizzle` (0, 32, 64 or 128 bytes) is Pallas' SwizzleTransform: the 16-byte
 /// pieces of each row of the staged block are permuted (XOR with the row
 /// index) so that threads reading a column hit different banks. The block's
-/// last dim must then span at most `swizzle` bytes (TMA's rule), and at least
-/// 16 bytes, a multiple of 16, in every case.
+/// last dim (the tiling's, with one) must then span exactly `swizzle` bytes
+/// (Pallas' rule; TMA's allows at most), and at least 16 bytes, a multiple
+/// of 16, in every case.
 ///
 /// TMA needs a 16-byte-aligned array whose strides are multiples of 16 bytes;
 /// for arrays that break these rules, and on GPUs before sm_90, the entry
@@ -698,6 +700,7 @@ std::vector<Value> emit_pipeline(
 /// box of the copies to and from it (its rank is that of the arrays it is
 /// copied with), `swizzle` TMA's swizzle in bytes (0, 32, 64, 128; the
 /// last dim spans at most that many bytes unless 0, and a multiple of 16).
+/// (Unlike a staged block, where Pallas' rule asks for exactly one span.)
 /// Its elements are read and written through its Ref in whole 16-byte runs
 /// (block loads and stores at static offsets).
 struct SharedBuffer {
@@ -835,9 +838,9 @@ class KernelSpec {
   std::vector<DType> dtype_params(const std::vector<std::string>& names,
                                   std::vector<std::vector<DType>> combinations);
   /// One kernel instance per option behind the same entry point, which picks
-  /// one at run time: `choose`, an expression of the dims, is the index of the
-  /// option to launch. Returns this instance's option, so that each instance
-  /// declares only its own path's grid, workspaces and body (and its kernel
+  /// one at run time: `choose`, an expression of the dims (and of
+  /// device_shared_bytes()), is the index of the option to launch. Returns this instance's option,
+  /// so that each instance declares only its own path's grid, workspaces and body (and its kernel
   /// holds only that path's code and registers). At most one per spec; the
   /// instance is named after the option: softmax_bf16_tile16.
   int variant(const std::string& name, std::vector<std::string> options, DimExpr choose);
@@ -1018,10 +1021,10 @@ class KernelSpec {
   const std::optional<DimExpr>& variant_chooser() const { return variant_chooser_; }
   int variant_index() const { return variant_index_; }
   [[noreturn]] void fail(const std::string& message) const;
-  /// Fails naming `what` when `e` reads device_shared_bytes().
-  void require_no_device(const DimExpr& e, const std::string& what) const;
 
  private:
+  /// Fails naming `what` when `e` reads device_shared_bytes().
+  void require_no_device(const DimExpr& e, const std::string& what) const;
   template <class F, size_t... I>
   static void call_with_refs(F& f, std::span<const Ref> refs, std::index_sequence<I...>) {
     f(refs[I]...);
