@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -73,6 +76,17 @@ TEST(Ptxas, SerializedWgmmaFailsNamingTheAdvisory) {
             std::string::npos)
       << error;
   EXPECT_NE(error.find("'planted_serialized'"), std::string::npos) << error;
+  // The PTX the advisory cites is kept, and named: it is there, with the planted kernel.
+  const std::string kept = "the PTX is kept at ";
+  const size_t at = error.find(kept);
+  ASSERT_NE(at, std::string::npos) << error;
+  const size_t from = at + kept.size();
+  const std::string path = error.substr(from, error.find(')', from) - from);
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  EXPECT_EQ(text.str(), bin.ptx) << path;
+  std::remove(path.c_str());
 }
 
 TEST(Ptxas, TwinWithoutTheDefectAssembles) {
