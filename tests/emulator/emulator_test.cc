@@ -85,12 +85,11 @@ std::string launch_error(const LaunchConfig& config) {
   return error.empty() ? "<failed without a message>" : error;
 }
 
-/// Runs `entry` over one CTA of `threads` threads; returns the error ("" if none).
-std::string run(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
-                std::vector<Descriptor> descriptors, std::vector<Buffer> buffers, int threads = 128,
-                uint64_t seed = 0, int64_t ctas = 1, int resident = 4) {
-  std::vector<void*> args;
-  for (Descriptor& d : descriptors) d.append(args);
+/// A launch of `entry` over `ctas` CTAs of `threads` threads, with `args` and `buffers`
+/// (which must outlive it) and the scheduler's `seed`.
+LaunchConfig config_for(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
+                        std::vector<void*>& args, std::vector<Buffer>& buffers, int64_t ctas,
+                        int threads, uint64_t seed) {
   LaunchConfig config;
   config.kernel = kernel;
   config.entry = entry;
@@ -100,6 +99,16 @@ std::string run(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
   config.shared_bytes = shared_bytes;
   config.buffers = buffers;
   config.options.schedule_seed = seed;
+  return config;
+}
+
+/// Runs `entry` over one CTA of `threads` threads; returns the error ("" if none).
+std::string run(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
+                std::vector<Descriptor> descriptors, std::vector<Buffer> buffers, int threads = 128,
+                uint64_t seed = 0, int64_t ctas = 1, int resident = 4) {
+  std::vector<void*> args;
+  for (Descriptor& d : descriptors) d.append(args);
+  LaunchConfig config = config_for(kernel, entry, shared_bytes, args, buffers, ctas, threads, seed);
   config.options.concurrent_ctas = resident;
   return launch_error(config);
 }
@@ -228,17 +237,11 @@ std::string run_cluster(std::vector<int32_t>& out, bool early, uint64_t seed) {
   std::vector<void*> args;
   d.append(args);
   args.push_back(&early);
-  LaunchConfig config;
-  config.kernel = "cluster_release";
-  config.entry = pallas_emu_kernel_cluster_release;
-  config.args = args.data();
-  config.grid = {2, 1, 1};
-  config.block = {64, 1, 1};
-  config.shared_bytes = pallas_emu_kernel_cluster_release_shared_bytes;
   std::vector<Buffer> buffers{buffer("out", out)};
-  config.buffers = buffers;
+  LaunchConfig config =
+      config_for("cluster_release", pallas_emu_kernel_cluster_release,
+                 pallas_emu_kernel_cluster_release_shared_bytes, args, buffers, 2, 64, seed);
   config.cluster = 2;
-  config.options.schedule_seed = seed;
   return launch_error(config);
 }
 
@@ -286,18 +289,9 @@ std::string run_tma(const char* kernel, ThreadEntry entry, int64_t shared_bytes,
   d.append(args);
   args.push_back(&descriptor);
   if constexpr (!std::is_same_v<Scalar, std::nullptr_t>) args.push_back(&scalar);
-  LaunchConfig config;
-  config.kernel = kernel;
-  config.entry = entry;
-  config.args = args.data();
-  config.grid = {1, 1, 1};
-  config.block = {128, 1, 1};
-  config.shared_bytes = shared_bytes;
   std::vector<Buffer> buffers{buffer("out", out)};
   if (array.data() != out.data()) buffers.push_back(buffer("x", array));
-  config.buffers = buffers;
-  config.options.schedule_seed = seed;
-  return launch_error(config);
+  return launch_error(config_for(kernel, entry, shared_bytes, args, buffers, 1, 128, seed));
 }
 
 std::vector<float> iota_floats(size_t n) {
@@ -437,17 +431,10 @@ std::string run_wgmma(std::vector<float>& out, std::vector<uint16_t>& x, int64_t
   args.push_back(&descriptor);
   args.push_back(&high);
   args.push_back(&early);
-  LaunchConfig config;
-  config.kernel = "wgmma_tma_operand";
-  config.entry = pallas_emu_kernel_wgmma_tma_operand;
-  config.args = args.data();
-  config.grid = {1, 1, 1};
-  config.block = {128, 1, 1};
-  config.shared_bytes = pallas_emu_kernel_wgmma_tma_operand_shared_bytes;
   std::vector<Buffer> buffers{buffer("out", out), buffer("x", x)};
-  config.buffers = buffers;
-  config.options.schedule_seed = seed;
-  return launch_error(config);
+  return launch_error(config_for("wgmma_tma_operand", pallas_emu_kernel_wgmma_tma_operand,
+                                 pallas_emu_kernel_wgmma_tma_operand_shared_bytes, args, buffers, 1,
+                                 128, seed));
 }
 
 /// bf16 bits of small integers (exact), x[r][k] = (3 r + k) % 7 - 3.

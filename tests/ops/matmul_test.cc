@@ -269,6 +269,22 @@ void check_epilogue(Backend backend, Product p) {
   for (MatmulShape s : epilogue_shapes_for(backend)) check_product<T, Out>(backend, p, s);
 }
 
+/// Calls one matmul_bt bf16 instance's argv entry (`argv`) on fresh [m, k] x [n, k] arrays.
+Status call_matmul_bt_instance(Status (*argv)(void* const*, const Launch&), int64_t m, int64_t n,
+                               int64_t k, const Launch& launch) {
+  Array<bfloat16> a(launch.backend, static_cast<size_t>(m * k));
+  Array<bfloat16> b(launch.backend, static_cast<size_t>(n * k));
+  Array<bfloat16> d(launch.backend, static_cast<size_t>(m * n));
+  a.upload();
+  b.upload();
+  d.upload();
+  TensorView<const bfloat16, 2> av(a.data(), {m, k});
+  TensorView<const bfloat16, 2> bv(b.data(), {n, k});
+  TensorView<bfloat16, 2> dv(d.data(), {m, n});
+  void* args[] = {&av, &bv, &dv};
+  return argv(args, launch);
+}
+
 class MatmulTest : public BackendTest {};
 
 TEST_P(MatmulTest, BTransposedBF16) { check_shapes<bfloat16, bfloat16>(GetParam(), true); }
@@ -345,16 +361,8 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
   auto call = [&](int64_t m, int64_t n, int64_t k) {
-    Array<bfloat16> a(backend, static_cast<size_t>(m * k)), b(backend, static_cast<size_t>(n * k));
-    Array<bfloat16> d(backend, static_cast<size_t>(m * n));
-    a.upload();
-    b.upload();
-    d.upload();
-    TensorView<const bfloat16, 2> av(a.data(), {m, k});
-    TensorView<const bfloat16, 2> bv(b.data(), {n, k});
-    TensorView<bfloat16, 2> dv(d.data(), {m, n});
-    void* args[] = {&av, &bv, &dv};
-    return kernels::matmul_bt_bf16_bf16_splitk_argv(args, Launch{backend, nullptr});
+    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_argv, m, n, k,
+                                   Launch{backend, nullptr});
   };
   EXPECT_TRUE(call(1, 65, 600).ok());
   EXPECT_TRUE(call(7, 130, 520).ok());
@@ -454,20 +462,11 @@ TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
   // descriptors are handed out), so the threshold is neither above the 128 x 256 plan nor
   // below what keeps it.
   auto call = [&](bool tiles128, int64_t shared) {
-    const int64_t m = 129, n = 300, k = 64;
-    Array<bfloat16> a(e, static_cast<size_t>(m * k)), b(e, static_cast<size_t>(n * k));
-    Array<bfloat16> d(e, static_cast<size_t>(m * n));
-    a.upload();
-    b.upload();
-    d.upload();
-    TensorView<const bfloat16, 2> av(a.data(), {m, k});
-    TensorView<const bfloat16, 2> bv(b.data(), {n, k});
-    TensorView<bfloat16, 2> dv(d.data(), {m, n});
-    void* args[] = {&av, &bv, &dv};
     Launch launch{e, nullptr, {.concurrent_programs = 2, .shared_bytes_per_block = shared}};
     const uint64_t before = detail::tma_descriptors_handed_out();
-    Status s = tiles128 ? kernels::matmul_bt_bf16_bf16_tiles128_argv(args, launch)
-                        : kernels::matmul_bt_bf16_bf16_tiles_argv(args, launch);
+    Status s = call_matmul_bt_instance(tiles128 ? kernels::matmul_bt_bf16_bf16_tiles128_argv
+                                                : kernels::matmul_bt_bf16_bf16_tiles_argv,
+                                       129, 300, 64, launch);
     if (s.ok()) EXPECT_EQ(detail::tma_descriptors_handed_out() - before, 2u) << "staged";
     return s;
   };
