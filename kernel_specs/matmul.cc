@@ -36,16 +36,24 @@
 // tiles in order (the result does not depend on which finished last), runs
 // the epilogue and stores D, 16 rows at a time, and puts the semaphore back
 // to zero (the pattern of sum_all and the split row reductions). Steps past
-// K read zeros (TMA's fill, masked loads), so any split is exact. The
-// entry point splits when the tiles schedule would have too few programs:
-// counted in its 128 x 256 tiles (128 x 128 with C or R), S > 1 below. The
-// split instance then uses 128 x 64 tiles and its own S. Worked example,
-// M = 16, N = 4096, K = 4096: 16 tiles of 128 x 256 and 64 K steps want
-// min(cdiv(64, 4), cdiv(264, 16)) = 16, i.e. cdiv(64, cdiv(64, 16)) = 16 > 1
-// splits: split-K. In its 64 tiles
-// of 128 x 64: min(16, cdiv(264, 64)) = 5 wanted, per = cdiv(64, 5) = 13
-// steps, S = cdiv(64, 13) = 5 splits (the last one 12 steps and one past K):
-// 320 programs instead of 16.
+// K read zeros (TMA's fill, masked loads), so any split is exact.
+//
+// The entry point splits when the tiles schedule would fill at most half of
+// an H100's 132 SMs (at most 66 tiles of 128 x 256, or of 128 x 128 with C or
+// R) and the split instance would split: S > 1 (below) counted in its own
+// 128 x 64 tiles, i.e. fewer than 264 of them and K at least 5 steps. Past
+// that the split does not pay: from 264 tiles of 128 x 64 it runs S = 1, the
+// tiles schedule with a quarter of the tile and no persistence (M = N = K =
+// 2048: 128 tiles of 128 x 256 are one wave of the tiles schedule, 512 of
+// 128 x 64 two waves of the split instance's two programs an SM, each
+// multiplying a quarter of the tile at m64n64, shared-memory bound); and
+// 67..132 tiles of 128 x 128 would give the split instance at most S = 2
+// over more than 264 programs: two waves of half the K steps at two
+// programs an SM, no faster than the tiles schedule's one wave. Worked
+// example, M = 16, N = 4096, K = 4096: 16 tiles of 128 x 256; 64 tiles of
+// 128 x 64 and 64 K steps want min(cdiv(64, 4), cdiv(264, 64)) = 5 splits,
+// per = cdiv(64, 5) = 13 steps, S = cdiv(64, 13) = 5 (the last split 12
+// steps and one past K): 320 programs instead of 16.
 //
 // `linear_*` take the weight as a linear layer stores it, [N, K], and keep
 // the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
@@ -116,7 +124,8 @@ enum class Schedule { kTiles, kSplitK };
 
 /// About this many programs in all for a split-K launch (two per SM of an
 /// H100), with at least kMinStepsPerSplit K steps (of 64) in each split.
-constexpr int64_t kSplitTargetPrograms = 264;
+constexpr int64_t kSmCount = 132;  // an H100 SXM's
+constexpr int64_t kSplitTargetPrograms = 2 * kSmCount;
 constexpr int64_t kMinStepsPerSplit = 4;
 
 /// Split-K's K steps per split and splits S for `tiles` tiles of D and
@@ -138,10 +147,12 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   const bool b_transposed = form.b_transposed;
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
   // The schedule, chosen from the shape by the entry point (batched
-  // products: their grid has no parallel axis left for the splits). The
-  // chooser counts tiles of the in-place sizes for every instance, so that
-  // a direct twin agrees with its TMA instance: 128 x 256 (128 x 128 with C
-  // or R), tiles128 included.
+  // products: their grid has no parallel axis left for the splits): split-K
+  // where the tiles schedule would fill at most half the SMs and the split
+  // instance splits (see the file comment). The chooser counts in-place
+  // tiles (128 x 256 or 128 x 128 for the tiles schedule, 128 x 64 for the
+  // split) for every instance, so that a direct twin agrees with its TMA
+  // instance.
   //
   // Products whose tiles are 128 x 256 (below) have a third instance,
   // `tiles128`, for devices whose shared memory per block cannot hold the
@@ -153,9 +164,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   bool narrow = false;  // the tiles128 instance
   if (!form.batched) {
     const bool has_wide = extra_operand(epilogue) != Extra::kMatrix;
-    const int64_t chooser_n = has_wide ? 256 : 128;
-    Splits chosen = splits_for(cdiv(m, 128) * cdiv(n, chooser_n), cdiv(k, kTileK));
-    const DimExpr split_wanted = DimExpr(1) - le(chosen.count, 1);
+    const DimExpr schedule_tiles = cdiv(m, 128) * cdiv(n, has_wide ? 256 : 128);
+    const DimExpr split_splits = splits_for(cdiv(m, 128) * cdiv(n, 64), cdiv(k, kTileK)).count;
+    const DimExpr split_wanted =
+        le(schedule_tiles, kSmCount / 2) * (DimExpr(1) - le(split_splits, 1));
     const int64_t kWidePlanBytes = 3 * (128 + 256) * kTileK * 2 + 1024;  // stages + barriers
     const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
     const int option =

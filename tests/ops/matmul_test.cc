@@ -356,20 +356,61 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
 
 // The shapes above are split-K's: its instance, which serves only the
 // shapes its entry point's chooser gives it, accepts them, and refuses a
-// shape with many tiles and a short K.
+// shape with many tiles and a short K. The chooser's boundaries (M = 1
+// keeps the host's runs cheap): split where the tiles schedule fills at most
+// 66 of 132 SMs and the split instance's 128 x 64 tiles are fewer than 264
+// with K of at least 5 steps; from 264 the split instance would run one split.
 TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
+  const Launch launch{backend, nullptr};
   auto call = [&](int64_t m, int64_t n, int64_t k) {
-    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_argv, m, n, k,
-                                   Launch{backend, nullptr});
+    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_argv, m, n, k, launch);
+  };
+  auto call_tiles = [&](int64_t m, int64_t n, int64_t k) {
+    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_tiles_argv, m, n, k, launch);
+  };
+  auto expect_refused = [](const Status& s, const char* what) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(s.message().find("the entry point picks the instance"), std::string::npos)
+        << what << ": " << s.message();
   };
   EXPECT_TRUE(call(1, 65, 600).ok());
   EXPECT_TRUE(call(7, 130, 520).ok());
-  Status refused = call(256, 256, 64);
-  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.message().find("the entry point picks the instance"), std::string::npos)
-      << refused.message();
+  expect_refused(call(256, 256, 64), "many tiles, one K step");
+  // 128 tiles of 128 x 256 (as 2048^2) are one wave of the tiles schedule;
+  // the split instance's 512 tiles of 128 x 64 would not split.
+  expect_refused(call(1, 32768, 320), "128 wide tiles on the split instance");
+  // 66 tiles of 128 x 256, 263 vs 264 of 128 x 64; 4 vs 5 K steps.
+  expect_refused(call(1, 16896, 320), "264 split tiles");
+  expect_refused(call_tiles(1, 16832, 320), "263 split tiles on the tiles instance");
+  expect_refused(call(1, 65, 256), "4 K steps");
+  expect_refused(call_tiles(1, 65, 257), "5 K steps on the tiles instance");
+  if (backend == Backend::kHost) {  // the emulator would run hundreds of programs
+    EXPECT_TRUE(call(1, 16832, 320).ok());
+    EXPECT_TRUE(call_tiles(1, 16896, 320).ok());
+    EXPECT_TRUE(call(1, 65, 257).ok());
+    EXPECT_TRUE(call_tiles(1, 65, 256).ok());
+  }
+  // gemm_bt's tiles are 128 x 128: 67 of them (134 of 128 x 64, which
+  // would split) fill more than half the SMs.
+  Array<bfloat16> a(backend, 320), b(backend, 8576 * 320), c(backend, 8576), d(backend, 8576);
+  for (auto* x : {&a, &b, &c, &d}) x->upload();
+  float alpha = 1.0f, beta = 1.0f;
+  auto call_gemm = [&](auto argv, int64_t n) {
+    TensorView<const bfloat16, 2> av(a.data(), {1, 320});
+    TensorView<const bfloat16, 2> bv(b.data(), {n, 320});
+    TensorView<const bfloat16, 2> cv(c.data(), {1, n});
+    TensorView<bfloat16, 2> dv(d.data(), {1, n});
+    void* args[] = {&av, &bv, &cv, &dv, &alpha, &beta};
+    return argv(args, launch);
+  };
+  expect_refused(call_gemm(kernels::gemm_bt_bf16_bf16_splitk_argv, 8576), "67 gemm tiles");
+  expect_refused(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_argv, 8448), "66 gemm tiles");
+  if (backend == Backend::kHost) {
+    EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_splitk_argv, 8448).ok());
+    EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_argv, 8576).ok());
+  }
 }
 
 // An empty K: the product is zero and D is its epilogue (BLAS: D = beta C),
