@@ -154,7 +154,7 @@ std::string number_text(double value) {
 }
 
 Status check_operand(const char* kernel, const char* operand, const void* data, size_t element_size,
-                     int rank, const int64_t* shape, const int64_t* strides) {
+                     int rank, const int64_t* shape, const int64_t* strides, bool written) {
   bool empty = false;
   for (int d = 0; d < rank; ++d) {
     if (shape[d] < 0) {
@@ -185,16 +185,26 @@ Status check_operand(const char* kernel, const char* operand, const void* data, 
                              std::to_string(strides[last]) +
                              "; the kernel needs unit stride in the last dim");
   }
-  // `span` is one past the largest offset reachable through the dims inside dim d; dim d must
-  // step past it so that no two indices alias the same element.
+  // `span` is one past the largest offset reachable through the dims inside dim d. A written
+  // operand's dim d must step past it, so that no two indices alias the same element; an
+  // input's may not (a stride of 0 broadcasts, as an expanded view: reading an element twice
+  // is harmless), but it may not step backwards.
   int64_t span = shape[last];
   for (int d = last - 1; d >= 0; --d) {
     if (shape[d] == 1) continue;
-    if (strides[d] < span) {
+    if (!written && strides[d] < 0) {
+      return Status::Error(StatusCode::kInvalidArgument,
+                           prefix(kernel, operand) + " dim " + std::to_string(d) +
+                               " has negative stride " + std::to_string(strides[d]) +
+                               "; an input's strides are 0 (broadcast) or positive");
+    }
+    if (written && strides[d] < span) {
       return Status::Error(StatusCode::kInvalidArgument,
                            prefix(kernel, operand) + " dim " + std::to_string(d) + " has stride " +
                                std::to_string(strides[d]) + ", smaller than the " +
-                               std::to_string(span) + " elements of the dims inside it");
+                               std::to_string(span) +
+                               " elements of the dims inside it (an output's elements may not "
+                               "share memory; only inputs broadcast)");
     }
     int64_t extent = 0;
     if (__builtin_mul_overflow(shape[d] - 1, strides[d], &extent) ||

@@ -238,6 +238,16 @@ const char* tma_rule_broken(const TmaOperand& op) {
         static_cast<uint64_t>(op.strides[d] * op.element_bytes) >= (uint64_t{1} << 40))
       return "a stride is 2^40 bytes or more";
   }
+  // A tensor map's dims do not overlap: each stride steps past the dims inside it (cuda.h's
+  // model is stride[i] = stride[i - 1] * (extent[i] + padding[i])). A broadcast input
+  // (stride 0) or one whose dims overlap is read by the direct twin. Worked example: a
+  // [4, 64, 64] batch of B with batch stride 0 steps 0 elements past the 64 * 64 inside.
+  int64_t span = op.rank > 0 ? op.shape[op.rank - 1] : 0;
+  for (int d = op.rank - 2; d >= 0; --d) {
+    if (op.shape[d] == 1) continue;
+    if (op.strides[d] < span) return "a stride overlaps the dims inside it (a broadcast view)";
+    span += (op.shape[d] - 1) * op.strides[d];
+  }
   return nullptr;
 }
 

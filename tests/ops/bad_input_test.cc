@@ -278,6 +278,22 @@ TEST(BadInput, EveryEntryPointRejectsEveryBadViewByName) {
           v.data = call.first_input_data();
           bad(v, StatusCode::kInvalidArgument, "overlaps", "over an input");
         }
+        // Dim 0 with stride 0: every row (or batch entry) the first one. An input broadcasts
+        // (the call runs); an output, or an operand updated in place, is refused.
+        if (op.rank >= 2 && g.shape[0] > 1) {
+          v = g;
+          v.strides[0] = 0;
+          if (output) {
+            bad(v, StatusCode::kInvalidArgument, "smaller than", "broadcast output");
+          } else {
+            call.reset();
+            ++calls;
+            Status b = call.run(argument, &v);
+            EXPECT_TRUE(b.ok() ||
+                        (!chosen && b.message().find("runs the shapes") != std::string::npos))
+                << "broadcast input '" << op.name << "': " << b.message();
+          }
+        }
       }
     }
   EXPECT_GT(instances, 200);  // every dtype, variant and path instance of every op (252)

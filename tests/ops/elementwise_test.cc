@@ -97,20 +97,24 @@ void check_axpy(Backend backend) {
 }
 
 // bias_gelu over [rows, cols] in 8 x 256 tiles; rows are `stride` elements
-// apart and the padding between them must stay untouched.
+// apart and the padding between them must stay untouched. `broadcast`: x's
+// row stride is 0 (an input may broadcast: every row of x is its first).
 template <class T>
 void check_bias_gelu(Backend backend) {
   struct Shape {
     int64_t rows, cols, pad;
+    bool broadcast = false;
   };
-  const Shape shapes[] = {{1, 1, 0},     {7, 255, 0},  {8, 256, 0},  {9, 257, 0},
-                          {33, 1000, 0}, {3, 4099, 0}, {17, 300, 5}, {8, 256, 3}};
+  const Shape shapes[] = {{1, 1, 0},         {7, 255, 0},       {8, 256, 0},  {9, 257, 0},
+                          {33, 1000, 0},     {3, 4099, 0},      {17, 300, 5}, {8, 256, 3},
+                          {9, 257, 0, true}, {17, 300, 5, true}};
   for (const Shape& sh : shapes) {
     uint32_t seed = fresh_seed();
     int64_t stride = sh.cols + sh.pad;
+    const int64_t x_stride = sh.broadcast ? 0 : stride;
     SCOPED_TRACE(std::string("bias_gelu ") + dtype_name<T>() + " " + std::to_string(sh.rows) + "x" +
                  std::to_string(sh.cols) + " row stride " + std::to_string(stride) +
-                 " seed=" + std::to_string(seed));
+                 " x row stride " + std::to_string(x_stride) + " seed=" + std::to_string(seed));
     std::mt19937 rng(seed);
     size_t total = static_cast<size_t>(sh.rows * stride);
     Array<T> x(backend, total), bias(backend, sh.cols), out(backend, total);
@@ -123,7 +127,7 @@ void check_bias_gelu(Backend backend) {
     x.upload();
     bias.upload();
     out.upload();
-    Status s = bias_gelu(TensorView<const T, 2>(x.data(), {sh.rows, sh.cols}, {stride, 1}),
+    Status s = bias_gelu(TensorView<const T, 2>(x.data(), {sh.rows, sh.cols}, {x_stride, 1}),
                          TensorView<const T, 1>(bias.data(), {sh.cols}),
                          TensorView<T, 2>(out.data(), {sh.rows, sh.cols}, {stride, 1}),
                          Launch{backend, nullptr});
@@ -133,7 +137,7 @@ void check_bias_gelu(Backend backend) {
     for (int64_t r = 0; r < sh.rows && ok; ++r) {
       for (int64_t c = 0; c < sh.cols && ok; ++c) {
         double want =
-            gelu_ref(double(to_float(x.host()[r * stride + c])) + to_float(bias.host()[c]));
+            gelu_ref(double(to_float(x.host()[r * x_stride + c])) + to_float(bias.host()[c]));
         ok = expect_close(out.host()[r * stride + c], want,
                           "element [" + std::to_string(r) + ", " + std::to_string(c) + "]");
       }

@@ -25,6 +25,9 @@ struct MatmulShape {
   // batch > 0: batched_matmul(_bt) on [batch, ., .] arrays, each matrix
   // followed by `batch_gap` elements (its batch stride is rows * row stride + gap).
   int64_t batch = 0, batch_gap = 0;
+  // Broadcast::kA / kB: that input's leading stride is 0 (its batch stride when batched,
+  // else its row stride): every batch entry (row) reads the first one, as a shared weight.
+  enum class Broadcast { kNone, kA, kB } broadcast = Broadcast::kNone;
 };
 
 /// The product's op and what its epilogue does with acc = A @ B (or A @ B^T).
@@ -89,13 +92,23 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   const bool bt = p.b_transposed;
-  const int64_t as = s.k + s.pad, bs = (bt ? s.k : s.n) + s.pad, ds = s.n + s.pad;
+  using Broadcast = MatmulShape::Broadcast;
+  const bool batched = s.batch > 0;
+  const int64_t ds = s.n + s.pad;
+  int64_t as = s.k + s.pad, bs = (bt ? s.k : s.n) + s.pad;
   const int64_t b_rows = bt ? s.n : s.k;
   // Batch strides (unused without a batch).
   const int64_t nb = std::max<int64_t>(s.batch, 1);
-  const int64_t abs_ = s.m * as + s.batch_gap, bbs = b_rows * bs + s.batch_gap,
-                dbs = s.m * ds + s.batch_gap;
-  Array<T> a(backend, static_cast<size_t>(nb * abs_)), b(backend, static_cast<size_t>(nb * bbs));
+  int64_t abs_ = s.m * as + s.batch_gap, bbs = b_rows * bs + s.batch_gap;
+  const int64_t dbs = s.m * ds + s.batch_gap;
+  const size_t a_elements = static_cast<size_t>(nb * abs_),
+               b_elements = static_cast<size_t>(nb * bbs);
+  if (s.broadcast == Broadcast::kA) (batched ? abs_ : as) = 0;
+  if (s.broadcast == Broadcast::kB) (batched ? bbs : bs) = 0;
+  SCOPED_TRACE(s.broadcast == Broadcast::kA   ? "a broadcast"
+               : s.broadcast == Broadcast::kB ? "b broadcast"
+                                              : "no broadcast");
+  Array<T> a(backend, a_elements), b(backend, b_elements);
   Array<Out> d(backend, static_cast<size_t>(nb * dbs));
   // C or R ([m, n] with d's row stride), or the bias row.
   const bool matrix_extra =
@@ -169,9 +182,12 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
     return rows == 1 || stride * static_cast<int64_t>(sizeof(T)) % 16 == 0;
   };
   // TMA also needs every extent positive (an empty K runs the direct twin).
+  // A broadcast (a stride of 0 over several rows or batch entries) is no tensor map.
+  auto broadcast = [](int64_t rows, int64_t stride) { return rows > 1 && stride == 0; };
   const bool expect_tma = backend == Backend::kEmulator && staged_fits && s.m > 0 && s.n > 0 &&
                           s.k > 0 && tma_rows(s.m, as) && tma_rows(b_rows, bs) &&
-                          tma_rows(nb, abs_) && tma_rows(nb, bbs);
+                          tma_rows(nb, abs_) && tma_rows(nb, bbs) && !broadcast(s.m, as) &&
+                          !broadcast(b_rows, bs) && !broadcast(nb, abs_) && !broadcast(nb, bbs);
   if (backend != Backend::kCuda)
     EXPECT_EQ(detail::tma_descriptors_handed_out() - before, expect_tma ? 2u : 0u)
         << (expect_tma ? "the TMA instance did not run" : "the direct twin did not run");
@@ -445,6 +461,22 @@ TEST_P(MatmulTest, BatchedBF16) {
 TEST_P(MatmulTest, BatchedBTransposedF16ToF32) {
   for (MatmulShape s : batched_shapes_for(GetParam()))
     check_product<half, float>(GetParam(), {true}, s);
+}
+
+// Broadcast inputs (a stride of 0): a batch sharing one weight matrix, or
+// one A for every batch entry (cuBLAS's batch stride 0), and 2-D operands
+// whose rows all read the first. TMA copies need dims that do not overlap,
+// so these run the direct twin (check_product counts the descriptors).
+TEST_P(MatmulTest, BroadcastInputs) {
+  const Backend backend = GetParam();
+  using B = MatmulShape::Broadcast;
+  check_product<bfloat16, bfloat16>(backend, {false}, {129, 65, 72, 0, 3, 8, B::kB});
+  check_product<half, float>(backend, {true}, {7, 9, 17, 1, 2, 3, B::kB});
+  check_product<bfloat16, float>(backend, {true}, {65, 70, 40, 0, 3, 0, B::kA});
+  check_product<bfloat16, bfloat16>(backend, {false}, {65, 63, 33, 0, 0, 0, B::kA});
+  check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, {7, 136, 200, 8, 0, 0, B::kB});
+  check_product<half, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, -1.5f},
+                             {33, 70, 40, 0, 0, 0, B::kB});
 }
 
 // The sm_80 form (cp.async staging, ldmatrix + mma.sync) on the emulator.

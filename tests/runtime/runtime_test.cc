@@ -318,11 +318,12 @@ using detail::check_operand;
 
 const void* addr(uintptr_t a) { return reinterpret_cast<const void*>(a); }
 
+/// check_operand for an operand the kernel writes (`written`: an output; else an input).
 template <size_t R>
 Status check(const void* data, size_t element_size, std::array<int64_t, R> shape,
-             std::array<int64_t, R> strides) {
+             std::array<int64_t, R> strides, bool written = true) {
   return check_operand("add_f32", "x", data, element_size, static_cast<int>(R), shape.data(),
-                       strides.data());
+                       strides.data(), written);
 }
 
 // check_no_overlap: `out` (f32 unless said) against `x`.
@@ -470,24 +471,71 @@ TEST(CheckOperand, LastDimStride) {
 }
 
 TEST(CheckOperand, OverlappingDims) {
+  const std::string why = " (an output's elements may not share memory; only inputs broadcast)";
   Status s = check<2>(addr(0x1000), 4, {4, 10}, {5, 1});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(),
             "add_f32: operand 'x' dim 0 has stride 5, smaller than the 10 elements of the dims "
-            "inside it");
+            "inside it" +
+                why);
   // Dim 0 must step past dims 1 and 2: (3 - 1) * 5 + 4 = 14 elements.
   Status r3 = check<3>(addr(0x1000), 4, {2, 3, 4}, {10, 5, 1});
   EXPECT_EQ(r3.message(),
             "add_f32: operand 'x' dim 0 has stride 10, smaller than the 14 elements of the dims "
-            "inside it");
+            "inside it" +
+                why);
   Status broadcast = check<2>(addr(0x1000), 4, {4, 10}, {0, 1});
   EXPECT_EQ(broadcast.message(),
             "add_f32: operand 'x' dim 0 has stride 0, smaller than the 10 elements of the dims "
-            "inside it");
+            "inside it" +
+                why);
   Status negative = check<2>(addr(0x1000), 4, {4, 10}, {-10, 1});
   EXPECT_EQ(negative.message(),
             "add_f32: operand 'x' dim 0 has stride -10, smaller than the 10 elements of the "
-            "dims inside it");
+            "dims inside it" +
+                why);
+}
+
+// An input may broadcast (stride 0) or overlap its dims: it is only read. Never backwards.
+TEST(CheckOperand, InputsMayBroadcast) {
+  EXPECT_TRUE(check<2>(addr(0x1000), 4, {4, 10}, {0, 1}, false).ok());
+  EXPECT_TRUE(check<2>(addr(0x1000), 4, {4, 10}, {5, 1}, false).ok());
+  EXPECT_TRUE(check<3>(addr(0x1000), 2, {3, 64, 64}, {0, 64, 1}, false).ok());  // one B, 3 uses
+  EXPECT_TRUE(check<3>(addr(0x1000), 2, {3, 4, 64}, {64, 0, 1}, false).ok());
+  Status negative = check<2>(addr(0x1000), 4, {4, 10}, {-10, 1}, false);
+  EXPECT_EQ(negative.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(negative.message(),
+            "add_f32: operand 'x' dim 0 has negative stride -10; an input's strides are 0 "
+            "(broadcast) or positive");
+  // The last dim stays unit-stride (kernels read runs of it), and huge spans still overflow.
+  EXPECT_EQ(check<2>(addr(0x1000), 4, {4, 10}, {10, 0}, false).code(),
+            StatusCode::kInvalidArgument);
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_EQ(check<3>(addr(0x1000), 4, {big, big, 2}, {big, big, 1}, false).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// TMA's copies need dims that do not overlap: a broadcast input keeps the entry point's
+// direct twin (tma_rule_broken names why); a dim of extent 1 may have any stride.
+TEST(TmaRuleBroken, BroadcastViewsRunTheDirectTwin) {
+  alignas(16) static const char data[16] = {};
+  const int64_t shape[] = {3, 64, 64}, one[] = {1, 64, 64}, box[] = {1, 64, 64};
+  const int64_t dense[] = {4096, 64, 1}, padded[] = {4104, 64, 1}, broadcast[] = {0, 64, 1},
+                overlapping[] = {32, 64, 1};
+  detail::TmaOperand op{
+      "b", data, 2, 3, shape, dense, box, 128, detail::TmaOperand::Element::kBF16};
+  EXPECT_EQ(detail::tma_rule_broken(op), nullptr);
+  op.strides = padded;
+  EXPECT_EQ(detail::tma_rule_broken(op), nullptr);
+  for (const int64_t* strides : {broadcast, overlapping}) {
+    op.strides = strides;
+    ASSERT_NE(detail::tma_rule_broken(op), nullptr);
+    EXPECT_STREQ(detail::tma_rule_broken(op),
+                 "a stride overlaps the dims inside it (a broadcast view)");
+  }
+  op.shape = one;  // never stepped along
+  op.strides = broadcast;
+  EXPECT_EQ(detail::tma_rule_broken(op), nullptr);
 }
 
 TEST(CheckOperand, NegativeExtent) {

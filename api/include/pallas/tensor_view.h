@@ -2,7 +2,8 @@
 //
 // Strides are in elements, not bytes. Entry points check views before launching
 // (pallas::detail::check_operand): no null data unless the view is empty, alignment to the
-// element size, unit stride in the last dim, and no overlap between dims.
+// element size, unit stride in the last dim, and for an output no overlap between dims (an
+// input may broadcast: a stride of 0 reads one row, or one matrix of a batch, several times).
 //
 // A view is made from a pointer, or from a container that owns the elements: a std::vector
 // here, thrust::device_vector / host_vector with <pallas/thrust.h>. A view of a container

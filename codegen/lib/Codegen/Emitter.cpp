@@ -255,12 +255,18 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   os << (internal ? "static " : "") << signature(spec, false, fn) << " {\n";
   // Messages name what the user called: the dtype instance, not the variant.
   os << "  constexpr const char* kKernel = \"" << spec.entry_name() << "\";\n";
+  // Outputs and in-place operands are written: only they must not alias themselves or
+  // (check_no_overlap below) another operand.
+  auto writable = [&](const OperandDecl& d) {
+    return d.role == Role::kOutput || d.aliased_to >= 0;
+  };
   for (int i : entryParams(spec)) {
     const OperandDecl& d = ops[i];
     if (d.role == Role::kScalar) continue;
     os << "  if (pallas::Status s = pallas::detail::check_operand(kKernel, \"" << d.name << "\", "
        << d.name << ".data(), sizeof(" << cppType(d.dtype) << "), " << d.shape.size() << ", "
-       << d.name << ".shape().data(), " << d.name << ".strides().data()); !s.ok())\n"
+       << d.name << ".shape().data(), " << d.name << ".strides().data(), "
+       << (writable(d) ? "true" : "false") << "); !s.ok())\n"
        << "    return s;\n"
        << "  if (pallas::Status s = pallas::detail::check_storage(kKernel, \"" << d.name << "\", "
        << d.shape.size() << ", " << d.name << ".shape().data(), " << d.name << ".strides().data(), "
@@ -273,9 +279,6 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   }
   // Outputs share no memory with any other operand: only a declared alias
   // (one in-place parameter) may (check_no_overlap says what counts).
-  auto writable = [&](const OperandDecl& d) {
-    return d.role == Role::kOutput || d.aliased_to >= 0;
-  };
   for (int w : entryParams(spec)) {
     if (!writable(ops[w])) continue;
     for (int p : entryParams(spec)) {

@@ -147,12 +147,17 @@ Status device_error_record(const KernelImage& image, int device, void*& record);
 //   null data                            -> kNullPointer
 //   data not aligned to element_size     -> kMisaligned
 //   last dim stride != 1                 -> kInvalidArgument
-//   a dim whose stride is smaller than the span of the dims inside it (the dims would
-//   overlap; negative strides included) -> kInvalidArgument
+//   `written` (an output, or an input the kernel updates in place): a dim whose stride is
+//   smaller than the span of the dims inside it (the dims would overlap; negative strides
+//   included) -> kInvalidArgument
+//   an input: a negative stride -> kInvalidArgument. An input's dims may overlap: a stride
+//   of 0 broadcasts (PyTorch's expand(), cuBLAS's batch stride 0), e.g. a [4, 10] view with
+//   strides {0, 1} reads one row four times. (Staged paths need TMA's non-overlapping
+//   strides, tma_rule_broken: such a call runs the direct twin.)
 // Dims of extent 1 are never indexed, so their strides are not checked. Messages name the
 // kernel and the operand: "add_f32: operand 'x' is a null pointer".
 Status check_operand(const char* kernel, const char* operand, const void* data, size_t element_size,
-                     int rank, const int64_t* shape, const int64_t* strides);
+                     int rank, const int64_t* shape, const int64_t* strides, bool written);
 
 // Checks that a view made from a container (TensorView::storage_elements() >= 0) reaches no
 // element past the container's end -> kInvalidArgument:
@@ -234,8 +239,9 @@ bool tma_path_available(const KernelImage& image, const Launch& launch);
 int64_t device_shared_bytes(const Launch& launch);
 
 // TMA's rules for an operand: data 16-byte aligned, every stride but the last a multiple of 16
-// bytes, every extent below 2^32. Returns null when they hold, else the rule broken (for the
-// entry point, which then launches the direct instance instead).
+// bytes and past the dims inside it (no broadcast), every extent below 2^32. Returns null when they
+// hold, else the rule broken (for the entry point, which then launches the direct instance
+// instead).
 const char* tma_rule_broken(const TmaOperand& operand);
 
 // Builds the descriptor of `operand` for `launch.backend` (CUDA: cuTensorMapEncodeTiled through
