@@ -220,12 +220,13 @@ const char* product_name(Product p) {
 /// Whether matmul_bt's entry point runs its split-K instance for this shape: the chooser in
 /// kernel_specs/matmul.cc, restated: the tiles schedule fills at most half of 132 SMs (<= 66
 /// tiles of 128 x 256) and the split instance splits (splits_for over its 128 x 64 tiles:
-/// about 264 programs, at least 4 K steps of 64 a split).
+/// floor(264 / tiles) splits, 2 from 133 tiles, 1 from 264, at least 4 K steps a split).
 bool split_k_chosen(int64_t m, int64_t n, int64_t k) {
   auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const int64_t tiles = cdiv(m, 128) * cdiv(n, 64), steps = cdiv(k, 64);
-  const int64_t wanted =
-      std::max<int64_t>(std::min(cdiv(steps, 4), cdiv(264, std::max<int64_t>(tiles, 1))), 1);
+  const int64_t some = std::max<int64_t>(tiles, 1);
+  const int64_t target = std::min(std::max<int64_t>(264 / some, 2), cdiv(264, some));
+  const int64_t wanted = std::max<int64_t>(std::min(cdiv(steps, 4), target), 1);
   const int64_t per = std::max<int64_t>(cdiv(steps, wanted), 1);
   return cdiv(m, 128) * cdiv(n, 256) <= 66 && std::max<int64_t>(cdiv(steps, per), 1) > 1;
 }

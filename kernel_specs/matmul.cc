@@ -51,9 +51,10 @@
 // over more than 264 programs: two waves of half the K steps at two
 // programs an SM, no faster than the tiles schedule's one wave. Worked
 // example, M = 16, N = 4096, K = 4096: 16 tiles of 128 x 256; 64 tiles of
-// 128 x 64 and 64 K steps want min(cdiv(64, 4), cdiv(264, 64)) = 5 splits,
-// per = cdiv(64, 5) = 13 steps, S = cdiv(64, 13) = 5 (the last split 12
-// steps and one past K): 320 programs instead of 16.
+// 128 x 64 and 64 K steps want min(cdiv(64, 4), floor(264 / 64)) = 4
+// splits (splits_for), per = cdiv(64, 4) = 16 steps, S = 4: 256 programs,
+// one wave, instead of 16. K = 4000 (63 steps, the last partial): per = 16,
+// S = 4, the last split 15 steps and one past K.
 //
 // `linear_*` take the weight as a linear layer stores it, [N, K], and keep
 // the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
@@ -129,13 +130,24 @@ constexpr int64_t kSplitTargetPrograms = 2 * kSmCount;
 constexpr int64_t kMinStepsPerSplit = 4;
 
 /// Split-K's K steps per split and splits S for `tiles` tiles of D and
-/// `k_steps` steps of K (S = 1: no split).
+/// `k_steps` steps of K (S = 1: no split), each split at least
+/// kMinStepsPerSplit steps. The programs fill one wave of
+/// kSplitTargetPrograms where the tiles allow: S = floor(264 / tiles), since
+/// a second, partial wave costs a whole split's time for a few programs (64
+/// tiles: S = 4 is 256 programs, one wave of 16 steps; S = 5 would be 320,
+/// two waves of 13). From 133 tiles one wave holds one split: those take
+/// S = 2 (programs twice the slots: two waves of half of K, as long as one
+/// wave of all of it but twice the copies in flight for a DRAM-bound decode
+/// step), and the entry point weighs that against the tiles schedule; from
+/// 264, S = 1. floor(a / b) is written cdiv(a + 1, b) - 1.
 struct Splits {
   DimExpr per, count;
 };
 Splits splits_for(const DimExpr& tiles, const DimExpr& k_steps) {
-  DimExpr wanted = max(
-      min(cdiv(k_steps, kMinStepsPerSplit), cdiv(DimExpr(kSplitTargetPrograms), max(tiles, 1))), 1);
+  const DimExpr some = max(tiles, 1);
+  const DimExpr one_wave = cdiv(DimExpr(kSplitTargetPrograms + 1), some) - 1;
+  const DimExpr target = min(max(one_wave, 2), cdiv(DimExpr(kSplitTargetPrograms), some));
+  DimExpr wanted = max(min(cdiv(k_steps, kMinStepsPerSplit), target), 1);
   DimExpr per = max(cdiv(k_steps, wanted), 1);
   return {per, max(cdiv(k_steps, per), 1)};
 }
