@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -217,25 +218,23 @@ const char* product_name(Product p) {
   return "?";
 }
 
-/// Whether matmul_bt's entry point runs its split-K instance for this shape: the chooser in
-/// kernel_specs/matmul.cc, restated: the tiles schedule fills at most half of 132 SMs (<= 66
-/// tiles of 128 x 256) and the split instance splits (splits_for over its 128 x 64 tiles:
-/// floor(264 / tiles) splits, 2 from 133 tiles, 1 from 264, at least 4 K steps a split).
-bool split_k_chosen(int64_t m, int64_t n, int64_t k) {
-  auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-  const int64_t tiles = cdiv(m, 128) * cdiv(n, 64), steps = cdiv(k, 64);
-  const int64_t some = std::max<int64_t>(tiles, 1);
-  const int64_t target = std::min(std::max<int64_t>(264 / some, 2), cdiv(264, some));
-  const int64_t wanted = std::max<int64_t>(std::min(cdiv(steps, 4), target), 1);
-  const int64_t per = std::max<int64_t>(cdiv(steps, wanted), 1);
-  return cdiv(m, 128) * cdiv(n, 256) <= 66 && std::max<int64_t>(cdiv(steps, per), 1) > 1;
-}
-
 struct Row {
   std::string op;
   int64_t m, n, k;
   double ours_ms, peer_ms, max_error;
+  std::string instance;  // what the entry point launched (Launch::record), e.g. ..._splitk
+  std::array<int64_t, 3> grid;
 };
+
+/// The instance matmul_bt's entry point chose for a shape already benchmarked ("" if none).
+std::string chosen(const std::vector<Row>& rows, int64_t m, int64_t n, int64_t k) {
+  for (const Row& r : rows)
+    if (r.op == "matmul_bt" && r.m == m && r.n == n && r.k == k) return r.instance;
+  return "";
+}
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
 
 /// Times one product of one shape, ours and cuBLASLt's, after comparing their results.
 bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l2, CublasLt* lt,
@@ -251,7 +250,9 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
     b.emplace_back(n * k, rng, scale);
     bias.emplace_back(n, rng, 1.0f);
   }
+  pallas::LaunchRecord record;
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  launch.record = &record;
   if (product == Product::kMatmulBtOneCta) launch.max_cluster = 1;
   if (product == Product::kMatmulBtTiles128) launch.max_shared_bytes_per_block = 99 * 1024;
   auto ours = [&](int i) {
@@ -307,13 +308,17 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   }
   const double ours_ms = median_ms(ours, reps);
   const double peer_ms = peer ? median_ms(theirs, reps) : NAN;
-  rows.push_back({product_name(product), m, n, k, ours_ms, peer_ms, max_error});
+  const std::string instance = record.instance ? record.instance : "?";
+  rows.push_back(
+      {product_name(product), m, n, k, ours_ms, peer_ms, max_error, instance, record.grid});
   const double flop = 2.0 * m * n * k;
   std::printf(
-      "%-17s %6lld %6lld %6lld  ours %8.1f TFLOP/s  cuBLASLt %8.1f TFLOP/s  ours/theirs "
-      "time %.2fx\n",
+      "%-18s %6lld %6lld %6lld  ours %8.1f TFLOP/s  cuBLASLt %8.1f TFLOP/s  ours/theirs "
+      "time %.2fx  %s [%lld, %lld, %lld]\n",
       product_name(product), static_cast<long long>(m), static_cast<long long>(n),
-      static_cast<long long>(k), flop / (ours_ms * 1e9), flop / (peer_ms * 1e9), ours_ms / peer_ms);
+      static_cast<long long>(k), flop / (ours_ms * 1e9), flop / (peer_ms * 1e9), ours_ms / peer_ms,
+      instance.c_str(), static_cast<long long>(record.grid[0]),
+      static_cast<long long>(record.grid[1]), static_cast<long long>(record.grid[2]));
   std::fflush(stdout);
   return true;
 }
@@ -369,24 +374,30 @@ int main(int argc, char** argv) {
       {4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
   for (auto [n, k] : llm)
     for (int64_t m : ms) run(Product::kMatmulBt, m, n, k);
-  // tiles128 against tiles only where the entry point runs the tiles schedule (elsewhere it
-  // runs split-K, whatever the shared memory).
+  // tiles128 against tiles only where the entry point ran the tiles schedule above
+  // (elsewhere it runs split-K, whatever the shared memory).
+  auto tiles_ran = [&](int64_t m, int64_t n, int64_t k) {
+    return ends_with(chosen(rows, m, n, k), "_tiles");
+  };
   for (int64_t s : squares)
-    if (!split_k_chosen(s, s, s)) run(Product::kMatmulBtTiles128, s, s, s);
+    if (tiles_ran(s, s, s)) run(Product::kMatmulBtTiles128, s, s, s);
   for (auto [n, k] : llm)
     for (int64_t m : ms)
-      if (!split_k_chosen(m, n, k)) run(Product::kMatmulBtTiles128, m, n, k);
+      if (tiles_ran(m, n, k)) run(Product::kMatmulBtTiles128, m, n, k);
   for (int64_t m : ms) run(Product::kLinearBiasGelu, m, 11008, 4096);
 
   if (!csv.empty()) {
     if (FILE* f = std::fopen(csv.c_str(), "w")) {
-      std::fprintf(f, "op,m,n,k,ours_ms,cublaslt_ms,ours_tflops,cublaslt_tflops,max_error\n");
+      std::fprintf(
+          f, "op,m,n,k,ours_ms,cublaslt_ms,ours_tflops,cublaslt_tflops,max_error,instance,grid\n");
       for (const Row& r : rows) {
         const double flop = 2.0 * r.m * r.n * r.k;
-        std::fprintf(f, "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g\n", r.op.c_str(),
-                     static_cast<long long>(r.m), static_cast<long long>(r.n),
+        std::fprintf(f, "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld\n",
+                     r.op.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
                      static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
-                     flop / (r.peer_ms * 1e9), r.max_error);
+                     flop / (r.peer_ms * 1e9), r.max_error, r.instance.c_str(),
+                     static_cast<long long>(r.grid[0]), static_cast<long long>(r.grid[1]),
+                     static_cast<long long>(r.grid[2]));
       }
       std::fclose(f);
     }

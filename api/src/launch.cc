@@ -498,6 +498,11 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
                                " has negative extent " + std::to_string(grid[axis]));
     }
   }
+  if (launch.record != nullptr)
+    *launch.record = {image.metadata != nullptr && image.metadata->name != nullptr
+                          ? image.metadata->name
+                          : image.symbol,
+                      grid, cluster, image.persistent};
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return Status::Ok();
   // A persistent grid's programs walk its grid[0] tiles: as many as run at once (CUDA: the
   // device's count, in launch_cuda), so that each walks several on the emulator too.

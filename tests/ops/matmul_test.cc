@@ -429,6 +429,54 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   }
 }
 
+// What matmul_bt's entry point chooses (Launch::record): split-K's splits
+// fill one wave of 264 programs (floor(264 / tiles), 2 from 133 tiles), and
+// many tiles run the persistent tiles schedule. The host runs each choice's
+// direct twin (64 x 64 tiles, its own splits); the emulator the TMA instance.
+TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
+  const Backend backend = GetParam();
+  if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
+  struct Want {
+    Backend backend;
+    int64_t m, n, k;
+    const char* instance;
+    std::array<int64_t, 3> grid;
+    int cluster = 1;
+  };
+  const Want wants[] = {
+      // 64 tiles, 32 K steps: floor(264 / 64) = 4 splits of 8 steps (one wave of 256).
+      {Backend::kHost, 1, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 64, 4}},
+      {Backend::kHost, 1, 8512, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 133, 2}},
+      // 32 tiles of 64 x 64, 10 K steps: 3 splits of at least 4.
+      {Backend::kHost, 256, 512, 640, "matmul_bt_bf16_bf16_splitk_direct", {4, 8, 3}},
+      // 128 tiles of 128 x 256 (512 of 64 x 64 in the twin): the tiles schedule.
+      {Backend::kHost, 1, 32768, 320, "matmul_bt_bf16_bf16_tiles_direct", {512, 1, 1}},
+      // 2 tiles of 128 x 64, 10 K steps: 3 splits.
+      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 2, 3}},
+      // 4 tiles of 128 x 256 in two even rows: clusters of 2.
+      {Backend::kEmulator, 130, 300, 64, "matmul_bt_bf16_bf16_tiles", {4, 1, 1}, 2},
+  };
+  for (const Want& w : wants) {
+    if (w.backend != backend) continue;
+    SCOPED_TRACE(std::to_string(w.m) + " x " + std::to_string(w.n) + " x " + std::to_string(w.k));
+    Array<bfloat16> a(backend, static_cast<size_t>(w.m * w.k));
+    Array<bfloat16> b(backend, static_cast<size_t>(w.n * w.k));
+    Array<bfloat16> d(backend, static_cast<size_t>(w.m * w.n));
+    LaunchRecord record;
+    Launch launch{backend, nullptr};
+    launch.record = &record;
+    ASSERT_TRUE(kernels::matmul_bt(TensorView<const bfloat16, 2>(a.data(), {w.m, w.k}),
+                                   TensorView<const bfloat16, 2>(b.data(), {w.n, w.k}),
+                                   TensorView<bfloat16, 2>(d.data(), {w.m, w.n}), launch)
+                    .ok());
+    ASSERT_NE(record.instance, nullptr);
+    EXPECT_STREQ(record.instance, w.instance);
+    EXPECT_EQ(record.grid, w.grid);
+    EXPECT_EQ(record.cluster, w.cluster);
+    EXPECT_EQ(record.persistent, std::string(w.instance).find("tiles") != std::string::npos);
+  }
+}
+
 // An empty K: the product is zero and D is its epilogue (BLAS: D = beta C),
 // not left unwritten.
 TEST_P(MatmulTest, EmptyKGivesTheEpilogueOfZero) {

@@ -770,6 +770,32 @@ TEST_F(LaunchKernel, EmptyGridLaunchesNothing) {
   EXPECT_TRUE(launch_kernel(no_host, args_, {0, 1, 1}, {Backend::kHost}).ok());
 }
 
+// Launch::record: the instance and the grid asked for, the cluster after max_cluster, an
+// empty grid included (nothing runs); a call that fails its checks records nothing.
+TEST_F(LaunchKernel, RecordSaysWhatWasLaunched) {
+  KernelImage image = make_image();
+  LaunchRecord record;
+  Launch launch{Backend::kHost};
+  launch.record = &record;
+  ASSERT_TRUE(launch_kernel(image, args_, {3, 2, 1}, launch).ok());
+  ASSERT_NE(record.instance, nullptr);
+  EXPECT_STREQ(record.instance, "add_f32");
+  EXPECT_EQ(record.grid, (std::array<int64_t, 3>{3, 2, 1}));
+  EXPECT_EQ(record.cluster, 1);
+  EXPECT_FALSE(record.persistent);
+  image.persistent = true;
+  launch.max_cluster = 2;
+  ASSERT_TRUE(launch_kernel(image, args_, {40, 1, 1}, launch, 4).ok());
+  EXPECT_EQ(record.grid, (std::array<int64_t, 3>{40, 1, 1}));  // tiles, not the 1 program
+  EXPECT_EQ(record.cluster, 2);
+  EXPECT_TRUE(record.persistent);
+  ASSERT_TRUE(launch_kernel(image, args_, {0, 1, 1}, launch).ok());
+  EXPECT_EQ(record.grid, (std::array<int64_t, 3>{0, 1, 1}));
+  record = {};
+  EXPECT_FALSE(launch_kernel(image, args_, {-1, 1, 1}, launch).ok());
+  EXPECT_EQ(record.instance, nullptr);
+}
+
 TEST_F(LaunchKernel, NegativeGrid) {
   const KernelImage image = make_image();
   Status s = launch_kernel(image, args_, {4, -1, 1}, {Backend::kHost});

@@ -1,6 +1,7 @@
 // How an entry point runs: on which backend, and on which CUDA stream.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "pallas/status.h"
@@ -40,6 +41,18 @@ struct EmulatorOptions {
   int64_t shared_bytes_per_block = 0;
 };
 
+// What a call launched (Launch::record): which instance its entry point chose among its
+// variants and paths, and the grid it computed. For tests and benchmarks that check a choice,
+// and for users asking which kernel ran. Worked example: matmul_bt of bf16 [16, 4096] x
+// [4096, 4096] records "matmul_bt_bf16_bf16_splitk", grid {1, 64, 4}: one row and 64 columns
+// of 128 x 64 tiles, 4 splits of K (the host runs its direct twin, "..._splitk_direct").
+struct LaunchRecord {
+  const char* instance = nullptr;  // the kernel instance's name; null: nothing was launched
+  std::array<int64_t, 3> grid{};   // programs along x, y, z (a persistent grid: its tiles, x)
+  int cluster = 1;                 // programs per cluster asked for (after max_cluster)
+  bool persistent = false;         // grid counts tiles that resident programs walk
+};
+
 struct Launch {
   Backend backend = Backend::kCuda;
   Stream stream = nullptr;  // the legacy default stream when null
@@ -63,6 +76,9 @@ struct Launch {
   // runs still needs the device's memory. For measuring the smaller instance on a device that
   // fits both; the results are the same either way.
   int64_t max_shared_bytes_per_block = 0;
+  // Where the call writes the last kernel it launched (null: nowhere). Written once the
+  // arguments are accepted, before the kernel runs (an empty grid included: nothing runs then).
+  LaunchRecord* record = nullptr;
 };
 
 // Synchronizes `stream`, then reports the checks that failed on the current device (values a
