@@ -38,18 +38,22 @@
 // to zero (the pattern of sum_all and the split row reductions). Steps past
 // K read zeros (TMA's fill, masked loads), so any split is exact.
 //
-// The entry point splits when the tiles schedule would fill at most half of
-// an H100's 132 SMs (at most 66 tiles of 128 x 256, or of 128 x 128 with C or
-// R) and the split instance would split: S > 1 (below) counted in its own
-// 128 x 64 tiles, i.e. fewer than 264 of them and K at least 5 steps. Past
-// that the split does not pay: from 264 tiles of 128 x 64 it runs S = 1, the
+// The entry point splits where the split instance splits (S > 1, below:
+// fewer than 264 of its 128 x 64 tiles and K at least 5 steps) and either
+// its programs fit one wave (at most 132 tiles: S = floor(264 / tiles) >= 2,
+// each a fraction of K, against at least one wave of all of K in the tiles
+// schedule) or the tiles schedule would fill at most half of an H100's 132
+// SMs (at most 66 tiles of 128 x 256, or of 128 x 128 with C or R). Past that
+// the split does not pay: from 264 tiles of 128 x 64 it runs S = 1, the
 // tiles schedule with a quarter of the tile and no persistence (M = N = K =
 // 2048: 128 tiles of 128 x 256 are one wave of the tiles schedule, 512 of
 // 128 x 64 two waves of the split instance's two programs an SM, each
-// multiplying a quarter of the tile at m64n64, shared-memory bound); and
-// 67..132 tiles of 128 x 128 would give the split instance at most S = 2
-// over more than 264 programs: two waves of half the K steps at two
-// programs an SM, no faster than the tiles schedule's one wave. Worked
+// multiplying a quarter of the tile at m64n64, shared-memory bound); from 133
+// it runs S = 2 in two waves, half of K each at two programs an SM, no faster
+// than a tiles schedule that keeps more than half the SMs busy for one wave.
+// A narrow D counts its tiles of 128 x 64 (M = 16384, N = 64: 128 tiles of
+// 128 x 256 are 128 of 128 x 64, three quarters of each wide tile empty: two
+// splits, one wave of 256 programs). Worked
 // example, M = 16, N = 4096, K = 4096: 16 tiles of 128 x 256; 64 tiles of
 // 128 x 64 and 64 K steps want min(cdiv(64, 4), floor(264 / 64)) = 4
 // splits (splits_for), per = cdiv(64, 4) = 16 steps, S = 4: 256 programs,
@@ -124,14 +128,15 @@ struct Form {
 enum class Schedule { kTiles, kSplitK };
 
 /// About this many programs in all for a split-K launch (two per SM of an
-/// H100), with at least kMinStepsPerSplit K steps (of 64) in each split.
+/// H100), and at most cdiv(K steps, kMinStepsPerSplit) splits (K steps of 64).
 constexpr int64_t kSmCount = 132;  // an H100 SXM's
 constexpr int64_t kSplitTargetPrograms = 2 * kSmCount;
 constexpr int64_t kMinStepsPerSplit = 4;
 
 /// Split-K's K steps per split and splits S for `tiles` tiles of D and
-/// `k_steps` steps of K (S = 1: no split), each split at least
-/// kMinStepsPerSplit steps. The programs fill one wave of
+/// `k_steps` steps of K (S = 1: no split), at most cdiv(k_steps,
+/// kMinStepsPerSplit) splits (10 steps: 3 splits of 4, 4 and 2; fewer than 5
+/// steps: no split). The programs fill one wave of
 /// kSplitTargetPrograms where the tiles allow: S = floor(264 / tiles), since
 /// a second, partial wave costs a whole split's time for a few programs (64
 /// tiles: S = 4 is 256 programs, one wave of 16 steps; S = 5 would be 320,
@@ -177,9 +182,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   if (!form.batched) {
     const bool has_wide = extra_operand(epilogue) != Extra::kMatrix;
     const DimExpr schedule_tiles = cdiv(m, 128) * cdiv(n, has_wide ? 256 : 128);
-    const DimExpr split_splits = splits_for(cdiv(m, 128) * cdiv(n, 64), cdiv(k, kTileK)).count;
-    const DimExpr split_wanted =
-        le(schedule_tiles, kSmCount / 2) * (DimExpr(1) - le(split_splits, 1));
+    const DimExpr split_tiles = cdiv(m, 128) * cdiv(n, 64);
+    const DimExpr split_splits = splits_for(split_tiles, cdiv(k, kTileK)).count;
+    const DimExpr one_wave_or_half_idle =
+        max(le(split_tiles, kSmCount), le(schedule_tiles, kSmCount / 2));
+    const DimExpr split_wanted = one_wave_or_half_idle * (DimExpr(1) - le(split_splits, 1));
     const int64_t kWidePlanBytes = 3 * (128 + 256) * kTileK * 2 + 1024;  // stages + barriers
     const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
     const int option =

@@ -453,6 +453,33 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
   return Status::Ok();
 }
 
+/// launch_kernel's launch, its arguments checked: on the backend `launch` names.
+Status launch_on_backend(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
+                         const Launch& launch, int cluster, const char* name) {
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return Status::Ok();
+  // A persistent grid's programs walk its grid[0] tiles: as many as run at once (CUDA: the
+  // device's count, in launch_cuda), so that each walks several on the emulator too.
+  if (image.persistent && launch.backend == Backend::kHost) grid[0] = 1;
+  if (image.persistent && launch.backend == Backend::kEmulator)
+    grid[0] = std::min<int64_t>(grid[0], launch.emulator.concurrent_programs);
+
+  switch (launch.backend) {
+    case Backend::kHost:
+      if (image.host_entry == nullptr) {
+        return Status::Error(StatusCode::kUnsupportedBackend,
+                             std::string(name) + ": no host form was built for this kernel");
+      }
+      return launch_host(image, args, grid);
+    case Backend::kEmulator:
+      return launch_emulated(image, args, grid, launch.emulator, cluster);
+    case Backend::kCuda:
+      return launch_cuda(image, args, grid, launch.stream, cluster);
+  }
+  return Status::Error(
+      StatusCode::kUnsupportedBackend,
+      std::string(name) + ": unknown backend " + std::to_string(static_cast<int>(launch.backend)));
+}
+
 }  // namespace
 
 Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
@@ -498,33 +525,14 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
                                " has negative extent " + std::to_string(grid[axis]));
     }
   }
-  if (launch.record != nullptr)
-    *launch.record = {image.metadata != nullptr && image.metadata->name != nullptr
-                          ? image.metadata->name
-                          : image.symbol,
-                      grid, cluster, image.persistent};
-  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return Status::Ok();
-  // A persistent grid's programs walk its grid[0] tiles: as many as run at once (CUDA: the
-  // device's count, in launch_cuda), so that each walks several on the emulator too.
-  if (image.persistent && launch.backend == Backend::kHost) grid[0] = 1;
-  if (image.persistent && launch.backend == Backend::kEmulator)
-    grid[0] = std::min<int64_t>(grid[0], launch.emulator.concurrent_programs);
-
-  switch (launch.backend) {
-    case Backend::kHost:
-      if (image.host_entry == nullptr) {
-        return Status::Error(StatusCode::kUnsupportedBackend,
-                             std::string(name) + ": no host form was built for this kernel");
-      }
-      return launch_host(image, args, grid);
-    case Backend::kEmulator:
-      return launch_emulated(image, args, grid, launch.emulator, cluster);
-    case Backend::kCuda:
-      return launch_cuda(image, args, grid, launch.stream, cluster);
-  }
-  return Status::Error(
-      StatusCode::kUnsupportedBackend,
-      std::string(name) + ": unknown backend " + std::to_string(static_cast<int>(launch.backend)));
+  // What the call launched, for Launch::record once the launch succeeded.
+  const LaunchRecord record{image.metadata != nullptr && image.metadata->name != nullptr
+                                ? image.metadata->name
+                                : image.symbol,
+                            grid, cluster, image.persistent};
+  Status status = launch_on_backend(image, args, grid, launch, cluster, name);
+  if (status.ok() && launch.record != nullptr) *launch.record = record;
+  return status;
 }
 
 }  // namespace pallas::detail

@@ -246,7 +246,10 @@ const char* tma_rule_broken(const TmaOperand& op) {
   for (int d = op.rank - 2; d >= 0; --d) {
     if (op.shape[d] == 1) continue;
     if (op.strides[d] < span) return "a stride overlaps the dims inside it (a broadcast view)";
-    span += (op.shape[d] - 1) * op.strides[d];
+    int64_t extent = 0;
+    if (__builtin_mul_overflow(op.shape[d] - 1, op.strides[d], &extent) ||
+        __builtin_add_overflow(span, extent, &span))
+      return "the dims span more than 2^63 elements";
   }
   return nullptr;
 }

@@ -401,6 +401,9 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   expect_refused(call(1, 16896, 320), "264 split tiles");
   expect_refused(call_tiles(1, 16832, 320), "263 split tiles on the tiles instance");
   expect_refused(call(1, 65, 256), "4 K steps");
+  // A narrow D: 67 tiles of 128 x 256 (more than half the SMs), three quarters empty, are
+  // 67 of 128 x 64, which split in one wave.
+  expect_refused(call_tiles(8576, 64, 320), "a narrow D on the tiles instance");
   expect_refused(call_tiles(1, 65, 257), "5 K steps on the tiles instance");
   if (backend == Backend::kHost) {  // the emulator would run hundreds of programs
     EXPECT_TRUE(call(1, 16832, 320).ok());
@@ -447,7 +450,7 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
       // 64 tiles, 32 K steps: floor(264 / 64) = 4 splits of 8 steps (one wave of 256).
       {Backend::kHost, 1, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 64, 4}},
       {Backend::kHost, 1, 8512, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 133, 2}},
-      // 32 tiles of 64 x 64, 10 K steps: 3 splits of at least 4.
+      // 32 tiles of 64 x 64, 10 K steps: 3 splits (4, 4 and 2 steps).
       {Backend::kHost, 256, 512, 640, "matmul_bt_bf16_bf16_splitk_direct", {4, 8, 3}},
       // 128 tiles of 128 x 256 (512 of 64 x 64 in the twin): the tiles schedule.
       {Backend::kHost, 1, 32768, 320, "matmul_bt_bf16_bf16_tiles_direct", {512, 1, 1}},

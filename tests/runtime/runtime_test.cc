@@ -791,8 +791,13 @@ TEST_F(LaunchKernel, RecordSaysWhatWasLaunched) {
   EXPECT_TRUE(record.persistent);
   ASSERT_TRUE(launch_kernel(image, args_, {0, 1, 1}, launch).ok());
   EXPECT_EQ(record.grid, (std::array<int64_t, 3>{0, 1, 1}));
+  // A call that fails, refused or on its backend, leaves the record as it was.
   record = {};
   EXPECT_FALSE(launch_kernel(image, args_, {-1, 1, 1}, launch).ok());
+  EXPECT_EQ(record.instance, nullptr);
+  const KernelImage no_host = make_image(nullptr);
+  EXPECT_EQ(launch_kernel(no_host, args_, {3, 1, 1}, launch).code(),
+            StatusCode::kUnsupportedBackend);
   EXPECT_EQ(record.instance, nullptr);
 }
 

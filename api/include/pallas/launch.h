@@ -47,10 +47,10 @@ struct EmulatorOptions {
 // [4096, 4096] records "matmul_bt_bf16_bf16_splitk", grid {1, 64, 4}: one row and 64 columns
 // of 128 x 64 tiles, 4 splits of K (the host runs its direct twin, "..._splitk_direct").
 struct LaunchRecord {
-  const char* instance = nullptr;  // the kernel instance's name; null: nothing was launched
+  const char* instance = nullptr;  // the kernel instance's name; null: not written
   std::array<int64_t, 3> grid{};   // programs along x, y, z (a persistent grid: its tiles, x)
-  int cluster = 1;                 // programs per cluster asked for (after max_cluster)
-  bool persistent = false;         // grid counts tiles that resident programs walk
+  int cluster = 1;  // programs per cluster asked for (after max_cluster; a device may run 1)
+  bool persistent = false;  // grid counts tiles that resident programs walk
 };
 
 struct Launch {
@@ -76,8 +76,9 @@ struct Launch {
   // runs still needs the device's memory. For measuring the smaller instance on a device that
   // fits both; the results are the same either way.
   int64_t max_shared_bytes_per_block = 0;
-  // Where the call writes the last kernel it launched (null: nowhere). Written once the
-  // arguments are accepted, before the kernel runs (an empty grid included: nothing runs then).
+  // Where the call writes the last kernel it launched (null: nowhere): written when the
+  // launch succeeds (an empty grid included: nothing runs then; on CUDA, launched is not yet
+  // finished); a call that fails leaves it as it was.
   LaunchRecord* record = nullptr;
 };
 
