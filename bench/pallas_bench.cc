@@ -23,6 +23,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -60,7 +61,24 @@ struct DeviceArray {
 struct Row {
   std::string op, dtype, shape;
   double bytes, ms;
+  std::string instance;  // the kernel that ran (Launch::record), e.g. a split-row path
 };
+
+/// Where every launch of the benchmark records the kernel it ran.
+pallas::LaunchRecord g_record;
+
+/// A launch on the default stream that records what it ran in g_record.
+pallas::Launch bench_launch() {
+  pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  launch.record = &g_record;
+  return launch;
+}
+
+/// Adds `row` (timed: its launches ran) with the kernel its last launch ran.
+void add_row(std::vector<Row>& rows, Row row) {
+  row.instance = g_record.instance ? g_record.instance : "?";
+  add_row(rows, std::move(row));
+}
 
 /// Input sets to rotate over so that their footprint exceeds the L2 cache.
 int rotation(double bytes_per_set, int64_t l2_bytes) {
@@ -83,44 +101,47 @@ void bench_1d(std::vector<Row>& rows, int64_t n, int reps, int64_t l2, std::mt19
     y.emplace_back(n, rng);
     out.emplace_back(n, rng);
   }
-  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  const pallas::Launch launch = bench_launch();
   auto cx = [&](int i) { return TensorView<const T, 1>(x[i % sets].data, {n}); };
   auto cy = [&](int i) { return TensorView<const T, 1>(y[i % sets].data, {n}); };
   auto mo = [&](int i) { return TensorView<T, 1>(out[i % sets].data, {n}); };
   auto my = [&](int i) { return TensorView<T, 1>(y[i % sets].data, {n}); };
   const std::string shape = std::to_string(n);
   const double e = sizeof(T);
-  rows.push_back(
+  add_row(
+      rows,
       {"add", dtype_name<T>(), shape, 3 * e * n,
        median_ms([&](int i) { check(pallas::kernels::add(cx(i), cy(i), mo(i), launch), "add"); },
                  reps)});
-  rows.push_back(
+  add_row(
+      rows,
       {"mul", dtype_name<T>(), shape, 3 * e * n,
        median_ms([&](int i) { check(pallas::kernels::mul(cx(i), cy(i), mo(i), launch), "mul"); },
                  reps)});
-  rows.push_back(
+  add_row(
+      rows,
       {"axpy", dtype_name<T>(), shape, 3 * e * n,
        median_ms([&](int i) { check(pallas::kernels::axpy(1e-3f, cx(i), my(i), launch), "axpy"); },
                  reps)});
-  rows.push_back(
-      {"gelu", dtype_name<T>(), shape, 2 * e * n,
-       median_ms([&](int i) { check(pallas::kernels::gelu(cx(i), mo(i), launch), "gelu"); },
-                 reps)});
-  rows.push_back(
-      {"silu", dtype_name<T>(), shape, 2 * e * n,
-       median_ms([&](int i) { check(pallas::kernels::silu(cx(i), mo(i), launch), "silu"); },
-                 reps)});
+  add_row(rows,
+          {"gelu", dtype_name<T>(), shape, 2 * e * n,
+           median_ms([&](int i) { check(pallas::kernels::gelu(cx(i), mo(i), launch), "gelu"); },
+                     reps)});
+  add_row(rows,
+          {"silu", dtype_name<T>(), shape, 2 * e * n,
+           median_ms([&](int i) { check(pallas::kernels::silu(cx(i), mo(i), launch), "silu"); },
+                     reps)});
   // Whole-array reductions: one launch, programs combine through a grid semaphore.
   DeviceArray<T> result(1, rng);
   TensorView<T, 1> one(result.data, {1});
-  rows.push_back(
-      {"sum_all", dtype_name<T>(), shape, e * n,
-       median_ms([&](int i) { check(pallas::kernels::sum_all(cx(i), one, launch), "sum_all"); },
-                 reps)});
-  rows.push_back(
-      {"max_all", dtype_name<T>(), shape, e * n,
-       median_ms([&](int i) { check(pallas::kernels::max_all(cx(i), one, launch), "max_all"); },
-                 reps)});
+  add_row(rows,
+          {"sum_all", dtype_name<T>(), shape, e * n,
+           median_ms([&](int i) { check(pallas::kernels::sum_all(cx(i), one, launch), "sum_all"); },
+                     reps)});
+  add_row(rows,
+          {"max_all", dtype_name<T>(), shape, e * n,
+           median_ms([&](int i) { check(pallas::kernels::max_all(cx(i), one, launch), "max_all"); },
+                     reps)});
 }
 
 template <class T>
@@ -134,18 +155,18 @@ void bench_bias_gelu(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int
     b.emplace_back(c, rng);
     out.emplace_back(r * c, rng);
   }
-  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
-  rows.push_back(
-      {"bias_gelu", dtype_name<T>(), std::to_string(r) + "x" + std::to_string(c),
-       double(sizeof(T)) * (2.0 * r * c + c),
-       median_ms(
-           [&](int i) {
-             check(pallas::kernels::bias_gelu(TensorView<const T, 2>(x[i % sets].data, {r, c}),
-                                              TensorView<const T, 1>(b[i % sets].data, {c}),
-                                              TensorView<T, 2>(out[i % sets].data, {r, c}), launch),
-                   "bias_gelu");
-           },
-           reps)});
+  const pallas::Launch launch = bench_launch();
+  add_row(rows, {"bias_gelu", dtype_name<T>(), std::to_string(r) + "x" + std::to_string(c),
+                 double(sizeof(T)) * (2.0 * r * c + c),
+                 median_ms(
+                     [&](int i) {
+                       check(pallas::kernels::bias_gelu(
+                                 TensorView<const T, 2>(x[i % sets].data, {r, c}),
+                                 TensorView<const T, 1>(b[i % sets].data, {c}),
+                                 TensorView<T, 2>(out[i % sets].data, {r, c}), launch),
+                             "bias_gelu");
+                     },
+                     reps)});
 }
 
 template <class From, class To>
@@ -158,17 +179,17 @@ void bench_cast(std::vector<Row>& rows, int64_t n, int reps, int64_t l2, std::mt
     x.emplace_back(n, rng);
     out.emplace_back(n, rng);
   }
-  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
-  rows.push_back(
-      {"cast", std::string(dtype_name<From>()) + "->" + dtype_name<To>(), std::to_string(n),
-       double(n) * (sizeof(From) + sizeof(To)),
-       median_ms(
-           [&](int i) {
-             check(pallas::kernels::cast(TensorView<const From, 1>(x[i % sets].data, {n}),
-                                         TensorView<To, 1>(out[i % sets].data, {n}), launch),
-                   "cast");
-           },
-           reps)});
+  const pallas::Launch launch = bench_launch();
+  add_row(rows,
+          {"cast", std::string(dtype_name<From>()) + "->" + dtype_name<To>(), std::to_string(n),
+           double(n) * (sizeof(From) + sizeof(To)),
+           median_ms(
+               [&](int i) {
+                 check(pallas::kernels::cast(TensorView<const From, 1>(x[i % sets].data, {n}),
+                                             TensorView<To, 1>(out[i % sets].data, {n}), launch),
+                       "cast");
+               },
+               reps)});
 }
 
 /// Row ops over [rows, cols]: the fewest bytes are x read once and y written
@@ -190,7 +211,7 @@ void bench_rows(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int64_t 
     b.emplace_back(c, rng);
     sums.emplace_back(r, rng);
   }
-  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  const pallas::Launch launch = bench_launch();
   auto cx = [&](int i) { return TensorView<const T, 2>(x[i % sets].data, {r, c}); };
   auto my = [&](int i) { return TensorView<T, 2>(y[i % sets].data, {r, c}); };
   auto cr = [&](int i) { return TensorView<const T, 2>(res[i % sets].data, {r, c}); };
@@ -200,52 +221,55 @@ void bench_rows(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int64_t 
   auto cb = [&](int i) { return TensorView<const T, 1>(b[i % sets].data, {c}); };
   const std::string shape = std::to_string(r) + "x" + std::to_string(c);
   const char* t = dtype_name<T>();
-  rows.push_back({"rms_norm", t, shape, e * (2 * mat + c),
-                  median_ms(
-                      [&](int i) {
-                        check(pallas::kernels::rms_norm(cx(i), cw(i), 1e-5f, my(i), launch),
-                              "rms_norm");
-                      },
-                      reps)});
-  rows.push_back({"layer_norm", t, shape, e * (2 * mat + 2 * c),
-                  median_ms(
-                      [&](int i) {
-                        check(
-                            pallas::kernels::layer_norm(cx(i), cw(i), cb(i), 1e-5f, my(i), launch),
-                            "layer_norm");
-                      },
-                      reps)});
+  add_row(rows, {"rms_norm", t, shape, e * (2 * mat + c),
+                 median_ms(
+                     [&](int i) {
+                       check(pallas::kernels::rms_norm(cx(i), cw(i), 1e-5f, my(i), launch),
+                             "rms_norm");
+                     },
+                     reps)});
+  add_row(rows, {"layer_norm", t, shape, e * (2 * mat + 2 * c),
+                 median_ms(
+                     [&](int i) {
+                       check(pallas::kernels::layer_norm(cx(i), cw(i), cb(i), 1e-5f, my(i), launch),
+                             "layer_norm");
+                     },
+                     reps)});
   // Fused residual: reads x and r, writes y and h = x + r.
-  rows.push_back({"rms_norm_residual", t, shape, e * (4 * mat + c),
-                  median_ms(
-                      [&](int i) {
-                        check(pallas::kernels::rms_norm_residual(cx(i), cr(i), cw(i), 1e-5f, my(i),
-                                                                 mh(i), launch),
-                              "rms_norm_residual");
-                      },
-                      reps)});
-  rows.push_back({"layer_norm_residual", t, shape, e * (4 * mat + 2 * c),
-                  median_ms(
-                      [&](int i) {
-                        check(pallas::kernels::layer_norm_residual(cx(i), cr(i), cw(i), cb(i),
-                                                                   1e-5f, my(i), mh(i), launch),
-                              "layer_norm_residual");
-                      },
-                      reps)});
-  rows.push_back(
+  add_row(rows, {"rms_norm_residual", t, shape, e * (4 * mat + c),
+                 median_ms(
+                     [&](int i) {
+                       check(pallas::kernels::rms_norm_residual(cx(i), cr(i), cw(i), 1e-5f, my(i),
+                                                                mh(i), launch),
+                             "rms_norm_residual");
+                     },
+                     reps)});
+  add_row(rows, {"layer_norm_residual", t, shape, e * (4 * mat + 2 * c),
+                 median_ms(
+                     [&](int i) {
+                       check(pallas::kernels::layer_norm_residual(cx(i), cr(i), cw(i), cb(i), 1e-5f,
+                                                                  my(i), mh(i), launch),
+                             "layer_norm_residual");
+                     },
+                     reps)});
+  add_row(
+      rows,
       {"softmax", t, shape, e * 2 * mat,
        median_ms([&](int i) { check(pallas::kernels::softmax(cx(i), my(i), launch), "softmax"); },
                  reps)});
-  rows.push_back(
+  add_row(
+      rows,
       {"log_softmax", t, shape, e * 2 * mat,
        median_ms(
            [&](int i) { check(pallas::kernels::log_softmax(cx(i), my(i), launch), "log_softmax"); },
            reps)});
-  rows.push_back(
+  add_row(
+      rows,
       {"row_sum", t, shape, e * (mat + r),
        median_ms([&](int i) { check(pallas::kernels::row_sum(cx(i), ms(i), launch), "row_sum"); },
                  reps)});
-  rows.push_back(
+  add_row(
+      rows,
       {"row_max", t, shape, e * (mat + r),
        median_ms([&](int i) { check(pallas::kernels::row_max(cx(i), ms(i), launch), "row_max"); },
                  reps)});
@@ -253,12 +277,12 @@ void bench_rows(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int64_t 
   // sm_90a; rows of c - 1 elements (a row stride TMA cannot copy) take its direct twin.
   if (c > 512) {
     auto odd = [&](int i) { return TensorView<const T, 2>(x[i % sets].data, {r, c - 1}); };
-    rows.push_back(
-        {"row_sum", t, std::to_string(r) + "x" + std::to_string(c - 1) + " (direct)",
-         e * (double(r) * (c - 1) + r),
-         median_ms(
-             [&](int i) { check(pallas::kernels::row_sum(odd(i), ms(i), launch), "row_sum"); },
-             reps)});
+    add_row(rows,
+            {"row_sum", t, std::to_string(r) + "x" + std::to_string(c - 1) + " (direct)",
+             e * (double(r) * (c - 1) + r),
+             median_ms(
+                 [&](int i) { check(pallas::kernels::row_sum(odd(i), ms(i), launch), "row_sum"); },
+                 reps)});
   }
 }
 
@@ -277,21 +301,21 @@ void bench_cross_entropy(std::vector<Row>& rows, int64_t r, int64_t v, int reps,
   for (int s = 0; s < sets; ++s) logits.emplace_back(r * v, rng);
   DeviceArray<int32_t> labels(host_labels);
   DeviceArray<float> loss(r, rng);
-  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  const pallas::Launch launch = bench_launch();
   // A vocabulary of v - 1 (a row stride TMA cannot copy) takes the direct twin.
   for (int64_t cols : {v, v - 1})
-    rows.push_back({"cross_entropy", dtype_name<T>(),
-                    std::to_string(r) + "x" + std::to_string(cols) + (cols == v ? "" : " (direct)"),
-                    e * double(r) * cols + 8.0 * r,
-                    median_ms(
-                        [&](int i) {
-                          check(pallas::kernels::cross_entropy(
-                                    TensorView<const T, 2>(logits[i % sets].data, {r, cols}),
-                                    TensorView<const int32_t, 1>(labels.data, {r}),
-                                    TensorView<float, 1>(loss.data, {r}), launch),
-                                "cross_entropy");
-                        },
-                        reps)});
+    add_row(rows, {"cross_entropy", dtype_name<T>(),
+                   std::to_string(r) + "x" + std::to_string(cols) + (cols == v ? "" : " (direct)"),
+                   e * double(r) * cols + 8.0 * r,
+                   median_ms(
+                       [&](int i) {
+                         check(pallas::kernels::cross_entropy(
+                                   TensorView<const T, 2>(logits[i % sets].data, {r, cols}),
+                                   TensorView<const int32_t, 1>(labels.data, {r}),
+                                   TensorView<float, 1>(loss.data, {r}), launch),
+                               "cross_entropy");
+                       },
+                       reps)});
 }
 
 /// transpose of [r, c]: reads x once and writes y once. Shapes that are multiples of 16 bytes
@@ -307,19 +331,19 @@ void bench_transpose(std::vector<Row>& rows, int64_t r, int64_t c, int reps, int
     x.emplace_back(r * c, rng);
     y.emplace_back(r * c, rng);
   }
-  const pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  const pallas::Launch launch = bench_launch();
   for (int64_t cols : {c, c - 1}) {
-    rows.push_back({"transpose", dtype_name<T>(),
-                    std::to_string(r) + "x" + std::to_string(cols) + (cols == c ? "" : " (direct)"),
-                    2.0 * e * double(r) * cols,
-                    median_ms(
-                        [&](int i) {
-                          check(pallas::kernels::transpose(
-                                    TensorView<const T, 2>(x[i % sets].data, {r, cols}),
-                                    TensorView<T, 2>(y[i % sets].data, {cols, r}), launch),
-                                "transpose");
-                        },
-                        reps)});
+    add_row(rows, {"transpose", dtype_name<T>(),
+                   std::to_string(r) + "x" + std::to_string(cols) + (cols == c ? "" : " (direct)"),
+                   2.0 * e * double(r) * cols,
+                   median_ms(
+                       [&](int i) {
+                         check(pallas::kernels::transpose(
+                                   TensorView<const T, 2>(x[i % sets].data, {r, cols}),
+                                   TensorView<T, 2>(y[i % sets].data, {cols, r}), launch),
+                               "transpose");
+                       },
+                       reps)});
   }
 }
 
@@ -405,16 +429,17 @@ int main(int argc, char** argv) {
   check(pallas::take_device_errors(), "device-side checks");
 
   FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
-  if (out) std::fprintf(out, "op,dtype,shape,bytes,us,gbs,copy_fraction\n");
-  std::printf("\n%-20s %-10s %-12s %12s %10s %10s %8s\n", "op", "dtype", "shape", "bytes", "us",
-              "GB/s", "of copy");
+  if (out) std::fprintf(out, "op,dtype,shape,bytes,us,gbs,copy_fraction,instance\n");
+  std::printf("\n%-20s %-10s %-12s %12s %10s %10s %8s  %s\n", "op", "dtype", "shape", "bytes", "us",
+              "GB/s", "of copy", "instance");
   for (const Row& r : rows) {
     const double gbs = r.bytes / (r.ms * 1e6);
-    std::printf("%-20s %-10s %-12s %12.0f %10.2f %10.1f %7.1f%%\n", r.op.c_str(), r.dtype.c_str(),
-                r.shape.c_str(), r.bytes, r.ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+    std::printf("%-20s %-10s %-12s %12.0f %10.2f %10.1f %7.1f%%  %s\n", r.op.c_str(),
+                r.dtype.c_str(), r.shape.c_str(), r.bytes, r.ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
+                r.instance.c_str());
     if (out)
-      std::fprintf(out, "%s,%s,%s,%.0f,%.3f,%.2f,%.4f\n", r.op.c_str(), r.dtype.c_str(),
-                   r.shape.c_str(), r.bytes, r.ms * 1e3, gbs, gbs / copy_gbs);
+      std::fprintf(out, "%s,%s,%s,%.0f,%.3f,%.2f,%.4f,%s\n", r.op.c_str(), r.dtype.c_str(),
+                   r.shape.c_str(), r.bytes, r.ms * 1e3, gbs, gbs / copy_gbs, r.instance.c_str());
   }
   if (out) std::fclose(out);
   return 0;
