@@ -366,8 +366,15 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, s);
     check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, s);
   }
-  if (backend == Backend::kEmulator)
+  if (backend == Backend::kEmulator) {
     check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kBias}, {7, 130, 520, 8}, 80);
+    // Two rows of tiles (M past 128: each tile's partials are 128 rows of the workspace),
+    // 6 tiles of 128 x 64 in 3 splits, the last row's tiles partial.
+    check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600});
+    check_product<half, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, -1.5f},
+                               {200, 130, 600});
+    check_product<bfloat16, bfloat16>(backend, {false}, {200, 130, 600}, 80);  // cp.async form
+  }
 }
 
 // The shapes above are split-K's: its instance, which serves only the
