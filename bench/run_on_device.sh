@@ -6,8 +6,12 @@
 #   ninja -C build && bench/pack_for_device.sh      # here: build/device/bundle.tar.gz
 #   run(command="bench/run_on_device.sh", carry=["build/device"])
 #
-# Correctness first (the `gpu` tests), then the benchmark and the PyTorch
-# peers. Logs and CSVs go to $OUT; the table comes last in the output.
+# Correctness first (the `gpu` tests), then the matmul benchmark against
+# cuBLASLt, the memory-bound ops' benchmark and the PyTorch peers. Logs and
+# CSVs go to $OUT (the device tool's, which comes back even when the call runs
+# out of time). Each step has its own time limit (`timeout`), so a kernel that
+# hangs (a barrier never completing) costs that step, not the whole call: the
+# limits add up to the device tool's 600 s.
 set -uo pipefail
 OUT=${OUT:-/tmp/pallas-bench}
 mkdir -p "$OUT"
@@ -20,12 +24,26 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 # they need glibc 2.36 or newer here.
 ldd --version | head -n 1
 status=0
-for t in "build/tests/ops/ops_test --gtest_filter=*Cuda*" \
-         "build/tests/kernels/features_test --gtest_filter=*Cuda*" \
-         "build/tests/runtime/runtime_cuda_test"; do
+# limited SECONDS COMMAND...: runs COMMAND for at most SECONDS, says so if it ran out.
+limited() {
+  local seconds=$1
+  shift
+  timeout -k 5 "$seconds" "$@"
+  local rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "TIMEOUT: $* ran past ${seconds} s (a hang?)" | tee -a "$OUT/timeouts.txt"
+  fi
+  return $rc
+}
+for t in "150 build/tests/ops/ops_test --gtest_filter=*Cuda*" \
+         "60 build/tests/kernels/features_test --gtest_filter=*Cuda*" \
+         "40 build/tests/runtime/runtime_cuda_test"; do
+  seconds=${t%% *}
+  t=${t#* }
   if [ -x "${t%% *}" ]; then
     log="$OUT/$(basename "${t%% *}").log"
-    $t > "$log" 2>&1 || status=1
+    limited "$seconds" $t > "$log" 2>&1 || status=1
+    grep "^TIMEOUT" "$log" || true
     tail -n 3 "$log"
     # On this machine a skip for want of a device is a failure: the tests skip so when CUDA
     # finds no usable device (a driver older than CUDA 13 wants reads as one). Other skips
@@ -37,15 +55,17 @@ for t in "build/tests/ops/ops_test --gtest_filter=*Cuda*" \
     fi
   fi
 done
-build/bench/pallas_bench --csv "$OUT/pallas.csv" > "$OUT/pallas.txt" 2>&1 || status=1
-head -n 2 "$OUT/pallas.txt"
 if [ -x build/bench/pallas_matmul_bench ]; then
   # PALLAS_LOG_LAUNCH: a launch that asked for clusters and ran without them says so.
-  PALLAS_LOG_LAUNCH=1 build/bench/pallas_matmul_bench --csv "$OUT/matmul.csv" > "$OUT/matmul.txt" 2>&1 || status=1
+  PALLAS_LOG_LAUNCH=1 limited 170 build/bench/pallas_matmul_bench --csv "$OUT/matmul.csv" \
+    > "$OUT/matmul.txt" 2>&1 || status=1
   cat "$OUT/matmul.txt"
   if grep -q "launching without clusters" "$OUT/matmul.txt"; then
     echo "NOTE: some launches asked for clusters and ran without them (see above)"
   fi
 fi
-python3 bench/torch_peers.py "$OUT/pallas.csv" "$OUT/compare.csv" | tee "$OUT/compare.txt" || status=1
+limited 120 build/bench/pallas_bench --csv "$OUT/pallas.csv" > "$OUT/pallas.txt" 2>&1 || status=1
+head -n 2 "$OUT/pallas.txt"
+limited 50 python3 bench/torch_peers.py "$OUT/pallas.csv" "$OUT/compare.csv" \
+  | tee "$OUT/compare.txt" || status=1
 exit $status
