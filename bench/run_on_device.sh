@@ -43,7 +43,9 @@ for t in "150 build/tests/ops/ops_test --gtest_filter=*Cuda*" \
   if [ -x "${t%% *}" ]; then
     log="$OUT/$(basename "${t%% *}").log"
     limited "$seconds" $t > "$log" 2>&1 || status=1
-    grep "^TIMEOUT" "$log" || true
+    if grep "^TIMEOUT" "$log"; then  # the test that was running
+      grep "^\[ RUN" "$log" | tail -n 1
+    fi
     tail -n 3 "$log"
     # On this machine a skip for want of a device is a failure: the tests skip so when CUDA
     # finds no usable device (a driver older than CUDA 13 wants reads as one). Other skips
