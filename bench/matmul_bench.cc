@@ -308,7 +308,10 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   }
   const double ours_ms = median_ms(ours, reps);
   const double peer_ms = peer ? median_ms(theirs, reps) : NAN;
-  const std::string instance = record.instance ? record.instance : "?";
+  std::string instance = record.instance ? record.instance : "?";
+  if (record.fallback)  // a direct twin ran: say why
+    instance += std::string(" (") + (record.fallback_operand ? record.fallback_operand : "") +
+                (record.fallback_operand ? ": " : "") + record.fallback + ")";
   rows.push_back(
       {product_name(product), m, n, k, ours_ms, peer_ms, max_error, instance, record.grid});
   const double flop = 2.0 * m * n * k;

@@ -77,6 +77,10 @@ pallas::Launch bench_launch() {
 /// Adds `row` (timed: its launches ran) with the kernel its last launch ran.
 void add_row(std::vector<Row>& rows, Row row) {
   row.instance = g_record.instance ? g_record.instance : "?";
+  if (g_record.fallback)  // a direct twin ran: say why
+    row.instance += std::string(" (") +
+                    (g_record.fallback_operand ? g_record.fallback_operand : "") +
+                    (g_record.fallback_operand ? ": " : "") + g_record.fallback + ")";
   add_row(rows, std::move(row));
 }
 

@@ -194,21 +194,22 @@ int64_t device_shared_bytes(const Launch& launch) {
              : device;
 }
 
-bool tma_path_available(const KernelImage& image, const Launch& launch) {
+const char* tma_path_unavailable(const KernelImage& image, const Launch& launch) {
   switch (launch.backend) {
     case Backend::kHost:
-      return false;
+      return "the host backend has no TMA";
     case Backend::kEmulator: {
       // The plan plus the form's static shared memory, as launch_kernel gives a program.
-      const int64_t* static_bytes = launch.emulator.compute_capability >= 90
-                                        ? image.emulator_shared_bytes
-                                        : image.emulator_cp_async_shared_bytes;
+      const bool tma = launch.emulator.compute_capability >= 90;
+      const int64_t* static_bytes =
+          tma ? image.emulator_shared_bytes : image.emulator_cp_async_shared_bytes;
       if (image.dynamic_shared_bytes + (static_bytes ? *static_bytes : 0) >
           emulated_shared_bytes(launch.emulator))
-        return false;
+        return "the staged plan needs more shared memory per block than the GPU has";
+      if ((tma ? image.emulator_entry : image.emulator_cp_async_entry) == nullptr)
+        return "no emulator form of the staged instance was built";
+      return nullptr;
     }
-      return launch.emulator.compute_capability >= 90 ? image.emulator_entry != nullptr
-                                                      : image.emulator_cp_async_entry != nullptr;
     case Backend::kCuda:
       break;
   }
@@ -219,12 +220,15 @@ bool tma_path_available(const KernelImage& image, const Launch& launch) {
       cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
           cudaSuccess) {
     (void)cudaGetLastError();  // the direct instance's launch reports the error
-    return false;
+    return "the device could not be queried";
   }
+  if (select_cubin(image.cubins, 10 * major + minor) == nullptr)
+    return "no staged cubin for the device's architecture";
   // A device with less shared memory than the staged instance's plan (sm_86 / sm_89:
   // 99 KiB against a 144 KiB matmul pipeline) runs the direct instance instead.
-  return select_cubin(image.cubins, 10 * major + minor) != nullptr &&
-         image.dynamic_shared_bytes <= shared;
+  if (image.dynamic_shared_bytes > shared)
+    return "the staged plan needs more shared memory per block than the GPU has";
+  return nullptr;
 }
 
 const char* tma_rule_broken(const TmaOperand& op) {

@@ -484,6 +484,64 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
     EXPECT_EQ(record.grid, w.grid);
     EXPECT_EQ(record.cluster, w.cluster);
     EXPECT_EQ(record.persistent, std::string(w.instance).find("tiles") != std::string::npos);
+    // The host runs direct twins because it has no TMA, and says so.
+    if (backend == Backend::kHost) {
+      ASSERT_NE(record.fallback, nullptr);
+      EXPECT_STREQ(record.fallback, "the host backend has no TMA");
+    } else {
+      EXPECT_EQ(record.fallback, nullptr) << record.fallback;
+    }
+    EXPECT_EQ(record.fallback_operand, nullptr);
+  }
+}
+
+// Launch::record says why a direct twin ran instead of the TMA instance: the operand and the
+// TMA rule it breaks, or the device's shared memory.
+TEST_P(MatmulTest, RecordSaysWhyTheDirectTwinRan) {
+  const Backend backend = GetParam();
+  if (backend != Backend::kEmulator) GTEST_SKIP() << "the emulator runs both paths";
+  struct Case {
+    const char* what;
+    int64_t a_stride, b_stride, shared;
+    const char* operand;
+    const char* fallback;
+    const char* instance;
+  };
+  const Case cases[] = {
+      {"a row stride of 9 bf16", 9, 8, 0, "a", "a stride is not a multiple of 16 bytes",
+       "matmul_bt_bf16_bf16_tiles_direct"},
+      {"b broadcast", 8, 0, 0, "b", "a stride overlaps the dims inside it (a broadcast view)",
+       "matmul_bt_bf16_bf16_tiles_direct"},
+      {"48 KiB of shared memory", 8, 8, 48 * 1024, nullptr,
+       "the staged plan needs more shared memory per block than the GPU has",
+       "matmul_bt_bf16_bf16_tiles_direct"},
+      {"none", 8, 8, 0, nullptr, nullptr, "matmul_bt_bf16_bf16_tiles"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const int64_t m = 7, n = 9, k = 8;
+    Array<bfloat16> a(backend, 64), b(backend, 64), d(backend, 64);
+    LaunchRecord record;
+    Launch launch{backend, nullptr, {.shared_bytes_per_block = c.shared}};
+    launch.record = &record;
+    ASSERT_TRUE(kernels::matmul_bt(TensorView<const bfloat16, 2>(a.data(), {m, k}, {c.a_stride, 1}),
+                                   TensorView<const bfloat16, 2>(b.data(), {n, k}, {c.b_stride, 1}),
+                                   TensorView<bfloat16, 2>(d.data(), {m, n}), launch)
+                    .ok());
+    ASSERT_NE(record.instance, nullptr);
+    EXPECT_STREQ(record.instance, c.instance);
+    if (c.fallback == nullptr) {
+      EXPECT_EQ(record.fallback, nullptr) << record.fallback;
+    } else {
+      ASSERT_NE(record.fallback, nullptr);
+      EXPECT_STREQ(record.fallback, c.fallback);
+    }
+    if (c.operand == nullptr) {
+      EXPECT_EQ(record.fallback_operand, nullptr) << record.fallback_operand;
+    } else {
+      ASSERT_NE(record.fallback_operand, nullptr);
+      EXPECT_STREQ(record.fallback_operand, c.operand);
+    }
   }
 }
 

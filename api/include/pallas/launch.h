@@ -51,6 +51,11 @@ struct LaunchRecord {
   std::array<int64_t, 3> grid{};   // programs along x, y, z (a persistent grid: its tiles, x)
   int cluster = 1;  // programs per cluster asked for (after max_cluster; a device may run 1)
   bool persistent = false;  // grid counts tiles that resident programs walk
+  // Why a direct twin ran instead of the staged instance its entry point prefers (null: it
+  // did not), e.g. fallback_operand "a", fallback "a stride is not a multiple of 16 bytes"
+  // (TMA's rules, naming the operand), or "the host backend has no TMA" (no operand).
+  const char* fallback = nullptr;
+  const char* fallback_operand = nullptr;
 };
 
 struct Launch {

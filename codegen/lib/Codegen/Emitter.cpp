@@ -393,7 +393,11 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   if (spec.has_staged_blocks()) {
     std::string params;
     for (int i : entryParams(spec)) params += ops[i].name + ", ";
-    std::string usable = "pallas::detail::tma_path_available(" + name + "_image, launch)";
+    // Why the direct twin runs, if it does: the first rule broken (Launch::record says).
+    std::string why =
+        "  const char* fallback_operand = nullptr;\n"
+        "  const char* fallback = pallas::detail::tma_path_unavailable(" +
+        name + "_image, launch);\n";
     for (size_t i = 0; i < ops.size(); ++i) {
       const OperandDecl& d = ops[i];
       if (!d.staged) continue;
@@ -410,10 +414,15 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
              : d.dtype == edsl::DType::bf16 ? "kBF16"
                                             : "kI32")
          << "};\n";
-      usable += " &&\n      pallas::detail::tma_rule_broken(tma_" + d.name + ") == nullptr";
+      why += "  if (fallback == nullptr && (fallback = pallas::detail::tma_rule_broken(tma_" +
+             d.name + ")) != nullptr)\n    fallback_operand = \"" + d.name + "\";\n";
     }
-    os << "  if (!(" << usable << "))\n    return " << directName(spec) << "_launch(" << params
-       << "launch);\n";
+    os << why << "  if (fallback != nullptr) {\n    pallas::Status s = " << directName(spec)
+       << "_launch(" << params << "launch);\n"
+       << "    if (s.ok() && launch.record != nullptr) {\n"
+       << "      launch.record->fallback = fallback;\n"
+       << "      launch.record->fallback_operand = fallback_operand;\n    }\n"
+       << "    return s;\n  }\n";
     for (size_t i = 0; i < ops.size(); ++i) {
       const OperandDecl& d = ops[i];
       if (!d.staged) continue;

@@ -225,11 +225,13 @@ struct TmaOperand {
   Element element;
 };
 
-// Whether the TMA instance `image` can run for `launch`: CUDA when the current device has one
-// of its cubins (sm_90a, or its cp.async form) and the shared memory its pipeline needs, the
-// emulator when the GPU it stands for has that shared memory, the host never (it runs the
-// direct instance, whose block semantics are the same).
-bool tma_path_available(const KernelImage& image, const Launch& launch);
+// Why the TMA instance `image` cannot run for `launch`, or null when it can: CUDA when the
+// current device has one of its cubins (sm_90a, or its cp.async form) and the shared memory
+// its pipeline needs, the emulator when the GPU it stands for has that shared memory, the
+// host never (it runs the direct instance, whose block semantics are the same). The reasons
+// are static strings ("the host backend has no TMA", "the staged plan needs more shared
+// memory per block than the GPU has", ...): LaunchRecord::fallback.
+const char* tma_path_unavailable(const KernelImage& image, const Launch& launch);
 
 // The bytes of shared memory one program may have where `launch` runs (a variant chooser's
 // DimExpr::device_shared_bytes()): CUDA, the current device's opt-in maximum per block (a
