@@ -38,27 +38,30 @@
 // to zero (the pattern of sum_all and the split row reductions). Steps past
 // K read zeros (TMA's fill, masked loads), so any split is exact.
 //
-// The entry point splits where the split instance splits (S > 1, below:
-// fewer than 264 of its 128 x 64 tiles and K at least 5 steps) and either
-// its programs fit one wave (at most 132 tiles: S = floor(264 / tiles) >= 2,
-// each a fraction of K, against at least one wave of all of K in the tiles
-// schedule) or the tiles schedule would fill at most half of an H100's 132
-// SMs (at most 66 tiles of 128 x 256, or of 128 x 128 with C or R). Past that
-// the split does not pay: from 264 tiles of 128 x 64 it runs S = 1, the
-// tiles schedule with a quarter of the tile and no persistence (M = N = K =
-// 2048: 128 tiles of 128 x 256 are one wave of the tiles schedule, 512 of
-// 128 x 64 two waves of the split instance's two programs an SM, each
-// multiplying a quarter of the tile at m64n64, shared-memory bound); from 133
-// it runs S = 2 in two waves, half of K each at two programs an SM, no faster
-// than a tiles schedule that keeps more than half the SMs busy for one wave.
-// A narrow D counts its tiles of 128 x 64 (M = 16384, N = 64: 128 tiles of
-// 128 x 256 are 128 of 128 x 64, three quarters of each wide tile empty: two
-// splits, one wave of 256 programs). Worked
-// example, M = 16, N = 4096, K = 4096: 16 tiles of 128 x 256; 64 tiles of
-// 128 x 64 and 64 K steps want min(cdiv(64, 4), floor(264 / 64)) = 4
-// splits (splits_for), per = cdiv(64, 4) = 16 steps, S = 4: 256 programs,
-// one wave, instead of 16. K = 4000 (63 steps, the last partial): per = 16,
-// S = 4, the last split 15 steps and one past K.
+// The entry point runs the split instance where its programs fit one wave
+// (fewer than 264 tiles of 128 x 64: S = floor(264 / tiles), splits_for
+// below) and K has at least 5 steps, and either it splits (at most 132
+// tiles: S >= 2, each split a fraction of K, against at least one wave of
+// all of K in the tiles schedule) or the tiles schedule would fill at most
+// half of an H100's 132 SMs (at most 66 tiles of 128 x 256; or of 128 x 128
+// with C or R, whose tiles schedule holds the middle ground itself). Between
+// 133 and 263 tiles of 128 x 64 the split instance runs S = 1: one wave of
+// its small tiles, two programs on most SMs, against the tiles schedule's
+// one wave on at most half of them. From 264 tiles it would run two waves
+// of S = 1, the tiles schedule with a quarter of the tile and no persistence
+// (M = N = K = 2048: 128 tiles of 128 x 256 are one wave of the tiles
+// schedule, 512 of 128 x 64 two waves of the split instance's two programs
+// an SM, each multiplying a quarter of the tile at m64n64, shared-memory
+// bound): the tiles schedule runs. A narrow D counts its tiles of 128 x 64
+// (M = 16384, N = 64: 128 tiles of 128 x 256 are 128 of 128 x 64, three
+// quarters of each wide tile empty: two splits, one wave of 256 programs).
+// Worked example, M = 16, N = 4096, K = 4096: 16 tiles of 128 x 256; 64
+// tiles of 128 x 64 and 64 K steps want min(cdiv(64, 4), floor(264 / 64))
+// = 4 splits (splits_for), per = cdiv(64, 4) = 16 steps, S = 4: 256
+// programs, one wave, instead of 16. K = 4000 (63 steps, the last partial):
+// per = 16, S = 4, the last split 15 steps and one past K. M = 128, N =
+// 11008: 172 tiles of 128 x 64, S = 1, 172 programs (the tiles schedule:
+// 43 of 128 x 256).
 //
 // `linear_*` take the weight as a linear layer stores it, [N, K], and keep
 // the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
@@ -136,23 +139,19 @@ constexpr int64_t kMinStepsPerSplit = 4;
 /// Split-K's K steps per split and splits S for `tiles` tiles of D and
 /// `k_steps` steps of K (S = 1: no split), at most cdiv(k_steps,
 /// kMinStepsPerSplit) splits (10 steps: 3 splits of 4, 4 and 2; fewer than 5
-/// steps: no split). The programs fill one wave of
-/// kSplitTargetPrograms where the tiles allow: S = floor(264 / tiles), since
-/// a second, partial wave costs a whole split's time for a few programs (64
-/// tiles: S = 4 is 256 programs, one wave of 16 steps; S = 5 would be 320,
-/// two waves of 13). From 133 tiles one wave holds one split: those take
-/// S = 2 (programs twice the slots: two waves of half of K, as long as one
-/// wave of all of it but twice the copies in flight for a DRAM-bound decode
-/// step), and the entry point weighs that against the tiles schedule; from
-/// 264, S = 1. floor(a / b) is written cdiv(a + 1, b) - 1.
+/// steps: no split). The programs fill one wave of kSplitTargetPrograms:
+/// S = floor(264 / tiles), since a second, partial wave costs a whole
+/// split's time for a few programs (64 tiles: S = 4 is 256 programs, one
+/// wave of 16 steps; S = 5 would be 320, two waves of 13; 133 tiles: S = 1
+/// is one wave of all of K, S = 2 would be 266 programs, two waves of half of
+/// it, the second of 2 programs streaming their B with no others to hide
+/// DRAM's latency). floor(a / b) is written cdiv(a + 1, b) - 1.
 struct Splits {
   DimExpr per, count;
 };
 Splits splits_for(const DimExpr& tiles, const DimExpr& k_steps) {
-  const DimExpr some = max(tiles, 1);
-  const DimExpr one_wave = cdiv(DimExpr(kSplitTargetPrograms + 1), some) - 1;
-  const DimExpr target = min(max(one_wave, 2), cdiv(DimExpr(kSplitTargetPrograms), some));
-  DimExpr wanted = max(min(cdiv(k_steps, kMinStepsPerSplit), target), 1);
+  const DimExpr one_wave = max(cdiv(DimExpr(kSplitTargetPrograms + 1), max(tiles, 1)) - 1, 1);
+  DimExpr wanted = max(min(cdiv(k_steps, kMinStepsPerSplit), one_wave), 1);
   DimExpr per = max(cdiv(k_steps, wanted), 1);
   return {per, max(cdiv(k_steps, per), 1)};
 }
@@ -183,10 +182,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const bool has_wide = extra_operand(epilogue) != Extra::kMatrix;
     const DimExpr schedule_tiles = cdiv(m, 128) * cdiv(n, has_wide ? 256 : 128);
     const DimExpr split_tiles = cdiv(m, 128) * cdiv(n, 64);
-    const DimExpr split_splits = splits_for(split_tiles, cdiv(k, kTileK)).count;
-    const DimExpr one_wave_or_half_idle =
-        max(le(split_tiles, kSmCount), le(schedule_tiles, kSmCount / 2));
-    const DimExpr split_wanted = one_wave_or_half_idle * (DimExpr(1) - le(split_splits, 1));
+    const DimExpr long_k = DimExpr(1) - le(cdiv(k, kTileK), kMinStepsPerSplit);  // 5+ steps
+    const DimExpr one_wave = le(split_tiles, kSplitTargetPrograms - 1);
+    const DimExpr splits = le(split_tiles, kSmCount);  // S >= 2 (a long K)
+    const DimExpr half_idle = le(schedule_tiles, kSmCount / 2);
+    const DimExpr split_wanted = long_k * one_wave * max(splits, half_idle);
     const int64_t kWidePlanBytes = 3 * (128 + 256) * kTileK * 2 + 1024;  // stages + barriers
     const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
     const int option =

@@ -380,9 +380,10 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
 // The shapes above are split-K's: its instance, which serves only the
 // shapes its entry point's chooser gives it, accepts them, and refuses a
 // shape with many tiles and a short K. The chooser's boundaries (M = 1
-// keeps the host's runs cheap): split where the tiles schedule fills at most
-// 66 of 132 SMs and the split instance's 128 x 64 tiles are fewer than 264
-// with K of at least 5 steps; from 264 the split instance would run one split.
+// keeps the host's runs cheap): the split instance where its 128 x 64 tiles
+// are fewer than 264 (one wave) with K of at least 5 steps, and either at
+// most 132 of them (it splits) or the tiles schedule fills at most 66 of 132
+// SMs.
 TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
@@ -440,7 +441,7 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
 }
 
 // What matmul_bt's entry point chooses (Launch::record): split-K's splits
-// fill one wave of 264 programs (floor(264 / tiles), 2 from 133 tiles), and
+// fill one wave of 264 programs (floor(264 / tiles), 1 from 133 tiles), and
 // many tiles run the persistent tiles schedule. The host runs each choice's
 // direct twin (64 x 64 tiles, its own splits); the emulator the TMA instance.
 TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
@@ -456,7 +457,8 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
   const Want wants[] = {
       // 64 tiles, 32 K steps: floor(264 / 64) = 4 splits of 8 steps (one wave of 256).
       {Backend::kHost, 1, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 64, 4}},
-      {Backend::kHost, 1, 8512, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 133, 2}},
+      // 133 tiles: one wave of them, S = 1 (the tiles schedule would fill 34 of 132 SMs).
+      {Backend::kHost, 1, 8512, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 133, 1}},
       // 32 tiles of 64 x 64, 10 K steps: 3 splits (4, 4 and 2 steps).
       {Backend::kHost, 256, 512, 640, "matmul_bt_bf16_bf16_splitk_direct", {4, 8, 3}},
       // 128 tiles of 128 x 256 (512 of 64 x 64 in the twin): the tiles schedule.
