@@ -223,6 +223,7 @@ struct Row {
   int64_t m, n, k;
   double ours_ms, peer_ms, max_error;
   std::string instance;  // what the entry point launched (Launch::record), e.g. ..._splitk
+  std::string why;       // why a direct twin ran instead, if one did
   std::array<int64_t, 3> grid;
 };
 
@@ -308,20 +309,21 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   }
   const double ours_ms = median_ms(ours, reps);
   const double peer_ms = peer ? median_ms(theirs, reps) : NAN;
-  std::string instance = record.instance ? record.instance : "?";
-  if (record.fallback)  // a direct twin ran: say why
-    instance += std::string(" (") + (record.fallback_operand ? record.fallback_operand : "") +
-                (record.fallback_operand ? ": " : "") + record.fallback + ")";
+  const std::string instance = record.instance ? record.instance : "?";
+  std::string why;  // a direct twin ran: say why
+  if (record.fallback)
+    why = std::string(" (") + (record.fallback_operand ? record.fallback_operand : "") +
+          (record.fallback_operand ? ": " : "") + record.fallback + ")";
   rows.push_back(
-      {product_name(product), m, n, k, ours_ms, peer_ms, max_error, instance, record.grid});
+      {product_name(product), m, n, k, ours_ms, peer_ms, max_error, instance, why, record.grid});
   const double flop = 2.0 * m * n * k;
   std::printf(
       "%-18s %6lld %6lld %6lld  ours %8.1f TFLOP/s  cuBLASLt %8.1f TFLOP/s  ours/theirs "
-      "time %.2fx  %s [%lld, %lld, %lld]\n",
+      "time %.2fx  %s [%lld, %lld, %lld]%s\n",
       product_name(product), static_cast<long long>(m), static_cast<long long>(n),
       static_cast<long long>(k), flop / (ours_ms * 1e9), flop / (peer_ms * 1e9), ours_ms / peer_ms,
       instance.c_str(), static_cast<long long>(record.grid[0]),
-      static_cast<long long>(record.grid[1]), static_cast<long long>(record.grid[2]));
+      static_cast<long long>(record.grid[1]), static_cast<long long>(record.grid[2]), why.c_str());
   std::fflush(stdout);
   return true;
 }
@@ -398,7 +400,7 @@ int main(int argc, char** argv) {
         std::fprintf(f, "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld\n",
                      r.op.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
                      static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
-                     flop / (r.peer_ms * 1e9), r.max_error, r.instance.c_str(),
+                     flop / (r.peer_ms * 1e9), r.max_error, (r.instance + r.why).c_str(),
                      static_cast<long long>(r.grid[0]), static_cast<long long>(r.grid[1]),
                      static_cast<long long>(r.grid[2]));
       }

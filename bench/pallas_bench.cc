@@ -61,7 +61,7 @@ struct DeviceArray {
 struct Row {
   std::string op, dtype, shape;
   double bytes, ms;
-  std::string instance;  // the kernel that ran (Launch::record), e.g. a split-row path
+  std::string instance = {};  // the kernel that ran (Launch::record), e.g. a split-row path
 };
 
 /// Where every launch of the benchmark records the kernel it ran.
@@ -81,7 +81,7 @@ void add_row(std::vector<Row>& rows, Row row) {
     row.instance += std::string(" (") +
                     (g_record.fallback_operand ? g_record.fallback_operand : "") +
                     (g_record.fallback_operand ? ": " : "") + g_record.fallback + ")";
-  add_row(rows, std::move(row));
+  rows.push_back(std::move(row));
 }
 
 /// Input sets to rotate over so that their footprint exceeds the L2 cache.

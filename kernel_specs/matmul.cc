@@ -47,8 +47,9 @@
 // with C or R, whose tiles schedule holds the middle ground itself). Between
 // 133 and 263 tiles of 128 x 64 the split instance runs S = 1: one wave of
 // its small tiles, two programs on most SMs, against the tiles schedule's
-// one wave on at most half of them. From 264 tiles it would run two waves
-// of S = 1, the tiles schedule with a quarter of the tile and no persistence
+// one wave on at most half of them. From 264 tiles it would run S = 1 over
+// a full wave and more (two from 265), the tiles schedule with a quarter of
+// the tile and no persistence
 // (M = N = K = 2048: 128 tiles of 128 x 256 are one wave of the tiles
 // schedule, 512 of 128 x 64 two waves of the split instance's two programs
 // an SM, each multiplying a quarter of the tile at m64n64, shared-memory
@@ -163,9 +164,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   const bool b_transposed = form.b_transposed;
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
   // The schedule, chosen from the shape by the entry point (batched
-  // products: their grid has no parallel axis left for the splits): split-K
-  // where the tiles schedule would fill at most half the SMs and the split
-  // instance splits (see the file comment). The chooser counts in-place
+  // products: their grid has no parallel axis left for the splits): the
+  // split instance where its programs fit one wave and either split or
+  // beat a tiles schedule that would fill at most half the SMs (see the
+  // file comment). The chooser counts in-place
   // tiles (128 x 256 or 128 x 128 for the tiles schedule, 128 x 64 for the
   // split) for every instance, so that a direct twin agrees with its TMA
   // instance.

@@ -419,8 +419,8 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
     EXPECT_TRUE(call(1, 65, 257).ok());
     EXPECT_TRUE(call_tiles(1, 65, 256).ok());
   }
-  // gemm_bt's tiles are 128 x 128: 67 of them (134 of 128 x 64, which
-  // would split) fill more than half the SMs.
+  // gemm_bt's tiles are 128 x 128: 67 of them (134 of 128 x 64: one wave of
+  // the split instance, but S = 1) fill more than half the SMs.
   Array<bfloat16> a(backend, 320), b(backend, 8576 * 320), c(backend, 8576), d(backend, 8576);
   for (auto* x : {&a, &b, &c, &d}) x->upload();
   float alpha = 1.0f, beta = 1.0f;
@@ -522,7 +522,7 @@ TEST_P(MatmulTest, RecordSaysWhyTheDirectTwinRan) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     const int64_t m = 7, n = 9, k = 8;
-    Array<bfloat16> a(backend, 64), b(backend, 64), d(backend, 64);
+    Array<bfloat16> a(backend, 128), b(backend, 128), d(backend, 128);  // 9 x 8 at most
     LaunchRecord record;
     Launch launch{backend, nullptr, {.shared_bytes_per_block = c.shared}};
     launch.record = &record;
