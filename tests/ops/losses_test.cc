@@ -45,8 +45,9 @@ void check_cross_entropy(Backend backend, int compute_capability = 90) {
     // direct twin.
     const bool tma =
         backend == Backend::kEmulator && (s.rows == 1 || stride * int64_t{sizeof(T)} % 16 == 0);
-    if (backend != Backend::kCuda)
+    if (backend != Backend::kCuda) {
       EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 1u : 0u);
+    }
     loss.download();
     for (int64_t r = 0; r < s.rows; ++r) {
       double m = -INFINITY, sum = 0;

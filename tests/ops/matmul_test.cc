@@ -188,9 +188,10 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
                           s.k > 0 && tma_rows(s.m, as) && tma_rows(b_rows, bs) &&
                           tma_rows(nb, abs_) && tma_rows(nb, bbs) && !broadcast(s.m, as) &&
                           !broadcast(b_rows, bs) && !broadcast(nb, abs_) && !broadcast(nb, bbs);
-  if (backend != Backend::kCuda)
+  if (backend != Backend::kCuda) {
     EXPECT_EQ(detail::tma_descriptors_handed_out() - before, expect_tma ? 2u : 0u)
         << (expect_tma ? "the TMA instance did not run" : "the direct twin did not run");
+  }
   const double slope = p.epilogue == Epilogue::kAlphaBetaC ? std::abs(p.alpha) : 1.2;
   int misses = 0;
   for (int64_t bi = 0; bi < nb && misses < 5; ++bi)
@@ -661,7 +662,9 @@ TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
     Status s = call_matmul_bt_instance(tiles128 ? kernels::matmul_bt_bf16_bf16_tiles128_argv
                                                 : kernels::matmul_bt_bf16_bf16_tiles_argv,
                                        129, 300, 64, launch);
-    if (s.ok()) EXPECT_EQ(detail::tma_descriptors_handed_out() - before, 2u) << "staged";
+    if (s.ok()) {
+      EXPECT_EQ(detail::tma_descriptors_handed_out() - before, 2u) << "staged";
+    }
     return s;
   };
   for (auto [tiles128, shared, ok] : {std::tuple{false, 148480, true},
@@ -672,9 +675,10 @@ TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
     Status s = call(tiles128, shared);
     EXPECT_EQ(s.ok(), ok) << (tiles128 ? "tiles128" : "tiles") << " at " << shared << ": "
                           << s.message();
-    if (!ok)
+    if (!ok) {
       EXPECT_NE(s.message().find("the entry point picks the instance"), std::string::npos)
           << s.message();
+    }
   }
 }
 

@@ -231,8 +231,9 @@ void check_row_reductions(Backend backend, int compute_capability = 90) {
     // the emulator; the host runs the direct twin.
     const bool tma = backend == Backend::kEmulator && s.cols > 512 &&
                      (s.rows == 1 || (s.cols + s.pad) * int64_t{sizeof(T)} % 16 == 0);
-    if (backend != Backend::kCuda)
+    if (backend != Backend::kCuda) {
       EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 2u : 0u);
+    }
     sums.download();
     maxes.download();
     for (int64_t r = 0; r < s.rows; ++r) {

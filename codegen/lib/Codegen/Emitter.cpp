@@ -321,7 +321,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
       const std::string& dn = spec.dim_names()[dim];
       if (bound[dim].first < 0) {
         bound[dim] = {i, static_cast<int>(k)};
-        os << "  const int64_t " << dn << " = " << d.name << ".shape(" << k << ");\n";
+        os << "  [[maybe_unused]] const int64_t " << dn << " = " << d.name << ".shape(" << k
+           << ");\n";
       } else {
         const OperandDecl& by = ops[bound[dim].first];
         os << "  if (pallas::Status s = pallas::detail::check_dim(kKernel, \"" << d.name << "\", "
