@@ -15,6 +15,7 @@
 
 #include <pallas/kernels.h>
 #include "cuda_check.h"
+#include "launch_text.h"
 #include "timing.h"
 
 #include <cublasLt.h>
@@ -310,10 +311,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   const double ours_ms = median_ms(ours, reps);
   const double peer_ms = peer ? median_ms(theirs, reps) : NAN;
   const std::string instance = record.instance ? record.instance : "?";
-  std::string why;  // a direct twin ran: say why
-  if (record.fallback)
-    why = std::string(" (") + (record.fallback_operand ? record.fallback_operand : "") +
-          (record.fallback_operand ? ": " : "") + record.fallback + ")";
+  const std::string why = fallback_text(record);  // a direct twin ran: say why
   rows.push_back(
       {product_name(product), m, n, k, ours_ms, peer_ms, max_error, instance, why, record.grid});
   const double flop = 2.0 * m * n * k;

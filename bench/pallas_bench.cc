@@ -13,6 +13,7 @@
 
 #include <pallas/kernels.h>
 #include "cuda_check.h"
+#include "launch_text.h"
 #include "timing.h"
 
 #include <cuda_runtime.h>
@@ -77,10 +78,7 @@ pallas::Launch bench_launch() {
 /// Adds `row` (timed: its launches ran) with the kernel its last launch ran.
 void add_row(std::vector<Row>& rows, Row row) {
   row.instance = g_record.instance ? g_record.instance : "?";
-  if (g_record.fallback)  // a direct twin ran: say why
-    row.instance += std::string(" (") +
-                    (g_record.fallback_operand ? g_record.fallback_operand : "") +
-                    (g_record.fallback_operand ? ": " : "") + g_record.fallback + ")";
+  row.instance += fallback_text(g_record);  // a direct twin ran: say why
   rows.push_back(std::move(row));
 }
 

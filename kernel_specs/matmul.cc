@@ -167,10 +167,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // products: their grid has no parallel axis left for the splits): the
   // split instance where its programs fit one wave and either split or
   // beat a tiles schedule that would fill at most half the SMs (see the
-  // file comment). The chooser counts in-place
-  // tiles (128 x 256 or 128 x 128 for the tiles schedule, 128 x 64 for the
-  // split) for every instance, so that a direct twin agrees with its TMA
-  // instance.
+  // file comment). The chooser counts in-place tiles (128 x 256 or 128 x 128
+  // for the tiles schedule, 128 x 64 for the split) for every instance, so
+  // that a direct twin agrees with its TMA instance.
   //
   // Products whose tiles are 128 x 256 (below) have a third instance,
   // `tiles128`, for devices whose shared memory per block cannot hold the
@@ -185,10 +184,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr schedule_tiles = cdiv(m, 128) * cdiv(n, has_wide ? 256 : 128);
     const DimExpr split_tiles = cdiv(m, 128) * cdiv(n, 64);
     const DimExpr long_k = DimExpr(1) - le(cdiv(k, kTileK), kMinStepsPerSplit);  // 5+ steps
-    const DimExpr one_wave = le(split_tiles, kSplitTargetPrograms - 1);
+    const DimExpr fits_one_wave = le(split_tiles, kSplitTargetPrograms - 1);
     const DimExpr splits = le(split_tiles, kSmCount);  // S >= 2 (a long K)
     const DimExpr half_idle = le(schedule_tiles, kSmCount / 2);
-    const DimExpr split_wanted = long_k * one_wave * max(splits, half_idle);
+    const DimExpr split_wanted = long_k * fits_one_wave * max(splits, half_idle);
     const int64_t kWidePlanBytes = 3 * (128 + 256) * kTileK * 2 + 1024;  // stages + barriers
     const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
     const int option =
