@@ -80,7 +80,7 @@ double silu(double x) { return x / (1.0 + std::exp(-x)); }
 template <class T, class Out>
 void check_product(Backend backend, Product p, MatmulShape s, int compute_capability = 90,
                    int concurrent_programs = 4, int64_t shared_bytes_per_block = 0,
-                   bool staged_fits = true) {
+                   bool staged_fits = true, uint64_t schedule_seed = 0) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(std::string(op_name(p, s)) + " " + dtype_name<T>() + "->" + dtype_name<Out>() +
                " batch " + std::to_string(s.batch) + " (gap " + std::to_string(s.batch_gap) +
@@ -88,7 +88,8 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
                std::to_string(s.k) + " pad " + std::to_string(s.pad) + " alpha " +
                std::to_string(p.alpha) + " beta " + std::to_string(p.beta) + " sm_" +
                std::to_string(compute_capability) + " shared " +
-               std::to_string(shared_bytes_per_block) + " seed " + std::to_string(seed));
+               std::to_string(shared_bytes_per_block) + " schedule " +
+               std::to_string(schedule_seed) + " seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   const bool bt = p.b_transposed;
@@ -144,6 +145,7 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
   Launch launch{backend,
                 nullptr,
                 {.concurrent_programs = concurrent_programs,
+                 .schedule_seed = schedule_seed,
                  .compute_capability = compute_capability,
                  .shared_bytes_per_block = shared_bytes_per_block}};
   Status status;
@@ -583,6 +585,18 @@ TEST_P(MatmulTest, BatchedBF16) {
 TEST_P(MatmulTest, BatchedBTransposedF16ToF32) {
   for (MatmulShape s : batched_shapes_for(GetParam()))
     check_product<half, float>(GetParam(), {true}, s);
+}
+
+// The emulator's threads in random orders (EmulatorOptions::schedule_seed) instead of
+// round-robin: split-K's last-arriver sum over two rows of tiles (semaphores, workspace)
+// and the persistent tiles schedule in clusters of two (multicast, remote arrivals).
+TEST_P(MatmulTest, SchedulesInRandomOrders) {
+  const Backend backend = GetParam();
+  if (backend != Backend::kEmulator) GTEST_SKIP() << "only the emulator reorders threads";
+  for (uint64_t schedule : {7u, 1234u}) {
+    check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600}, 90, 4, 0, true, schedule);
+    check_product<bfloat16, bfloat16>(backend, {true}, {512, 300, 130}, 90, 3, 0, true, schedule);
+  }
 }
 
 // Broadcast inputs (a stride of 0): a batch sharing one weight matrix, or
