@@ -243,13 +243,19 @@ const char* tma_rule_broken(const TmaOperand& op) {
       return "a stride is 2^40 bytes or more";
   }
   // A tensor map's dims do not overlap: each stride steps past the dims inside it (cuda.h's
-  // model is stride[i] = stride[i - 1] * (extent[i] + padding[i])). A broadcast input
+  // model is stride[i] = stride[i - 1] * (extent[i] + padding[i]); the strides need not grow
+  // in dim order, only each be a multiple of 16 bytes below 2^40). A broadcast input
   // (stride 0) or one whose dims overlap is read by the direct twin. Worked example: a
   // [4, 64, 64] batch of B with batch stride 0 steps 0 elements past the 64 * 64 inside.
   int64_t span = op.rank > 0 ? op.shape[op.rank - 1] : 0;
   for (int d = op.rank - 2; d >= 0; --d) {
     if (op.shape[d] == 1) continue;
-    if (op.strides[d] < span) return "a stride overlaps the dims inside it (a broadcast view)";
+    if (op.strides[d] < span) {
+      // Dims in another order that do not overlap are a tensor map too (FlashAttention-3's
+      // Q of [seq, d, heads, batch] over [batch, seq, heads, d] memory).
+      if (dims_disjoint_by_stride(op.rank, op.shape, op.strides)) return nullptr;
+      return "a stride overlaps the dims inside it (a broadcast view)";
+    }
     int64_t extent = 0;
     if (__builtin_mul_overflow(op.shape[d] - 1, op.strides[d], &extent) ||
         __builtin_add_overflow(span, extent, &span))

@@ -141,6 +141,24 @@ TEST_F(Layouts, WgmmaRowFollowsTheAccumulatorRows) {
   }
 }
 
+// The same values kept as [R, 1]: held exactly where wgmmaRow holds them,
+// one and two warpgroups.
+TEST_F(Layouts, WgmmaRowKeepdimsIsWgmmaRow) {
+  for (int64_t w : {1, 2}) {
+    auto kept = TiledLayoutAttr::getWgmmaRowKeepdims(&ctx, w);
+    auto row = TiledLayoutAttr::getWgmmaRow(&ctx, w);
+    EXPECT_EQ(kept.registersPerThread({64 * w, 1}), 2);
+    EXPECT_EQ(kept.threads({64 * w, 1}), 128 * w);
+    for (int64_t r = 0; r < 64 * w; ++r) {
+      auto k = kept.owner({64 * w, 1}, {r, 0});
+      auto o = row.owner({64 * w}, {r});
+      EXPECT_EQ(k.warp, o.warp) << "row " << r;
+      EXPECT_EQ(k.lane, o.lane) << "row " << r;
+      EXPECT_EQ(k.reg, o.reg) << "row " << r;
+    }
+  }
+}
+
 // mma.m16n8k16 A (row-major 16x16 f16): a0..a7.
 TEST_F(Layouts, MmaSyncAMatchesPtx) {
   expectMatches(TiledLayoutAttr::getMmaSyncA(&ctx), {16, 16}, 1, 8,

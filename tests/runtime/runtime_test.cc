@@ -496,6 +496,25 @@ TEST(CheckOperand, OverlappingDims) {
                 why);
 }
 
+// Dims need not nest in declared order, only not overlap: [batch, heads, seq, d] viewing
+// [batch, seq, heads, d] memory is an output like any other; two dims of one stride are not.
+TEST(CheckOperand, PermutedViewsMayBeWritten) {
+  EXPECT_TRUE(check<4>(addr(0x1000), 2, {2, 3, 4, 8}, {96, 8, 24, 1}).ok());
+  EXPECT_TRUE(check<2>(addr(0x1000), 4, {10, 4}, {1, 10}, true).code() ==
+              StatusCode::kInvalidArgument);  // the last dim still needs unit stride
+  EXPECT_TRUE(check<3>(addr(0x1000), 4, {4, 5, 8}, {8, 32, 1}).ok());  // [4, 5, 8] of [5, 4, 8]
+  Status same = check<3>(addr(0x1000), 4, {4, 5, 8}, {8, 8, 1});
+  EXPECT_EQ(same.message(),
+            "add_f32: operand 'x' dim 0 has stride 8, smaller than the 40 elements of the dims "
+            "inside it (an output's elements may not share memory; only inputs broadcast)")
+      << "dims 0 and 1 reach the same elements";
+  EXPECT_FALSE(check<3>(addr(0x1000), 4, {4, 5, 8}, {8, 24, 1}).ok());  // (3, 0) == (0, 1)
+  EXPECT_TRUE(detail::dims_disjoint_by_stride(3, std::array<int64_t, 3>{4, 5, 8}.data(),
+                                              std::array<int64_t, 3>{8, 32, 1}.data()));
+  EXPECT_FALSE(detail::dims_disjoint_by_stride(3, std::array<int64_t, 3>{4, 5, 8}.data(),
+                                               std::array<int64_t, 3>{8, 24, 1}.data()));
+}
+
 // An input may broadcast (stride 0) or overlap its dims: it is only read. Never backwards.
 TEST(CheckOperand, InputsMayBroadcast) {
   EXPECT_TRUE(check<2>(addr(0x1000), 4, {4, 10}, {0, 1}, false).ok());
@@ -536,6 +555,20 @@ TEST(TmaRuleBroken, BroadcastViewsRunTheDirectTwin) {
   op.shape = one;  // never stepped along
   op.strides = broadcast;
   EXPECT_EQ(detail::tma_rule_broken(op), nullptr);
+}
+
+// A tensor map's strides need not grow in dim order: [batch, heads, seq, d] over
+// [batch, seq, heads, d] memory is copied by TMA (each stride a multiple of 16 bytes).
+TEST(TmaRuleBroken, PermutedViewsKeepTma) {
+  alignas(16) static const char data[16] = {};
+  const int64_t shape[] = {2, 3, 70, 64}, box[] = {1, 1, 64, 64};
+  const int64_t permuted[] = {70 * 3 * 64, 64, 3 * 64, 1}, clashing[] = {70 * 3 * 64, 64, 64, 1};
+  detail::TmaOperand op{
+      "q", data, 2, 4, shape, permuted, box, 128, detail::TmaOperand::Element::kBF16};
+  EXPECT_EQ(detail::tma_rule_broken(op), nullptr);
+  op.strides = clashing;
+  EXPECT_STREQ(detail::tma_rule_broken(op),
+               "a stride overlaps the dims inside it (a broadcast view)");
 }
 
 TEST(CheckOperand, NegativeExtent) {

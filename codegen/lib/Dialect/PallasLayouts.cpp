@@ -286,6 +286,11 @@ TiledLayoutAttr TiledLayoutAttr::getWgmmaRow(MLIRContext* ctx, int64_t warpgroup
       warpgroups > 1 ? SmallVector<int64_t>{-5, -4} : SmallVector<int64_t>{-4};
   return tiled(ctx, {{64}, {16}, {8}, {1}}, warps, {-2, 4}, -1);
 }
+TiledLayoutAttr TiledLayoutAttr::getWgmmaRowKeepdims(MLIRContext* ctx, int64_t warpgroups) {
+  SmallVector<int64_t> warps =
+      warpgroups > 1 ? SmallVector<int64_t>{-10, -8} : SmallVector<int64_t>{-8};
+  return tiled(ctx, {{64, 1}, {16, 1}, {8, 1}, {1, 1}}, warps, {-4, 4}, -1);
+}
 TiledLayoutAttr TiledLayoutAttr::getMmaSyncA(MLIRContext* ctx) {
   return tiled(ctx, {{16, 16}, {16, 8}, {8, 8}, {1, 2}}, {}, {-4, -3}, -1);
 }

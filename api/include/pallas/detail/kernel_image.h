@@ -149,7 +149,8 @@ Status device_error_record(const KernelImage& image, int device, void*& record);
 //   last dim stride != 1                 -> kInvalidArgument
 //   `written` (an output, or an input the kernel updates in place): a dim whose stride is
 //   smaller than the span of the dims inside it (the dims would overlap; negative strides
-//   included) -> kInvalidArgument
+//   included), unless the dims in order of stride do not overlap either (a permuted view,
+//   dims_disjoint_by_stride) -> kInvalidArgument
 //   an input: a negative stride -> kInvalidArgument. An input's dims may overlap: a stride
 //   of 0 broadcasts (PyTorch's expand(), cuBLAS's batch stride 0), e.g. a [4, 10] view with
 //   strides {0, 1} reads one row four times. (Staged paths need TMA's non-overlapping
@@ -158,6 +159,14 @@ Status device_error_record(const KernelImage& image, int device, void*& record);
 // kernel and the operand: "add_f32: operand 'x' is a null pointer".
 Status check_operand(const char* kernel, const char* operand, const void* data, size_t element_size,
                      int rank, const int64_t* shape, const int64_t* strides, bool written);
+
+// Whether no two indices of a view reach the same element, whatever the order of its dims:
+// taken by increasing stride, each dim stepped along (extent > 1) steps past every offset
+// the dims before it reach (and the span does not overflow). A permuted view passes, e.g.
+// [2, 3, 4, 8] with strides {96, 8, 24, 1} ([batch, heads, seq, d] of [batch, seq, heads,
+// d] memory: heads step 8 past d's 8 elements, seq 24 past heads' 24); a broadcast (stride
+// 0) or overlapping one does not.
+bool dims_disjoint_by_stride(int rank, const int64_t* shape, const int64_t* strides);
 
 // Checks that a view made from a container (TensorView::storage_elements() >= 0) reaches no
 // element past the container's end -> kInvalidArgument:

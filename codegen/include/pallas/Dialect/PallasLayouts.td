@@ -122,6 +122,14 @@ def Pallas_TiledLayoutAttr : Pallas_Attr<"TiledLayout", "tiled"> {
     warp r / 16, lanes 4 (r % 8) .. 4 (r % 8) + 3, register (r % 16) / 8:
     the reduction of an accumulator row needs only 2 shuffles (xor 1, 2).
 
+    `wgmmaRowKeepdims`: the same values as [64, 1] (a reduction with
+    keepdims, attention's running row maximum and sum): tiling (64, 1),
+    (16, 1), (8, 1), (1, 1); warp_dims [-8]; lane_dims [-4, 4]; vector_dim
+    -1. Its dims are numbered as the accumulator's, so row r is held where
+    wgmmaRow holds it (register (r % 16) / 8), and broadcasting it over an
+    accumulator's columns is a register copy: accumulator register i of a
+    thread takes row register (i / 2) % 2.
+
     Several consumer warpgroups (a program of 128 W threads, W > 1; CUTLASS's
     cooperative schedule): `getWgmmaAccumulator(ctx, W)` adds the 64-row
     tile index (tiled dim -10) as the most significant warp digit, warp_dims
@@ -180,6 +188,8 @@ def Pallas_TiledLayoutAttr : Pallas_Attr<"TiledLayout", "tiled"> {
     /// `warpgroups` > 1: the warpgroups split the rows, 64 each (see above).
     static TiledLayoutAttr getWgmmaAccumulator(::mlir::MLIRContext* ctx, int64_t warpgroups = 1);
     static TiledLayoutAttr getWgmmaRow(::mlir::MLIRContext* ctx, int64_t warpgroups = 1);
+    static TiledLayoutAttr getWgmmaRowKeepdims(::mlir::MLIRContext* ctx,
+                                               int64_t warpgroups = 1);
     static TiledLayoutAttr getMmaSyncA(::mlir::MLIRContext* ctx);
     static TiledLayoutAttr getMmaSyncB(::mlir::MLIRContext* ctx);
     static TiledLayoutAttr getMmaSyncC(::mlir::MLIRContext* ctx);

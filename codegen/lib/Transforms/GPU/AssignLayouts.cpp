@@ -140,12 +140,13 @@ DenseSet<Value> inferReplicated(func::FuncOp kernel, int64_t threads) {
 /// every block's last dim and every block's size is a multiple of
 /// threads * vec. Fails naming the block that does not fit.
 FailureOr<int64_t> chooseVec(func::FuncOp kernel, int64_t threads,
-                             const DenseSet<Value>& replicated) {
+                             const DenseSet<Value>& replicated, const DenseSet<Value>& rows) {
   int64_t minBytes = 4;
   SmallVector<VectorType> blocks;
   kernel.walk([&](Operation* op) {
     for (Value result : op->getResults())
-      if (auto vt = dyn_cast<VectorType>(result.getType()); vt && !replicated.contains(result)) {
+      if (auto vt = dyn_cast<VectorType>(result.getType());
+          vt && !replicated.contains(result) && !rows.contains(result)) {
         blocks.push_back(vt);
         if (vt.getElementType().isIntOrFloat() && vt.getElementTypeBitWidth() >= 8)
           minBytes = std::min<int64_t>(minBytes, vt.getElementTypeBitWidth() / 8);
@@ -170,12 +171,14 @@ FailureOr<int64_t> chooseVec(func::FuncOp kernel, int64_t threads,
   return vec;
 }
 
-/// Whether `v` can be loaded straight into the accumulator layout for its
-/// one use: a load of an operand's block (not staged, not scratch), or an
-/// elementwise op (a cast, say) of such loads and splats alone.
+/// Whether `v` can be computed straight in the accumulator layout for its
+/// one use: a load of an operand's block (not staged, not scratch), an iota
+/// (a mask's coordinates), or an elementwise op (a cast, say) of such
+/// values and splats alone.
 bool loadableInPlace(Value v) {
   Operation* def = v.getDefiningOp();
   if (!def || !v.hasOneUse() || !isa<VectorType>(v.getType())) return false;
+  if (isa<IotaOp>(def)) return true;
   if (auto load = dyn_cast<LoadOp>(def)) {
     auto blk = load.getRef().getDefiningOp<BlockOp>();
     return blk && !blk.getStaged() && isa<BlockArgument>(blk.getArray());
@@ -186,49 +189,167 @@ bool loadableInPlace(Value v) {
          });
 }
 
+/// The block values computed in the WGMMA accumulator layout, and beside
+/// them the per-row values of accumulators (held where the accumulator
+/// holds the row: PallasLayouts.td's wgmmaRow, or wgmmaRowKeepdims for [R, 1]).
+struct AccumulatorValues {
+  DenseSet<Value> tiled;  // [64 W, N] in the accumulator layout
+  DenseSet<Value> rows;   // [64 W] or [64 W, 1]: one value per accumulator row
+};
+
+/// Whether `red` reduces the last axis of a 2-D block to one value per row.
+bool reducesRows(vector::MultiDimReductionOp red) {
+  SmallVector<bool> mask = red.getReductionMask();
+  return isa<VectorType>(red.getDestType()) && mask.size() == 2 && !mask[0] && mask[1];
+}
+
+/// Whether `v` (a per-row value) may stay in the row layout at every use:
+/// elementwise ops and shape casts computing more per-row values, broadcasts
+/// over an accumulator's columns, and loop carries of per-row values.
+bool rowUsesStay(Value v, const AccumulatorValues& values) {
+  return llvm::all_of(v.getUses(), [&](OpOperand& use) {
+    Operation* user = use.getOwner();
+    if (isa<vector::BroadcastOp>(user)) return values.tiled.contains(user->getResult(0));
+    if (isa<scf::YieldOp>(user)) {
+      auto loop = dyn_cast<scf::ForOp>(user->getParentOp());
+      return loop && values.rows.contains(loop.getResult(use.getOperandNumber()));
+    }
+    if (auto loop = dyn_cast<scf::ForOp>(user)) {
+      if (use.getOperandNumber() < loop.getNumControlOperands()) return false;
+      return values.rows.contains(
+          loop.getResult(use.getOperandNumber() - loop.getNumControlOperands()));
+    }
+    return user->getNumResults() == 1 && values.rows.contains(user->getResult(0));
+  });
+}
+
 /// The block values held in the WGMMA accumulator layout (#pallas.tiled,
 /// PallasLayouts.td): the results of pallas.dot, loads of accumulators, and
 /// what elementwise ops compute from any of them (an epilogue: scaling,
 /// bias, activation, the cast to the output dtype), so that the MMA's
 /// registers are used where they are. The epilogue's other operands that
-/// are loaded from operands (bias, residual, C, and casts of them) are
-/// loaded in that layout too (LoadStoreRules' loadTiled); the rest are
-/// converted to it; other uses of tiled values convert to the strided layout.
-DenseSet<Value> inferAccumulatorLayout(func::FuncOp kernel) {
-  DenseSet<Value> tiled;
-  kernel.walk<WalkOrder::PreOrder>([&](Operation* op) {
-    if (auto dot = dyn_cast<DotOp>(op)) {
-      tiled.insert(dot.getResult());
-    } else if (auto load = dyn_cast<LoadOp>(op)) {
-      if (isAccumulatorRef(load.getRef())) tiled.insert(load.getResult());
-    } else if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
-               isa<VectorType>(op->getResult(0).getType()) &&
-               llvm::any_of(op->getOperands(), [&](Value v) { return tiled.contains(v); })) {
-      tiled.insert(op->getResult(0));
-    }
-  });
+/// are loaded from operands (bias, residual, C, and casts of them) or are
+/// iotas (masks) are computed in that layout too (LoadStoreRules'
+/// loadTiled, lowerIota); the rest are converted to it; other uses of tiled
+/// values convert to the strided layout.
+///
+/// With `rowValues`, an online softmax stays in registers too (attention's
+/// inner loop, kernel_specs/attention.cc): the row reductions of a tiled
+/// value (max(s, 1, keepdims)) are per-row values in the row layout (each
+/// held by the 4 lanes that hold its row: two shuffles, no shared memory),
+/// elementwise ops of them alone are too, and broadcasting one over the
+/// columns of an accumulator is tiled. Loop carries started from a splat
+/// (or such a value) take the layout of what the body yields for them, so
+/// acc, m and l stay in registers across the loop's steps.
+AccumulatorValues inferAccumulatorLayout(func::FuncOp kernel, bool rowValues) {
+  AccumulatorValues values;
+  DenseSet<Value>&tiled = values.tiled, &rows = values.rows;
+  bool changed = true;
+  auto mark = [&](DenseSet<Value>& set, Value v) { changed |= set.insert(v).second; };
+  // A loop carry started from a splat, in no layout yet.
+  auto splatCarry = [&](Value v) {
+    auto arg = dyn_cast<BlockArgument>(v);
+    auto loop = arg ? dyn_cast<scf::ForOp>(arg.getOwner()->getParentOp()) : scf::ForOp();
+    return loop && arg.getArgNumber() >= loop.getNumInductionVars() &&
+           isSplat(loop.getInitArgs()[arg.getArgNumber() - loop.getNumInductionVars()]) &&
+           !tiled.contains(v) && !rows.contains(v);
+  };
+  // Carries depend on what their loop yields: walk until nothing changes.
+  while (changed) {
+    changed = false;
+    kernel.walk<WalkOrder::PreOrder>([&](Operation* op) {
+      if (auto dot = dyn_cast<DotOp>(op)) {
+        mark(tiled, dot.getResult());
+      } else if (auto load = dyn_cast<LoadOp>(op)) {
+        if (isAccumulatorRef(load.getRef())) mark(tiled, load.getResult());
+      } else if (auto red = dyn_cast<vector::MultiDimReductionOp>(op)) {
+        if (rowValues && reducesRows(red) && tiled.contains(red.getSource()) &&
+            isSplat(red.getAcc()))
+          mark(rows, red.getResult());
+      } else if (auto reshape = dyn_cast<vector::ShapeCastOp>(op)) {
+        if (rows.contains(reshape.getSource()) && reshape.getResultVectorType().getRank() <= 2 &&
+            reshape.getResultVectorType().getShape().front() ==
+                reshape.getSourceVectorType().getShape().front())
+          mark(rows, reshape.getResult());
+      } else if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
+        VectorType to = bc.getResultVectorType();
+        if (rows.contains(bc.getSource()) && to.getRank() == 2 &&
+            cast<VectorType>(bc.getSourceType()).getShape() ==
+                ArrayRef<int64_t>{to.getShape()[0], 1} &&
+            to.getShape()[1] % 8 == 0)
+          mark(tiled, bc.getResult());
+      } else if (auto loop = dyn_cast<scf::ForOp>(op)) {
+        Operation* yield = loop.getBody()->getTerminator();
+        for (auto [i, init] : llvm::enumerate(loop.getInitArgs()))
+          for (DenseSet<Value>* set : {&tiled, &rows}) {
+            Value yielded = yield->getOperand(i);
+            if (set->contains(yielded) && (isSplat(init) || set->contains(init))) {
+              mark(*set, loop.getRegionIterArgs()[i]);
+              mark(*set, loop.getResult(i));
+            }
+          }
+      } else if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
+                 isa<VectorType>(op->getResult(0).getType())) {
+        auto vectors = llvm::make_filter_range(
+            op->getOperands(), [](Value v) { return isa<VectorType>(v.getType()); });
+        if (llvm::any_of(vectors, [&](Value v) { return tiled.contains(v); }))
+          mark(tiled, op->getResult(0));
+        else if (llvm::any_of(vectors, [&](Value v) { return rows.contains(v); }) &&
+                 llvm::all_of(vectors, [&](Value v) {
+                   return rows.contains(v) || isSplat(v) || splatCarry(v);
+                 })) {
+          mark(rows, op->getResult(0));
+          // A running row maximum, m' = max(m, rowmax(s)): m is a row value
+          // too if the loop yields one for it (checked below).
+          for (Value v : vectors)
+            if (splatCarry(v)) {
+              auto arg = cast<BlockArgument>(v);
+              auto loop = cast<scf::ForOp>(arg.getOwner()->getParentOp());
+              mark(rows, arg);
+              mark(rows, loop.getResult(arg.getArgNumber() - loop.getNumInductionVars()));
+            }
+        }
+      }
+    });
+  }
+  // Per-row values are all or nothing: one with a use that needs them
+  // elsewhere (a store, a reduction to a scalar) keeps all replicated.
+  auto yieldsRows = [&](Value v) {  // a row carry's loop yields a row value for it
+    auto arg = dyn_cast<BlockArgument>(v);
+    auto loop = arg ? dyn_cast<scf::ForOp>(arg.getOwner()->getParentOp()) : scf::ForOp();
+    return !loop || rows.contains(loop.getBody()->getTerminator()->getOperand(
+                        arg.getArgNumber() - loop.getNumInductionVars()));
+  };
+  if (!rows.empty() &&
+      !llvm::all_of(rows, [&](Value v) { return rowUsesStay(v, values) && yieldsRows(v); }))
+    return inferAccumulatorLayout(kernel, /*rowValues=*/false);
   std::function<void(Value)> loadTiled = [&](Value v) {
     if (!isa<VectorType>(v.getType()) || isSplat(v) || !tiled.insert(v).second) return;
-    if (!isa<LoadOp>(v.getDefiningOp()))
+    if (!isa<LoadOp, IotaOp>(v.getDefiningOp()))
       for (Value o : v.getDefiningOp()->getOperands()) loadTiled(o);
   };
   for (Value v : SmallVector<Value>(tiled.begin(), tiled.end()))
     if (Operation* op = v.getDefiningOp(); op && op->hasTrait<OpTrait::Elementwise>())
       for (Value o : op->getOperands())
         if (!tiled.contains(o) && loadableInPlace(o)) loadTiled(o);
-  return tiled;
+  return values;
 }
 
 class LayoutAssignment {
  public:
   LayoutAssignment(func::FuncOp kernel, WarpgroupStridedLayoutAttr strided,
-                   TiledLayoutAttr accumulator, DenseSet<Value> replicated, DenseSet<Value> tiled)
+                   TiledLayoutAttr accumulator, DenseSet<Value> replicated,
+                   AccumulatorValues values)
       : kernel_(kernel),
         strided_(strided),
         replicated_(ReplicatedLayoutAttr::get(kernel.getContext())),
         accumulator_(accumulator),
+        rowsKeepdims_(
+            TiledLayoutAttr::getWgmmaRowKeepdims(kernel.getContext(), strided.getThreads() / 128)),
+        rows_(TiledLayoutAttr::getWgmmaRow(kernel.getContext(), strided.getThreads() / 128)),
         replicatedValues_(std::move(replicated)),
-        tiledValues_(std::move(tiled)) {}
+        tiledValues_(std::move(values.tiled)),
+        rowValues_(std::move(values.rows)) {}
 
   void run() {
     chooseRowLayouts();
@@ -243,6 +364,8 @@ class LayoutAssignment {
   Attribute layoutOf(Value v) const {
     if (auto it = rowLayouts_.find(v); it != rowLayouts_.end()) return it->second;
     if (tiledValues_.contains(v)) return accumulator_;
+    if (rowValues_.contains(v))
+      return cast<VectorType>(v.getType()).getRank() == 1 ? rows_ : rowsKeepdims_;
     return replicatedValues_.contains(v) ? Attribute(replicated_) : Attribute(strided_);
   }
 
@@ -409,6 +532,9 @@ class LayoutAssignment {
       if (dot.getAcc()) convert(dot.getAccMutable()[0], accumulator_, op);
       return true;
     }
+    if (auto red = dyn_cast<vector::MultiDimReductionOp>(op);
+        red && rowValues_.contains(red.getResult()))
+      return true;  // each row reduced where the accumulator holds it (ReductionRules)
     if (auto mma = dyn_cast<WgmmaOp>(op)) {  // a value a: wgmma's A registers are that layout
       convert(mma.getAMutable(), accumulator_, op);
       return true;
@@ -437,7 +563,8 @@ class LayoutAssignment {
   void convertOperands(Operation* op) {
     if (convertAccumulatorUses(op)) return;
     if (auto bc = dyn_cast<vector::BroadcastOp>(op)) {
-      // A replicated value spread over a strided block: the conversion broadcasts.
+      // Accumulator rows over its columns: a register copy (ElementwiseRules).
+      if (tiledValues_.contains(bc.getResult()) && rowValues_.contains(bc.getSource())) return;
       // A replicated or per-row value spread over a strided block: the conversion broadcasts.
       Attribute from = layoutOf(bc.getSource());
       if (isa<VectorType>(bc.getSourceType()) && from != Attribute(strided_) &&
@@ -489,8 +616,10 @@ class LayoutAssignment {
   WarpgroupStridedLayoutAttr strided_;
   ReplicatedLayoutAttr replicated_;
   TiledLayoutAttr accumulator_;
+  TiledLayoutAttr rowsKeepdims_, rows_;  // per-row values of accumulators: [R, 1], [R]
   DenseSet<Value> replicatedValues_;
   DenseSet<Value> tiledValues_;            // in accumulator_
+  DenseSet<Value> rowValues_;              // in rows_ or rowsKeepdims_
   DenseMap<Value, Attribute> rowLayouts_;  // strided_rows values
 };
 
@@ -505,10 +634,11 @@ struct PallasAssignLayoutsPass : impl::PallasAssignLayoutsBase<PallasAssignLayou
       int64_t threads = this->threads;
       if (auto attr = k->getAttrOfType<IntegerAttr>("pallas.threads")) threads = attr.getInt();
       DenseSet<Value> replicated = inferReplicated(k, threads);
-      FailureOr<int64_t> vec = chooseVec(k, threads, replicated);
+      AccumulatorValues values = inferAccumulatorLayout(k, /*rowValues=*/threads % 128 == 0);
+      for (Value v : values.rows) replicated.erase(v);
+      FailureOr<int64_t> vec = chooseVec(k, threads, replicated, values.rows);
       if (failed(vec)) return signalPassFailure();
-      DenseSet<Value> tiled = inferAccumulatorLayout(k);
-      if (!tiled.empty() && threads % 128 != 0) {
+      if (!values.tiled.empty() && threads % 128 != 0) {
         k.emitError() << "the kernel has " << threads
                       << " threads per program, but dot and accumulators need the WGMMA "
                          "accumulator layout of whole warpgroups (a multiple of 128 threads)";
@@ -521,7 +651,8 @@ struct PallasAssignLayoutsPass : impl::PallasAssignLayoutsBase<PallasAssignLayou
         WalkResult fits = k.walk([&](Operation* op) {  // in program order: the first one is named
           for (Value v : op->getResults()) {
             auto type = dyn_cast<VectorType>(v.getType());
-            if (!tiled.contains(v) || (type.getRank() == 2 && type.getShape()[0] == threads / 2))
+            if (!(values.tiled.contains(v) || values.rows.contains(v)) ||
+                (type.getRank() <= 2 && type.getShape()[0] == threads / 2))
               continue;
             op->emitError() << "a " << type << " in the WGMMA accumulator layout of "
                             << threads / 128 << " warpgroups; each warpgroup holds 64 rows, so it "
@@ -533,7 +664,7 @@ struct PallasAssignLayoutsPass : impl::PallasAssignLayoutsBase<PallasAssignLayou
         if (fits.wasInterrupted()) return signalPassFailure();
       }
       LayoutAssignment(k, WarpgroupStridedLayoutAttr::get(&getContext(), threads, *vec),
-                       accumulator, std::move(replicated), std::move(tiled))
+                       accumulator, std::move(replicated), std::move(values))
           .run();
     }
   }

@@ -493,6 +493,16 @@ LogicalResult lowerIota(IotaOp iota, GpuLowering& g, OpBuilder& b) {
   Location loc = iota.getLoc();
   VectorType type = iota.getResult().getType();
   Type et = type.getElementType();
+  // In a tiled layout (a mask beside an accumulator): each register's coordinate.
+  if (auto tiled = dyn_cast_or_null<TiledLayoutAttr>(g.layoutOf(iota.getResult()))) {
+    Value frag = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.threadType(type, tiled)));
+    g.forEachTiledElement(b, loc, tiled, type.getShape(), [&](int64_t r, SmallVector<Value>& c) {
+      Value v = arith::IndexCastOp::create(b, loc, et, c[iota.getDimension()]);
+      frag = vector::InsertOp::create(b, loc, v, frag, r);
+    });
+    g.map.map(iota.getResult(), frag);
+    return success();
+  }
   const int64_t vec = g.strided().getVec();
   VectorType runType = VectorType::get({vec}, et);
   int64_t dimension = iota.getDimension();

@@ -107,9 +107,74 @@ LogicalResult lowerRowReductionInWarps(vector::MultiDimReductionOp red, GpuLower
   return success();
 }
 
+/// A reduction of the last axis of a block in the WGMMA accumulator layout
+/// to one value per row kept where the accumulator holds the row (wgmmaRow,
+/// PallasLayouts.td: attention's row maximum and sum): each thread folds its
+/// registers of each of its rows, then the lanes that share a row (the low
+/// lane digits, which step along columns) combine with shfl.xor. No shared
+/// memory, no barrier; all lanes of a row end with the same bits.
+/// Worked example: [64, 64] f32 over 128 threads: thread 37 (warp 1, lane 5)
+/// holds rows 17 and 25, 16 registers of each; it folds them into row
+/// registers 0 and 1, then two shuffles (xor 2, 1) combine lanes 4..7.
+LogicalResult lowerRowReductionOfTiled(vector::MultiDimReductionOp red, GpuLowering& g,
+                                       OpBuilder& b) {
+  Location loc = red.getLoc();
+  auto src = cast<TiledLayoutAttr>(g.layoutOf(red.getSource()));
+  auto dst = dyn_cast_or_null<TiledLayoutAttr>(g.layoutOf(red.getResult()));
+  VectorType srcType = red.getSourceVectorType();
+  auto destType = cast<VectorType>(red.getDestType());
+  if (!dst || srcType.getRank() != 2 || destType.getRank() != 1)
+    return red.emitOpError("the GPU reduces a tiled block's rows into the row layout only");
+  if (srcType.getElementTypeBitWidth() != 32)
+    return red.emitOpError("GPU reductions combine 32-bit values; cast the block to f32 first");
+  FailureOr<Value> acc = g.operandIn(b, loc, red.getAcc(), dst);
+  if (failed(acc)) return red.emitOpError("no GPU rule for this reduction's accumulator");
+  ArrayRef<int64_t> shape = srcType.getShape();
+  // The lanes of a row: column-stepping lane digits, all below the row ones;
+  // warps must split rows only.
+  int64_t width = 1;
+  bool rowDigitSeen = false;
+  const SmallVector<TiledLayoutAttr::Digit> lanes = src.laneDigits(shape);
+  for (const TiledLayoutAttr::Digit& d : llvm::reverse(lanes)) {
+    const bool alongRow = !d.step.empty() && d.step[0] == 0;
+    if (d.step.empty() || (alongRow && rowDigitSeen))
+      return red.emitOpError("no GPU rule reduces the rows of ") << src;
+    if (alongRow) width *= d.extent;
+    rowDigitSeen |= !alongRow;
+  }
+  for (const TiledLayoutAttr::Digit& d : src.warpDigits(shape))
+    if (d.step.empty() || d.step[1] != 0)
+      return red.emitOpError("no GPU rule reduces the rows of ") << src << ": warps split them";
+  const int64_t rowRegisters = dst.registersPerThread(destType.getShape());
+  vector::CombiningKind kind = red.getKind();
+  Value frag = g.map.lookup(red.getSource());
+  SmallVector<Value> partial(rowRegisters);
+  for (int64_t r = 0; r < src.registersPerThread(shape); ++r) {
+    const int64_t row = src.elementAt(shape, 0, 0, r)[0];
+    int64_t j = 0;
+    while (j < rowRegisters && dst.elementAt(destType.getShape(), 0, 0, j)[0] != row) ++j;
+    if (j == rowRegisters)
+      return red.emitOpError("no register of ") << dst << " holds row " << row << " of " << src;
+    Value v = vector::ExtractOp::create(b, loc, frag, r);
+    partial[j] = partial[j] ? vector::makeArithReduction(b, loc, kind, partial[j], v) : v;
+  }
+  Value result = *acc;
+  for (int64_t j = 0; j < rowRegisters; ++j) {
+    if (!partial[j]) return red.emitOpError("row register ") << j << " of " << dst << " is empty";
+    Value v = butterfly(b, loc, kind, partial[j], width);
+    Value seed = vector::ExtractOp::create(b, loc, result, j);
+    result = vector::InsertOp::create(b, loc, vector::makeArithReduction(b, loc, kind, v, seed),
+                                      result, j);
+  }
+  g.map.map(red.getResult(), result);
+  return success();
+}
+
 LogicalResult lowerRowReduction(vector::MultiDimReductionOp red, GpuLowering& g, OpBuilder& b) {
   if (isa_and_nonnull<StridedRowsLayoutAttr>(g.layoutOf(red.getResult())))
     return lowerRowReductionInWarps(red, g, b);
+  if (isa_and_nonnull<TiledLayoutAttr>(g.layoutOf(red.getSource())))
+    return lowerRowReductionOfTiled(red, g, b);
   Location loc = red.getLoc();
   VectorType srcType = red.getSourceVectorType();
   auto destType = cast<VectorType>(red.getDestType());

@@ -1,0 +1,129 @@
+// Attention (FlashAttention's forward pass, as Pallas' Mosaic GPU attention
+// example writes it): per batch entry b and head h,
+//
+//   O[b, h] = softmax(scale * Q[b, h] @ K[b, h]^T + mask) @ V[b, h]
+//
+// Q, O are [batch, heads, Sq, D], K, V [batch, heads, Skv, D] (any strides:
+// [batch, seq, heads, D] in memory is a view with strides {S H D, D, H D, 1}).
+// One program per 64 rows of Q (grid (b, h, i)) walks the blocks of 64 keys
+// with an emit_pipeline, keeping the online softmax in registers: the row
+// maximum m and sum l of exp(s - m) so far, and acc, the unnormalized
+// output (all f32, in the WGMMA accumulator layout):
+//
+//   s     = Q_i @ K_j^T * scale * log2(e)   (masked entries -inf)
+//   m'    = max(m, rowmax(s))
+//   p     = exp2(s - m')                     cast to Q's dtype
+//   acc   = acc * exp2(m - m') + p @ V_j     (p from registers on sm_90a)
+//   l     = l * exp2(m - m') + rowsum(p)
+//   O_i   = acc / l                          after the last block
+//
+// Q's block is staged once by TMA; K and V blocks are pipelined through
+// shared memory (TMA on sm_90a, cp.async on sm_80), read in place by wgmma
+// (sm_90a) or ldmatrix + mma.sync (sm_80).
+//
+// Masks: keys past Skv (TMA's zero fill, or the direct twin's masked loads)
+// are -inf. `causal_attention` adds FlashAttention's causal mask aligned to
+// the bottom right: query row r attends key c when c <= r + Skv - Sq (the
+// queries are the last Sq positions of the Skv keys: a decode step's one
+// query sees every key; Sq == Skv is the usual lower triangle), and a
+// program walks only the key blocks its rows can see. A row that sees no
+// key (r < Sq - Skv) is 0, as is every row when Skv is 0.
+//
+// Worked example, causal, Sq = 100, Skv = 300, program i = 1 (rows 64..99):
+// row 99 sees keys 0..299, row 64 keys 0..264; the program walks key blocks
+// 0..cdiv(64 + 64 + 200, 64) - 1 = 0..5 (the last partial: 320 > 300), and
+// masks keys c > r + 200 in them.
+
+#include <pallas/EDSL/Spec.h>
+
+#include <limits>
+
+using namespace pallas::edsl;
+
+namespace {
+
+constexpr int64_t kBlockQ = 64;   // rows of Q per program: one warpgroup's wgmma M
+constexpr int64_t kBlockKv = 64;  // keys per pipeline step
+constexpr double kLog2e = 1.4426950408889634;
+
+enum class Mask { kNone, kCausal };
+
+void declare_attention(KernelSpec& spec, Mask mask) {
+  DType T = spec.dtype_param("T", {bf16, f16});
+  DimExpr batch = spec.dim("batch"), heads = spec.dim("heads");
+  DimExpr sq = spec.dim("sq"), skv = spec.dim("skv"), d = spec.dim("d");
+  const int64_t kD = 64;
+  Operand q = spec.input("q", T, {batch, heads, sq, d});
+  Operand k = spec.input("k", T, {batch, heads, skv, d});
+  Operand v = spec.input("v", T, {batch, heads, skv, d});
+  Operand o = spec.output("o", T, {batch, heads, sq, d});
+  Scalar scale = spec.scalar("scale", f32);
+  spec.grid({batch, heads, cdiv(sq, kBlockQ)});
+  spec.max_registers(255);
+  auto q_map = [](const ProgramIds& p) { return at(p[0], p[1], p[2], 0); };
+  const std::vector<BlockDim> q_block = {squeezed, squeezed, Blocked{kBlockQ}, Blocked{kD}};
+  spec.block(q, q_block, q_map, InShared{.swizzle = 128});
+  spec.block(o, q_block, q_map);
+  auto whole = [](const ProgramIds&) { return at(0, 0, 0, 0); };
+  spec.block(k, {full, full, full, full}, whole);
+  spec.block(v, {full, full, full, full}, whole);
+  spec.body([=](Ref q, Ref k, Ref v, Ref o) {
+    Value b = program_id(0), h = program_id(1), i = program_id(2);
+    Value rows_q = q.extent(0), keys = k.extent(2);  // q's block drops the squeezed dims
+    Value blocks = (keys + index(kBlockKv - 1)) / index(kBlockKv);
+    // Causal: the last key this program's last row sees is
+    // (i + 1) 64 - 1 + keys - rows_q; blocks past it are skipped.
+    Value end = blocks;
+    if (mask == Mask::kCausal) {
+      Value reach = (i + index(1)) * index(kBlockQ) + keys;  // > rows_q: some key is seen
+      Value seen = select(reach > rows_q, (reach - rows_q + index(kBlockKv - 1)) / index(kBlockKv),
+                          index(0));
+      end = select(seen < blocks, seen, blocks);
+    }
+    Value q_block_value = q.load();
+    const double log2_scale = kLog2e;
+    Value qk_scale = Value(scale) * log2_scale;
+    Value row = iota({kBlockQ, kBlockKv}, 0) + (i * index(kBlockQ)).cast(i32);
+    Value col0 = iota({kBlockQ, kBlockKv}, 1);
+    Value neg_inf = constant(-std::numeric_limits<double>::infinity(), f32);
+    auto kv = [b, h](const Value& j) { return at(b, h, j, 0); };
+    const InShared staged{.swizzle = 128};
+    std::vector<Value> carry = {
+        broadcast_to(neg_inf, {kBlockQ, 1}),
+        broadcast_to(constant(0, f32), {kBlockQ, 1}),
+        broadcast_to(constant(0, f32), {kBlockQ, kD}),
+    };
+    std::vector<Value> out = emit_pipeline(
+        index(0), end,
+        {PipelineOperand{k, {squeezed, squeezed, Blocked{kBlockKv}, Blocked{kD}}, kv, staged},
+         PipelineOperand{v,
+                         {squeezed, squeezed, Blocked{kBlockKv}, Blocked{kD}},
+                         kv,
+                         InShared{.swizzle = 128, .tiling = {kBlockKv, 64}}}},
+        carry, [&](Value j, std::vector<Ref> kv_blocks, std::vector<Value> c) {
+          Value s = dot(q_block_value, kv_blocks[0].load(), {.transpose_b = true}) * qk_scale;
+          Value col = col0 + (j * index(kBlockKv)).cast(i32);
+          // The last key each row sees: keys - 1, or causally r + keys - rows_q.
+          Value last = broadcast_to(keys.cast(i32) - 1, {kBlockQ, kBlockKv});
+          if (mask == Mask::kCausal)
+            last = minimum(last, row + (keys.cast(i32) - rows_q.cast(i32)));
+          s = select(col <= last, s, neg_inf);
+          Value m = maximum(c[0], max(s, 1, true));
+          // A row with no visible key so far keeps m = -inf: subtract 0 instead
+          // (its p and correction are then exp2(-inf) = 0, not NaN).
+          Value m_safe = select(m == neg_inf, constant(0, f32), m);
+          Value p = exp2(s - m_safe);
+          Value correction = exp2(c[0] - m_safe);
+          Value l = c[1] * correction + sum(p, 1, true);
+          Value acc = dot(p.cast(T), kv_blocks[1].load(), c[2] * correction);
+          return std::vector<Value>{m, l, acc};
+        });
+    Value l = out[1];
+    o.store((out[2] * select(l > 0.0, 1.0 / l, constant(0, f32))).cast(T));
+  });
+}
+
+}  // namespace
+
+PALLAS_KERNEL(attention) { declare_attention(spec, Mask::kNone); }
+PALLAS_KERNEL(causal_attention) { declare_attention(spec, Mask::kCausal); }

@@ -1,0 +1,193 @@
+// attention and causal_attention on every backend against a float64
+// reference on fresh random data: sequence lengths that are not multiples of
+// the 64-row query and key blocks (1, 7, 63, 65, 127, 129, ...), more or
+// fewer queries than keys (causal rows that see no key are 0), several
+// batch entries and heads, [batch, seq, heads, d] views (strides TMA copies)
+// and padded rows it cannot (the direct twin). Outputs are poisoned: every
+// element must be written, and the padding after each row must stay.
+
+#include "test_support.h"
+
+#include <pallas/detail/kernel_image.h>
+#include <pallas/kernels.h>
+
+namespace pallas::testing {
+namespace {
+
+struct AttentionShape {
+  int64_t batch, heads, sq, skv, d = 64;
+  // kBhsd: [batch, heads, seq, d] contiguous. kBshd: the same arrays as views
+  // of [batch, seq, heads, d] memory. kPadded: kBhsd with `pad` elements after
+  // each row (a row stride TMA cannot copy when pad * sizeof(T) % 16 != 0).
+  enum class Layout { kBhsd, kBshd, kPadded } layout = Layout::kBhsd;
+  int64_t pad = 0;
+};
+
+/// The 4-D strides of a [batch, heads, seq, d] array (seq rows of d) in `layout`.
+std::array<int64_t, 4> strides_of(const AttentionShape& s, int64_t seq) {
+  using Layout = AttentionShape::Layout;
+  const int64_t row = s.d + (s.layout == Layout::kPadded ? s.pad : 0);
+  if (s.layout == Layout::kBshd) return {seq * s.heads * row, row, s.heads * row, 1};
+  return {s.heads * seq * row, seq * row, row, 1};
+}
+
+/// Runs one (causal) attention and compares every output element with
+///   o[b, h, r] = sum_c p_c v[b, h, c],  p = softmax_c(scale q[b, h, r] . k[b, h, c])
+/// over the keys c the row sees (all, or causally c <= r + skv - sq; none: 0).
+/// Tolerance: the kernel rounds p to the input dtype before p @ v (relative
+/// 2^-8 for bf16, 2^-11 for f16: at most that of sum p |v|), sums in f32 and
+/// uses approximate exp2; the output adds its own rounding.
+template <class T>
+void check_attention(Backend backend, AttentionShape s, bool causal, float scale,
+                     int compute_capability = 90) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(std::string(causal ? "causal_attention " : "attention ") + dtype_name<T>() +
+               " batch " + std::to_string(s.batch) + " heads " + std::to_string(s.heads) + " sq " +
+               std::to_string(s.sq) + " skv " + std::to_string(s.skv) + " d " +
+               std::to_string(s.d) + " layout " + std::to_string(static_cast<int>(s.layout)) +
+               " pad " + std::to_string(s.pad) + " sm_" + std::to_string(compute_capability) +
+               " seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto qs = strides_of(s, s.sq), ks = strides_of(s, s.skv);
+  auto elements = [&](const std::array<int64_t, 4>& st, int64_t seq) {
+    (void)seq;
+    return static_cast<size_t>(std::max<int64_t>(s.batch * st[0], 1));
+  };
+  Array<T> q(backend, elements(qs, s.sq)), k(backend, elements(ks, s.skv)),
+      v(backend, elements(ks, s.skv)), o(backend, elements(qs, s.sq));
+  q.fill_random(rng, -2.0f, 2.0f);
+  k.fill_random(rng, -2.0f, 2.0f);
+  v.fill_random(rng, -1.0f, 1.0f);
+  const T guard = from_float<T>(1234.0f);
+  for (T& x : o.host()) x = guard;
+  auto at = [](const std::array<int64_t, 4>& st, int64_t b, int64_t h, int64_t r, int64_t c) {
+    return static_cast<size_t>(b * st[0] + h * st[1] + r * st[2] + c * st[3]);
+  };
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t r = 0; r < s.sq; ++r)
+        for (int64_t c = 0; c < s.d; ++c)
+          o.host()[at(qs, b, h, r, c)] = from_float<T>(std::numeric_limits<float>::quiet_NaN());
+  q.upload();
+  k.upload();
+  v.upload();
+  o.upload();
+  auto view = [&](Array<T>& a, const std::array<int64_t, 4>& st, int64_t seq) {
+    return TensorView<T, 4>(a.data(), {s.batch, s.heads, seq, s.d}, {st[0], st[1], st[2], st[3]});
+  };
+  const uint64_t before = detail::tma_descriptors_handed_out();
+  Launch launch{backend, nullptr, {.compute_capability = compute_capability}};
+  LaunchRecord record;
+  launch.record = &record;
+  const TensorView<const T, 4> qv = view(q, qs, s.sq), kv = view(k, ks, s.skv),
+                               vv = view(v, ks, s.skv);
+  const Status status =
+      causal ? kernels::causal_attention(qv, kv, vv, view(o, qs, s.sq), scale, launch)
+             : kernels::attention(qv, kv, vv, view(o, qs, s.sq), scale, launch);
+  ASSERT_TRUE(status.ok()) << status.message();
+  o.download();
+  if (backend == Backend::kEmulator) {
+    // q and k, v through TMA (o is stored from registers) where every row
+    // stride is a multiple of 16 bytes and every extent positive.
+    const bool tma = s.layout != AttentionShape::Layout::kPadded ||
+                     (s.d + s.pad) * static_cast<int64_t>(sizeof(T)) % 16 == 0;
+    const bool expect_tma = tma && s.sq > 0 && s.skv > 0;
+    EXPECT_EQ(detail::tma_descriptors_handed_out() - before, expect_tma ? 3u : 0u)
+        << record.instance << " ran; " << (record.fallback ? record.fallback : "no fallback");
+  }
+  const double rtol = std::is_same_v<T, bfloat16> ? 1.0 / 256 : 1.0 / 2048;
+  int misses = 0;
+  std::vector<double> logits(static_cast<size_t>(s.skv));
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t r = 0; r < s.sq && misses < 5; ++r) {
+        const int64_t last = causal ? std::min(s.skv - 1, r + s.skv - s.sq) : s.skv - 1;
+        double top = -std::numeric_limits<double>::infinity();
+        for (int64_t c = 0; c <= last; ++c) {
+          double dotp = 0;
+          for (int64_t e = 0; e < s.d; ++e)
+            dotp += to_float(q.host()[at(qs, b, h, r, e)]) * to_float(k.host()[at(ks, b, h, c, e)]);
+          logits[static_cast<size_t>(c)] = scale * dotp;
+          top = std::max(top, logits[static_cast<size_t>(c)]);
+        }
+        double total = 0;
+        for (int64_t c = 0; c <= last; ++c)
+          total += logits[static_cast<size_t>(c)] = std::exp(logits[static_cast<size_t>(c)] - top);
+        for (int64_t e = 0; e < s.d && misses < 5; ++e) {
+          double want = 0, magnitude = 0;
+          for (int64_t c = 0; c <= last; ++c) {
+            const double p = logits[static_cast<size_t>(c)] / total;
+            const double x = to_float(v.host()[at(ks, b, h, c, e)]);
+            want += p * x;
+            magnitude += p * std::abs(x);
+          }
+          const double got = to_float(o.host()[at(qs, b, h, r, e)]);
+          const double tol = 2 * rtol * magnitude + rtol * std::abs(want) + 1e-5;
+          if (!(std::abs(got - want) <= tol)) {
+            ADD_FAILURE() << "o[" << b << ", " << h << ", " << r << ", " << e << "] = " << got
+                          << ", want " << want << " (tolerance " << tol << ")";
+            ++misses;
+          }
+        }
+      }
+  // Nothing outside o's elements was written (row padding, the heads' gaps).
+  size_t written = 0;
+  for (const T& x : o.host())
+    if (to_float(x) != to_float(guard)) ++written;
+  EXPECT_EQ(written, static_cast<size_t>(s.batch * s.heads * s.sq * s.d))
+      << "elements of o's buffer outside its view were written";
+}
+
+class AttentionTest : public BackendTest {};
+
+using Layout = AttentionShape::Layout;
+
+/// Lengths around the 64-row blocks; the emulator runs fewer (every thread
+/// of every program).
+std::vector<AttentionShape> shapes_for(Backend backend) {
+  std::vector<AttentionShape> shapes = {
+      {1, 1, 1, 1}, {1, 2, 65, 130}, {2, 1, 64, 64}, {1, 1, 7, 200}, {1, 1, 129, 63}};
+  if (backend != Backend::kEmulator)
+    shapes.insert(shapes.end(), {{2, 3, 127, 257}, {1, 2, 255, 255}, {1, 1, 300, 100}});
+  return shapes;
+}
+
+TEST_P(AttentionTest, BF16) {
+  for (AttentionShape s : shapes_for(GetParam()))
+    check_attention<bfloat16>(GetParam(), s, false, 0.125f);
+}
+TEST_P(AttentionTest, CausalBF16) {
+  for (AttentionShape s : shapes_for(GetParam()))
+    check_attention<bfloat16>(GetParam(), s, true, 0.125f);
+}
+TEST_P(AttentionTest, F16) {
+  for (AttentionShape s : shapes_for(GetParam())) check_attention<half>(GetParam(), s, false, 0.2f);
+}
+TEST_P(AttentionTest, CausalF16) {
+  for (AttentionShape s : shapes_for(GetParam())) check_attention<half>(GetParam(), s, true, 0.2f);
+}
+
+// [batch, seq, heads, d] in memory (the layout a fused QKV projection
+// writes), through TMA; padded rows of 8 bytes more, which TMA cannot copy:
+// the direct twin.
+TEST_P(AttentionTest, ViewsAndStrides) {
+  for (bool causal : {false, true}) {
+    check_attention<bfloat16>(GetParam(), {2, 3, 70, 90, 64, Layout::kBshd}, causal, 0.125f);
+    check_attention<bfloat16>(GetParam(), {1, 2, 65, 100, 64, Layout::kPadded, 4}, causal, 0.125f);
+    check_attention<half>(GetParam(), {1, 2, 33, 77, 64, Layout::kPadded, 8}, causal, 0.125f);
+  }
+}
+
+// The sm_80 form (cp.async stages, ldmatrix + mma.sync) on the emulator.
+TEST_P(AttentionTest, Sm80Form) {
+  if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the emulator chooses the form";
+  check_attention<bfloat16>(GetParam(), {1, 2, 65, 130}, true, 0.125f, 80);
+  check_attention<half>(GetParam(), {1, 1, 64, 200}, false, 0.125f, 80);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AttentionTest,
+                         ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda),
+                         backend_name);
+
+}  // namespace
+}  // namespace pallas::testing
