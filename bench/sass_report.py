@@ -128,7 +128,8 @@ STAGED_OUTPUTS = {"transpose"}
 # twins included, must have HGMMA (wgmma) in its sm_90a SASS and HMMA
 # (mma.sync) in its sm_80 SASS.
 MATMULS = ["matmul", "matmul_bt", "gemm", "gemm_bt", "linear_bias", "linear_bias_gelu",
-           "linear_bias_silu", "linear_residual", "batched_matmul", "batched_matmul_bt"]
+           "linear_bias_silu", "linear_residual", "batched_matmul", "batched_matmul_bt",
+           "attention", "causal_attention"]
 # Of those, the ones whose sm_90a staged instance is a warp-specialized
 # pipeline (all of them, B [K, N] too since it is read in place): its producer warpgroup gives up registers (USETMAXREG.DEALLOC, PTX
 # setmaxnreg.dec) and the consumer takes them (USETMAXREG.TRY_ALLOC), and its K loop keeps
@@ -136,7 +137,7 @@ MATMULS = ["matmul", "matmul_bt", "gemm", "gemm_bt", "linear_bias", "linear_bias
 # WARPGROUP.DEPBAR.LE gsb0, 0x0 (mma_pipelining). Their persistent instances (all but split-K) run
 # in 2-CTA clusters and load B once per cluster: a multicast TMA copy (UTMALDG.*.MULTICAST)
 # and the cluster barrier (UCGABAR_ARV / UCGABAR_WAIT).
-WARP_SPECIALIZED = set(MATMULS)
+WARP_SPECIALIZED = set(MATMULS) - {"attention", "causal_attention"}  # one warpgroup, no producer
 # Ops whose outputs are per-row or per-array scalars: no 16-byte store rule.
 REDUCTIONS = {"row_sum", "row_max", "cross_entropy", "sum_all", "max_all"}
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}

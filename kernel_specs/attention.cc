@@ -42,8 +42,7 @@ using namespace pallas::edsl;
 
 namespace {
 
-constexpr int64_t kBlockQ = 64;   // rows of Q per program: one warpgroup's wgmma M
-constexpr int64_t kBlockKv = 64;  // keys per pipeline step
+constexpr int64_t kBlockQ = 64;  // rows of Q per program: one warpgroup's wgmma M
 constexpr double kLog2e = 1.4426950408889634;
 
 enum class Mask { kNone, kCausal };
@@ -52,7 +51,21 @@ void declare_attention(KernelSpec& spec, Mask mask) {
   DType T = spec.dtype_param("T", {bf16, f16});
   DimExpr batch = spec.dim("batch"), heads = spec.dim("heads");
   DimExpr sq = spec.dim("sq"), skv = spec.dim("skv"), d = spec.dim("d");
-  const int64_t kD = 64;
+  // The head dim is a block dim: one instance for d <= 64, one for d <= 128
+  // (columns past d read TMA's zero fill, or the direct twin's masked zeros,
+  // so they add nothing to Q K^T, and their columns of O are not stored).
+  const int path = spec.variant("head_dim", {"d64", "d128"}, DimExpr(1) - le(d, 64));
+  spec.require(le(d, 128), "the head dim 'd' (dim 3 of q, k, v and o) must be at most 128");
+  const int64_t kD = path == 0 ? 64 : 128;
+  // Keys per pipeline step. The direct twin of d128 loads Q, K and V blocks
+  // into registers before storing them for the MMA: 32 keys a step, and Q K^T
+  // in two halves of the head dim, keep it from spilling (64 keys spilled
+  // 272 bytes on sm_90a, and 224 with the halves).
+  const int64_t kBlockKv = spec.direct() && kD == 128 ? 32 : 64;
+  // A row of 128 bf16 is two swizzle spans: tiles of 64 columns, each one
+  // span wide (wgmma reads Q and K K-major from them, V N-major).
+  const InShared q_tiles{.swizzle = 128, .tiling = {kBlockQ, 64}};
+  const InShared kv_tiles{.swizzle = 128, .tiling = {kBlockKv, 64}};
   Operand q = spec.input("q", T, {batch, heads, sq, d});
   Operand k = spec.input("k", T, {batch, heads, skv, d});
   Operand v = spec.input("v", T, {batch, heads, skv, d});
@@ -62,11 +75,12 @@ void declare_attention(KernelSpec& spec, Mask mask) {
   spec.max_registers(255);
   auto q_map = [](const ProgramIds& p) { return at(p[0], p[1], p[2], 0); };
   const std::vector<BlockDim> q_block = {squeezed, squeezed, Blocked{kBlockQ}, Blocked{kD}};
-  spec.block(q, q_block, q_map, InShared{.swizzle = 128});
+  spec.block(q, q_block, q_map, q_tiles);
   spec.block(o, q_block, q_map);
   auto whole = [](const ProgramIds&) { return at(0, 0, 0, 0); };
   spec.block(k, {full, full, full, full}, whole);
   spec.block(v, {full, full, full, full}, whole);
+  const bool spec_direct = spec.direct();
   spec.body([=](Ref q, Ref k, Ref v, Ref o) {
     Value b = program_id(0), h = program_id(1), i = program_id(2);
     Value rows_q = q.extent(0), keys = k.extent(2);  // q's block drops the squeezed dims
@@ -80,14 +94,12 @@ void declare_attention(KernelSpec& spec, Mask mask) {
                           index(0));
       end = select(seen < blocks, seen, blocks);
     }
-    Value q_block_value = q.load();
     const double log2_scale = kLog2e;
     Value qk_scale = Value(scale) * log2_scale;
     Value row = iota({kBlockQ, kBlockKv}, 0) + (i * index(kBlockQ)).cast(i32);
     Value col0 = iota({kBlockQ, kBlockKv}, 1);
     Value neg_inf = constant(-std::numeric_limits<double>::infinity(), f32);
     auto kv = [b, h](const Value& j) { return at(b, h, j, 0); };
-    const InShared staged{.swizzle = 128};
     std::vector<Value> carry = {
         broadcast_to(neg_inf, {kBlockQ, 1}),
         broadcast_to(constant(0, f32), {kBlockQ, 1}),
@@ -95,13 +107,22 @@ void declare_attention(KernelSpec& spec, Mask mask) {
     };
     std::vector<Value> out = emit_pipeline(
         index(0), end,
-        {PipelineOperand{k, {squeezed, squeezed, Blocked{kBlockKv}, Blocked{kD}}, kv, staged},
-         PipelineOperand{v,
-                         {squeezed, squeezed, Blocked{kBlockKv}, Blocked{kD}},
-                         kv,
-                         InShared{.swizzle = 128, .tiling = {kBlockKv, 64}}}},
+        {PipelineOperand{k, {squeezed, squeezed, Blocked{kBlockKv}, Blocked{kD}}, kv, kv_tiles},
+         PipelineOperand{v, {squeezed, squeezed, Blocked{kBlockKv}, Blocked{kD}}, kv, kv_tiles}},
         carry, [&](Value j, std::vector<Ref> kv_blocks, std::vector<Value> c) {
-          Value s = dot(q_block_value, kv_blocks[0].load(), {.transpose_b = true}) * qk_scale;
+          // Q is read where TMA put it (sm_90a), or loaded at each step (the
+          // direct twin: not held in registers across the loop).
+          Value s;
+          if (spec_direct && kD == 128) {  // in halves of the head dim: fewer registers live
+            Ref kb = kv_blocks[0];
+            s = dot(q.load({0, 0}, {kBlockQ, 64}), kb.load({0, 0}, {kBlockKv, 64}),
+                    {.transpose_b = true});
+            s = dot(q.load({0, 64}, {kBlockQ, 64}), kb.load({0, 64}, {kBlockKv, 64}), s,
+                    {.transpose_b = true});
+          } else {
+            s = dot(q.load(), kv_blocks[0].load(), {.transpose_b = true});
+          }
+          s = s * qk_scale;
           Value col = col0 + (j * index(kBlockKv)).cast(i32);
           // The last key each row sees: keys - 1, or causally r + keys - rows_q.
           Value last = broadcast_to(keys.cast(i32) - 1, {kBlockQ, kBlockKv});

@@ -86,11 +86,14 @@ void check_attention(Backend backend, AttentionShape s, bool causal, float scale
              : kernels::attention(qv, kv, vv, view(o, qs, s.sq), scale, launch);
   ASSERT_TRUE(status.ok()) << status.message();
   o.download();
+  ASSERT_NE(record.instance, nullptr);
+  EXPECT_NE(std::string(record.instance).find(s.d <= 64 ? "_d64" : "_d128"), std::string::npos)
+      << record.instance << " ran for a head dim of " << s.d;
   if (backend == Backend::kEmulator) {
     // q and k, v through TMA (o is stored from registers) where every row
     // stride is a multiple of 16 bytes and every extent positive.
-    const bool tma = s.layout != AttentionShape::Layout::kPadded ||
-                     (s.d + s.pad) * static_cast<int64_t>(sizeof(T)) % 16 == 0;
+    const int64_t row = s.d + (s.layout == AttentionShape::Layout::kPadded ? s.pad : 0);
+    const bool tma = row * static_cast<int64_t>(sizeof(T)) % 16 == 0;
     const bool expect_tma = tma && s.sq > 0 && s.skv > 0;
     EXPECT_EQ(detail::tma_descriptors_handed_out() - before, expect_tma ? 3u : 0u)
         << record.instance << " ran; " << (record.fallback ? record.fallback : "no fallback");
@@ -142,13 +145,18 @@ class AttentionTest : public BackendTest {};
 
 using Layout = AttentionShape::Layout;
 
-/// Lengths around the 64-row blocks; the emulator runs fewer (every thread
-/// of every program).
+/// Lengths around the 64-row blocks, and head dims of both instances (d64:
+/// d <= 64; d128: 64 < d <= 128; columns past d are TMA's zero fill); d = 7
+/// has rows of 14 bytes, which TMA cannot copy (the direct twin). The
+/// emulator runs fewer (every thread of every program).
 std::vector<AttentionShape> shapes_for(Backend backend) {
-  std::vector<AttentionShape> shapes = {
-      {1, 1, 1, 1}, {1, 2, 65, 130}, {2, 1, 64, 64}, {1, 1, 7, 200}, {1, 1, 129, 63}};
+  std::vector<AttentionShape> shapes = {{1, 1, 1, 1, 64},    {1, 2, 65, 130, 64},
+                                        {2, 1, 64, 64, 128}, {1, 1, 7, 200, 32},
+                                        {1, 1, 129, 63, 80}, {1, 1, 20, 70, 7}};
   if (backend != Backend::kEmulator)
-    shapes.insert(shapes.end(), {{2, 3, 127, 257}, {1, 2, 255, 255}, {1, 1, 300, 100}});
+    shapes.insert(
+        shapes.end(),
+        {{2, 3, 127, 257, 128}, {1, 2, 255, 255, 64}, {1, 1, 300, 100, 96}, {1, 1, 65, 129, 127}});
   return shapes;
 }
 
@@ -173,16 +181,39 @@ TEST_P(AttentionTest, CausalF16) {
 TEST_P(AttentionTest, ViewsAndStrides) {
   for (bool causal : {false, true}) {
     check_attention<bfloat16>(GetParam(), {2, 3, 70, 90, 64, Layout::kBshd}, causal, 0.125f);
+    check_attention<half>(GetParam(), {1, 2, 40, 70, 128, Layout::kBshd}, causal, 0.125f);
     check_attention<bfloat16>(GetParam(), {1, 2, 65, 100, 64, Layout::kPadded, 4}, causal, 0.125f);
     check_attention<half>(GetParam(), {1, 2, 33, 77, 64, Layout::kPadded, 8}, causal, 0.125f);
   }
 }
 
+// The head dim is a block dim of at most 128: a longer one is refused before
+// anything runs, naming the dim and its value; o stays untouched.
+TEST_P(AttentionTest, HeadDimOver128IsRefused) {
+  Array<bfloat16> q(GetParam(), 160), o(GetParam(), 160);
+  for (bfloat16& x : o.host()) x = from_float<bfloat16>(7.0f);
+  o.upload();
+  TensorView<const bfloat16, 4> in(q.data(), {1, 1, 1, 160});
+  for (bool causal : {false, true}) {
+    const Status s =
+        causal ? kernels::causal_attention(
+                     in, in, in, TensorView<bfloat16, 4>(o.data(), {1, 1, 1, 160}), 0.1f, launch())
+               : kernels::attention(in, in, in, TensorView<bfloat16, 4>(o.data(), {1, 1, 1, 160}),
+                                    0.1f, launch());
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), std::string(causal ? "causal_attention_bf16" : "attention_bf16") +
+                               ": the head dim 'd' (dim 3 of q, k, v and o) must be at most "
+                               "128; d is 160");
+  }
+  o.download();
+  for (bfloat16 x : o.host()) ASSERT_EQ(to_float(x), 7.0f) << "o was written";
+}
+
 // The sm_80 form (cp.async stages, ldmatrix + mma.sync) on the emulator.
 TEST_P(AttentionTest, Sm80Form) {
   if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the emulator chooses the form";
-  check_attention<bfloat16>(GetParam(), {1, 2, 65, 130}, true, 0.125f, 80);
-  check_attention<half>(GetParam(), {1, 1, 64, 200}, false, 0.125f, 80);
+  check_attention<bfloat16>(GetParam(), {1, 2, 65, 130, 64}, true, 0.125f, 80);
+  check_attention<half>(GetParam(), {1, 1, 64, 200, 128}, false, 0.125f, 80);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionTest,

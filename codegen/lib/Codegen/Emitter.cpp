@@ -12,6 +12,7 @@
 #include "pallas/Codegen/Emitter.h"
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 
 namespace pallas::codegen {
@@ -333,6 +334,28 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   }
   for (size_t dim = 0; dim < bound.size(); ++dim)
     if (bound[dim].first < 0) os << "  // dim '" << spec.dim_names()[dim] << "' is unused\n";
+  // Shapes no instance serves (KernelSpec::require), named with the dims the condition reads.
+  for (const auto& [holds, what] : spec.requirements()) {
+    std::vector<std::string> names;
+    std::function<void(const edsl::DimExpr&)> collect = [&](const edsl::DimExpr& e) {
+      if (e.kind() == edsl::DimExpr::Kind::kDim) {
+        if (std::find(names.begin(), names.end(), e.dim_name()) == names.end())
+          names.push_back(e.dim_name());
+      } else if (e.kind() != edsl::DimExpr::Kind::kConst &&
+                 e.kind() != edsl::DimExpr::Kind::kDeviceSharedBytes) {
+        collect(e.lhs());
+        collect(e.rhs());
+      }
+    };
+    collect(holds);
+    os << "  if ((" << holds.to_cpp() << ") == 0)\n"
+       << "    return pallas::Status::Error(pallas::StatusCode::kInvalidArgument,\n"
+       << "        std::string(kKernel) + " << cppString(": " + what);
+    for (size_t i = 0; i < names.size(); ++i)
+      os << " + " << cppString((i ? ", " : "; ") + names[i] + " is ") << " + std::to_string("
+         << names[i] << ")";
+    os << ");\n";
+  }
   // A variant's instance serves the shapes its chooser gives it (the op's entry
   // point picks it by them); its argv form may be called with any others, for
   // which its grid and index arithmetic are not made (a split row of 8 columns

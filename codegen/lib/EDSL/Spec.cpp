@@ -219,6 +219,11 @@ Scalar KernelSpec::scalar(const std::string& name, DType dtype) {
   return Scalar(add_operand(name, Role::kScalar, dtype, {}).index);
 }
 
+void KernelSpec::require(DimExpr holds, std::string what) {
+  require_no_device(holds, "require(\"" + what + "\")");
+  requirements_.emplace_back(std::move(holds), std::move(what));
+}
+
 Check KernelSpec::check(const std::string& message) {
   // "{k}" must name one of the 3 values a check records.
   for (size_t at = message.find('{'); at != std::string::npos; at = message.find('{', at + 1)) {

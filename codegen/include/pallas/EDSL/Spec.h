@@ -859,6 +859,13 @@ class KernelSpec {
   /// first check adds the kernel's error record (an operand with role
   /// kErrors, from the runtime; not a body Ref).
   Check check(const std::string& message);
+  /// A condition on the run-time dims (`holds` non-zero) that the entry point
+  /// checks before it launches, for shapes no instance serves; it fails with
+  /// kInvalidArgument, `what` and the values of the dims `holds` reads:
+  /// spec.require(le(d, 128), "the head dim 'd' (dim 3 of q, k, v and o) must be at most 128")
+  /// gives "attention_bf16: the head dim 'd' (...) must be at most 128; d is 160".
+  void require(DimExpr holds, std::string what);
+  const std::vector<std::pair<DimExpr, std::string>>& requirements() const { return requirements_; }
   /// `count` int32 semaphores (an expression of dims, e.g. 1 or the grid
   /// size), shared by the whole launch or, with kProgram scope, `count` for
   /// each program.
@@ -1066,6 +1073,7 @@ class KernelSpec {
   std::optional<WarpSpecialization> ws_;
   std::optional<Persistent> persistent_;
   std::vector<std::string> checks_;
+  std::vector<std::pair<DimExpr, std::string>> requirements_;
   int errors_operand_ = -1;
   std::function<void(std::span<const Ref>)> body_;
   size_t body_arity_ = 0;

@@ -136,20 +136,28 @@ Value warpgroupFirstRow(OpBuilder& b, Location loc, const GpuLowering& g, int64_
 
 /// Whether wgmma reads the whole staged block `st` (ref shape `shape`) in
 /// place: K-major ([rows, K], a or b^T) when its rows are exactly one
-/// swizzle span, laid out row after row; N-major (b as [K, N]) when it is
-/// tiled [tk, one swizzle span of N] with tk 8 or a multiple of 16.
+/// swizzle span, laid out row after row (tiles of rows stacked), or when it
+/// is tiled [rows, one swizzle span of K]: tile c is atom column c of the
+/// canonical layout, at c * rows * S (attention's Q and K with a head dim of
+/// 128: two tiles of 64); N-major (b as [K, N]) when it is tiled [tk, one
+/// swizzle span of N] with tk 8 or a multiple of 16.
 bool readableInPlace(const StagedBlock& st, ArrayRef<int64_t> shape, bool kMajor) {
   if (st.output || st.elementBytes != 2 || st.swizzle == 0 || st.refDims.size() != 2 ||
       shape.size() != 2)
     return false;
   const int64_t rowDim = st.refDims[0], colDim = st.refDims[1];
-  if (kMajor)
-    return shape[1] * 2 == st.swizzle && st.copyBox[colDim] == st.box[colDim] && shape[0] % 8 == 0;
+  const bool squeezedElsewhere =
+      llvm::all_of(llvm::seq<int64_t>(0, static_cast<int64_t>(st.box.size())),
+                   [&](int64_t d) { return d == rowDim || d == colDim || st.copyBox[d] == 1; });
+  if (kMajor) {
+    const bool oneSpan = st.copyBox[colDim] * 2 == st.swizzle;
+    const bool rowAfterRow = shape[1] * 2 == st.swizzle && st.copyBox[colDim] == st.box[colDim];
+    const bool atomColumns = oneSpan && st.copyBox[rowDim] == shape[0] && squeezedElsewhere;
+    return (rowAfterRow || atomColumns) && shape[0] % 8 == 0;
+  }
   const int64_t tileK = st.copyBox[rowDim];
   return st.copyBox[colDim] * 2 == st.swizzle && (tileK == 8 || tileK % 16 == 0) &&
-         llvm::all_of(llvm::seq<int64_t>(0, static_cast<int64_t>(st.box.size())), [&](int64_t d) {
-           return d == rowDim || d == colDim || st.copyBox[d] == 1;  // squeezed dims
-         });
+         squeezedElsewhere;
 }
 
 /// The staged block `st` (ref shape `shape`) as wgmma reads it in place, in
