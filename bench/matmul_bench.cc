@@ -8,10 +8,12 @@
 // B [N, K], bf16 -> bf16; `matmul_bt/1cta`: the same without 2-CTA clusters;
 // `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
 // N]) on the squares, and `linear_bias_gelu` against
-// cuBLASLt's GELU_BIAS epilogue. Each pair is first compared element by element (the same
-// inputs: a wrong kernel is reported, not timed). Weights rotate over enough copies that they
-// are read from HBM, not L2, as in a model. cuBLASLt is loaded at run time (dlopen), so the
-// program runs where the library is missing and says so. Without a device it exits 0.
+// cuBLASLt's GELU_BIAS epilogue; then `attention` and `causal_attention` (16K tokens, 2048
+// wide: head dims 64 and 128), against the run's best cuBLASLt GEMM rate. Each pair is first
+// compared element by element (the same inputs: a wrong kernel is reported, not timed). Weights
+// rotate over enough copies that they are read from HBM, not L2, as in a model. cuBLASLt is loaded
+// at run time (dlopen), so the program runs where the library is missing and says so. Without a
+// device it exits 0.
 
 #include <pallas/kernels.h>
 #include "cuda_check.h"
@@ -326,6 +328,46 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   return true;
 }
 
+/// Times attention (or causal_attention) on [batch, heads, seq, d] bf16 arrays, q and k, v of
+/// one length. No library here has a fused attention to compare with (cuDNN is not part of
+/// the toolkit): the row reports TFLOP/s (4 b h s^2 d, halved for causal) and that rate over
+/// the fastest cuBLASLt GEMM of this run (`gemm_tflops`), the tensor cores' practical ceiling.
+/// q, k, v, o hold at least batch * heads * seq * d elements each (one set serves every shape).
+void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int64_t d, int reps,
+                     double gemm_tflops, Buffer& q, Buffer& k, Buffer& v, Buffer& o,
+                     std::vector<Row>& rows) {
+  pallas::LaunchRecord record;
+  pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  launch.record = &record;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  auto view = [&](bfloat16* p) { return TensorView<bfloat16, 4>(p, {batch, heads, seq, d}); };
+  auto ours = [&](int) {
+    const pallas::Status s =
+        causal ? pallas::kernels::causal_attention(view(q.data), view(k.data), view(v.data),
+                                                   view(o.data), scale, launch)
+               : pallas::kernels::attention(view(q.data), view(k.data), view(v.data), view(o.data),
+                                            scale, launch);
+    if (!s.ok()) {
+      std::fprintf(stderr, "attention: %s\n", s.message().c_str());
+      std::exit(1);
+    }
+  };
+  const double ms = median_ms(ours, reps);
+  const double flop = 4.0 * batch * heads * seq * seq * d * (causal ? 0.5 : 1.0);
+  const std::string op = causal ? "causal_attention" : "attention";
+  const std::string instance = record.instance ? record.instance : "?";
+  rows.push_back(
+      {op, batch * heads, seq, d, ms, NAN, NAN, instance, fallback_text(record), record.grid});
+  std::printf(
+      "%-18s b*h %4lld seq %6lld d %4lld  ours %8.1f TFLOP/s  %.2f of the best GEMM's "
+      "%.1f  %s [%lld, %lld, %lld]\n",
+      op.c_str(), static_cast<long long>(batch * heads), static_cast<long long>(seq),
+      static_cast<long long>(d), flop / (ms * 1e9), flop / (ms * 1e9) / gemm_tflops, gemm_tflops,
+      instance.c_str(), static_cast<long long>(record.grid[0]),
+      static_cast<long long>(record.grid[1]), static_cast<long long>(record.grid[2]));
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -388,13 +430,36 @@ int main(int argc, char** argv) {
     for (int64_t m : ms)
       if (tiles_ran(m, n, k)) run(Product::kMatmulBtTiles128, m, n, k);
   for (int64_t m : ms) run(Product::kLinearBiasGelu, m, 11008, 4096);
+  // Attention (rows: m = batch x heads, n = seq, k = d): 16K tokens of 2048 x 8 batch entries
+  // and less, head dims 64 and 128, as FlashAttention's benchmarks.
+  double best_gemm = NAN;
+  for (const Row& r : rows)
+    if (!std::isnan(r.peer_ms))
+      best_gemm = std::isnan(best_gemm)
+                      ? 2.0 * r.m * r.n * r.k / (r.peer_ms * 1e9)
+                      : std::max(best_gemm, 2.0 * r.m * r.n * r.k / (r.peer_ms * 1e9));
+  std::vector<int64_t> seqs = {512, 1024, 2048, 4096, 8192};
+  if (quick) seqs = {1024, 4096};
+  {
+    const int64_t tokens = 16384, width = 2048;
+    Buffer q(tokens * width, rng, 1.0f), k(tokens * width, rng, 1.0f), v(tokens * width, rng, 1.0f),
+        o(tokens * width, rng, 1.0f);
+    for (int64_t d : {64, 128})
+      for (bool causal : {false, true})
+        for (int64_t seq : seqs)
+          bench_attention(causal, tokens / seq, width / d, seq, d, reps, best_gemm, q, k, v, o,
+                          rows);
+  }
 
   if (!csv.empty()) {
     if (FILE* f = std::fopen(csv.c_str(), "w")) {
       std::fprintf(
           f, "op,m,n,k,ours_ms,cublaslt_ms,ours_tflops,cublaslt_tflops,max_error,instance,grid\n");
       for (const Row& r : rows) {
-        const double flop = 2.0 * r.m * r.n * r.k;
+        // Attention rows: m = batch x heads, n = seq, k = d.
+        const bool attention = r.op.find("attention") != std::string::npos;
+        const double flop = attention ? 4.0 * r.m * r.n * r.n * r.k * (r.op[0] == 'c' ? 0.5 : 1.0)
+                                      : 2.0 * r.m * r.n * r.k;
         std::fprintf(f, "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld\n",
                      r.op.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
                      static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
