@@ -147,12 +147,13 @@ using Layout = AttentionShape::Layout;
 
 /// Lengths around the 64-row blocks, and head dims of both instances (d64:
 /// d <= 64; d128: 64 < d <= 128; columns past d are TMA's zero fill); d = 7
-/// has rows of 14 bytes, which TMA cannot copy (the direct twin). The
-/// emulator runs fewer (every thread of every program).
+/// has rows of 14 bytes, which TMA cannot copy (the direct twin); no queries
+/// (nothing to write) and no keys (every row 0). The emulator runs fewer
+/// (every thread of every program).
 std::vector<AttentionShape> shapes_for(Backend backend) {
-  std::vector<AttentionShape> shapes = {{1, 1, 1, 1, 64},    {1, 2, 65, 130, 64},
-                                        {2, 1, 64, 64, 128}, {1, 1, 7, 200, 32},
-                                        {1, 1, 129, 63, 80}, {1, 1, 20, 70, 7}};
+  std::vector<AttentionShape> shapes = {
+      {1, 1, 1, 1, 64},    {1, 2, 65, 130, 64}, {2, 1, 64, 64, 128}, {1, 1, 7, 200, 32},
+      {1, 1, 129, 63, 80}, {1, 1, 20, 70, 7},   {1, 2, 0, 5, 64},    {2, 1, 5, 0, 128}};
   if (backend != Backend::kEmulator)
     shapes.insert(
         shapes.end(),
