@@ -9,7 +9,8 @@
 // `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
 // N]) on the squares, and `linear_bias_gelu` against
 // cuBLASLt's GELU_BIAS epilogue; then `attention` and `causal_attention` (16K tokens, 2048
-// wide: head dims 64 and 128), against the run's best cuBLASLt GEMM rate. Each pair is first
+// wide: head dims 64 and 128), against the run's best cuBLASLt GEMM rate (timed only: no
+// peer computes them; tests/ops/attention_test.cc checks them). Each product pair is first
 // compared element by element (the same inputs: a wrong kernel is reported, not timed). Weights
 // rotate over enough copies that they are read from HBM, not L2, as in a model. cuBLASLt is loaded
 // at run time (dlopen), so the program runs where the library is missing and says so. Without a

@@ -3,8 +3,12 @@
 //
 //   O[b, h] = softmax(scale * Q[b, h] @ K[b, h]^T + mask) @ V[b, h]
 //
-// Q, O are [batch, heads, Sq, D], K, V [batch, heads, Skv, D] (any strides:
+// Q, O are [batch, heads, Sq, D], K, V [batch, kv_heads, Skv, D] (any strides:
 // [batch, seq, heads, D] in memory is a view with strides {S H D, D, H D, 1}).
+// Grouped-query attention: heads is a multiple of kv_heads, and query head h
+// reads K and V head h / (heads / kv_heads) (Llama's 32 query heads over 8
+// key-value heads: heads 0..3 read kv head 0); kv_heads == heads is
+// multi-head attention.
 // One program per 64 rows of Q (grid (b, h, i)) walks the blocks of 64 keys
 // with an emit_pipeline, keeping the online softmax in registers: the row
 // maximum m and sum l of exp(s - m) so far, and acc, the unnormalized
@@ -31,8 +35,10 @@
 //
 // Worked example, causal, Sq = 100, Skv = 300, program i = 1 (rows 64..99):
 // row 99 sees keys 0..299, row 64 keys 0..264; the program walks key blocks
-// 0..cdiv(64 + 64 + 200, 64) - 1 = 0..5 (the last partial: 320 > 300), and
-// masks keys c > r + 200 in them.
+// 0..min(cdiv(64 + 64 + 200, 64), cdiv(300, 64)) - 1 = 0..4 (block 4, keys
+// 256..319, the last, partial), and masks keys c > r + 200 in them. Program
+// 0 (rows 0..63, which see keys up to 263) walks 0..min(cdiv(64 + 200, 64),
+// 5) - 1 = 0..4 too; with Sq = Skv = 300 it would walk 0 only.
 
 #include <pallas/EDSL/Spec.h>
 
@@ -49,13 +55,19 @@ enum class Mask { kNone, kCausal };
 
 void declare_attention(KernelSpec& spec, Mask mask) {
   DType T = spec.dtype_param("T", {bf16, f16});
-  DimExpr batch = spec.dim("batch"), heads = spec.dim("heads");
+  DimExpr batch = spec.dim("batch"), heads = spec.dim("heads"), kv_heads = spec.dim("kv_heads");
   DimExpr sq = spec.dim("sq"), skv = spec.dim("skv"), d = spec.dim("d");
   // The head dim is a block dim: one instance for d <= 64, one for d <= 128
   // (columns past d read TMA's zero fill, or the direct twin's masked zeros,
   // so they add nothing to Q K^T, and their columns of O are not stored).
   const int path = spec.variant("head_dim", {"d64", "d128"}, DimExpr(1) - le(d, 64));
   spec.require(le(d, 128), "the head dim 'd' (dim 3 of q, k, v and o) must be at most 128");
+  // kv_heads >= 1 divides heads (cdiv(heads, kv) kv == heads; max() keeps the
+  // check itself from dividing by 0).
+  const DimExpr kv_divisor = max(kv_heads, 1);
+  spec.require(le(1, kv_heads) * le(cdiv(heads, kv_divisor) * kv_divisor, heads),
+               "the query heads 'heads' (dim 1 of q and o) must be a multiple of the key-value "
+               "heads 'kv_heads' (dim 1 of k and v), which must be at least 1");
   const int64_t kD = path == 0 ? 64 : 128;
   // Keys per pipeline step. The direct twin of d128 loads Q, K and V blocks
   // into registers before storing them for the MMA: 32 keys a step, and Q K^T
@@ -67,8 +79,8 @@ void declare_attention(KernelSpec& spec, Mask mask) {
   const InShared q_tiles{.swizzle = 128, .tiling = {kBlockQ, 64}};
   const InShared kv_tiles{.swizzle = 128, .tiling = {kBlockKv, 64}};
   Operand q = spec.input("q", T, {batch, heads, sq, d});
-  Operand k = spec.input("k", T, {batch, heads, skv, d});
-  Operand v = spec.input("v", T, {batch, heads, skv, d});
+  Operand k = spec.input("k", T, {batch, kv_heads, skv, d});
+  Operand v = spec.input("v", T, {batch, kv_heads, skv, d});
   Operand o = spec.output("o", T, {batch, heads, sq, d});
   Scalar scale = spec.scalar("scale", f32);
   spec.grid({batch, heads, cdiv(sq, kBlockQ)});
@@ -99,7 +111,9 @@ void declare_attention(KernelSpec& spec, Mask mask) {
     Value row = iota({kBlockQ, kBlockKv}, 0) + (i * index(kBlockQ)).cast(i32);
     Value col0 = iota({kBlockQ, kBlockKv}, 1);
     Value neg_inf = constant(-std::numeric_limits<double>::infinity(), f32);
-    auto kv = [b, h](const Value& j) { return at(b, h, j, 0); };
+    // Grouped-query attention: this head's key-value head.
+    Value kv_head = h / (num_programs(1) / k.extent(1));
+    auto kv = [b, kv_head](const Value& j) { return at(b, kv_head, j, 0); };
     std::vector<Value> carry = {
         broadcast_to(neg_inf, {kBlockQ, 1}),
         broadcast_to(constant(0, f32), {kBlockQ, 1}),

@@ -21,14 +21,16 @@ struct AttentionShape {
   // each row (a row stride TMA cannot copy when pad * sizeof(T) % 16 != 0).
   enum class Layout { kBhsd, kBshd, kPadded } layout = Layout::kBhsd;
   int64_t pad = 0;
+  int64_t kv_heads = 0;  // k and v's heads (grouped-query attention); 0: as many as q's
+  int64_t kv() const { return kv_heads ? kv_heads : heads; }
 };
 
 /// The 4-D strides of a [batch, heads, seq, d] array (seq rows of d) in `layout`.
-std::array<int64_t, 4> strides_of(const AttentionShape& s, int64_t seq) {
+std::array<int64_t, 4> strides_of(const AttentionShape& s, int64_t heads, int64_t seq) {
   using Layout = AttentionShape::Layout;
   const int64_t row = s.d + (s.layout == Layout::kPadded ? s.pad : 0);
-  if (s.layout == Layout::kBshd) return {seq * s.heads * row, row, s.heads * row, 1};
-  return {s.heads * seq * row, seq * row, row, 1};
+  if (s.layout == Layout::kBshd) return {seq * heads * row, row, heads * row, 1};
+  return {heads * seq * row, seq * row, row, 1};
 }
 
 /// Runs one (causal) attention and compares every output element with
@@ -44,11 +46,11 @@ void check_attention(Backend backend, AttentionShape s, bool causal, float scale
   SCOPED_TRACE(std::string(causal ? "causal_attention " : "attention ") + dtype_name<T>() +
                " batch " + std::to_string(s.batch) + " heads " + std::to_string(s.heads) + " sq " +
                std::to_string(s.sq) + " skv " + std::to_string(s.skv) + " d " +
-               std::to_string(s.d) + " layout " + std::to_string(static_cast<int>(s.layout)) +
-               " pad " + std::to_string(s.pad) + " sm_" + std::to_string(compute_capability) +
-               " seed " + std::to_string(seed));
+               std::to_string(s.d) + " kv_heads " + std::to_string(s.kv()) + " layout " +
+               std::to_string(static_cast<int>(s.layout)) + " pad " + std::to_string(s.pad) +
+               " sm_" + std::to_string(compute_capability) + " seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const auto qs = strides_of(s, s.sq), ks = strides_of(s, s.skv);
+  const auto qs = strides_of(s, s.heads, s.sq), ks = strides_of(s, s.kv(), s.skv);
   auto elements = [&](const std::array<int64_t, 4>& st, int64_t seq) {
     (void)seq;
     return static_cast<size_t>(std::max<int64_t>(s.batch * st[0], 1));
@@ -72,18 +74,18 @@ void check_attention(Backend backend, AttentionShape s, bool causal, float scale
   k.upload();
   v.upload();
   o.upload();
-  auto view = [&](Array<T>& a, const std::array<int64_t, 4>& st, int64_t seq) {
-    return TensorView<T, 4>(a.data(), {s.batch, s.heads, seq, s.d}, {st[0], st[1], st[2], st[3]});
+  auto view = [&](Array<T>& a, const std::array<int64_t, 4>& st, int64_t heads, int64_t seq) {
+    return TensorView<T, 4>(a.data(), {s.batch, heads, seq, s.d}, {st[0], st[1], st[2], st[3]});
   };
   const uint64_t before = detail::tma_descriptors_handed_out();
   Launch launch{backend, nullptr, {.compute_capability = compute_capability}};
   LaunchRecord record;
   launch.record = &record;
-  const TensorView<const T, 4> qv = view(q, qs, s.sq), kv = view(k, ks, s.skv),
-                               vv = view(v, ks, s.skv);
+  const TensorView<const T, 4> qv = view(q, qs, s.heads, s.sq), kv = view(k, ks, s.kv(), s.skv),
+                               vv = view(v, ks, s.kv(), s.skv);
   const Status status =
-      causal ? kernels::causal_attention(qv, kv, vv, view(o, qs, s.sq), scale, launch)
-             : kernels::attention(qv, kv, vv, view(o, qs, s.sq), scale, launch);
+      causal ? kernels::causal_attention(qv, kv, vv, view(o, qs, s.heads, s.sq), scale, launch)
+             : kernels::attention(qv, kv, vv, view(o, qs, s.heads, s.sq), scale, launch);
   ASSERT_TRUE(status.ok()) << status.message();
   o.download();
   ASSERT_NE(record.instance, nullptr);
@@ -101,6 +103,7 @@ void check_attention(Backend backend, AttentionShape s, bool causal, float scale
   const double rtol = std::is_same_v<T, bfloat16> ? 1.0 / 256 : 1.0 / 2048;
   int misses = 0;
   std::vector<double> logits(static_cast<size_t>(s.skv));
+  const int64_t group = s.heads / s.kv();  // query heads per key-value head
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h)
       for (int64_t r = 0; r < s.sq && misses < 5; ++r) {
@@ -109,7 +112,8 @@ void check_attention(Backend backend, AttentionShape s, bool causal, float scale
         for (int64_t c = 0; c <= last; ++c) {
           double dotp = 0;
           for (int64_t e = 0; e < s.d; ++e)
-            dotp += to_float(q.host()[at(qs, b, h, r, e)]) * to_float(k.host()[at(ks, b, h, c, e)]);
+            dotp += to_float(q.host()[at(qs, b, h, r, e)]) *
+                    to_float(k.host()[at(ks, b, h / group, c, e)]);
           logits[static_cast<size_t>(c)] = scale * dotp;
           top = std::max(top, logits[static_cast<size_t>(c)]);
         }
@@ -120,7 +124,7 @@ void check_attention(Backend backend, AttentionShape s, bool causal, float scale
           double want = 0, magnitude = 0;
           for (int64_t c = 0; c <= last; ++c) {
             const double p = logits[static_cast<size_t>(c)] / total;
-            const double x = to_float(v.host()[at(ks, b, h, c, e)]);
+            const double x = to_float(v.host()[at(ks, b, h / group, c, e)]);
             want += p * x;
             magnitude += p * std::abs(x);
           }
@@ -179,12 +183,39 @@ TEST_P(AttentionTest, CausalF16) {
 // [batch, seq, heads, d] in memory (the layout a fused QKV projection
 // writes), through TMA; padded rows of 8 bytes more, which TMA cannot copy:
 // the direct twin.
+// Grouped-query attention: query head h reads key-value head h / (heads /
+// kv_heads); one key-value head for all (multi-query), in both layouts.
+TEST_P(AttentionTest, GroupedQueryHeads) {
+  for (bool causal : {false, true}) {
+    check_attention<bfloat16>(GetParam(), {2, 4, 65, 100, 64, Layout::kBhsd, 0, 2}, causal, 0.125f);
+    check_attention<half>(GetParam(), {1, 3, 30, 70, 128, Layout::kBshd, 0, 1}, causal, 0.125f);
+  }
+}
+
+// kv_heads must divide heads (and be at least 1): refused before anything runs.
+TEST_P(AttentionTest, KvHeadsThatDoNotDivideHeadsAreRefused) {
+  Array<bfloat16> q(GetParam(), 6 * 64), kv(GetParam(), 4 * 64), o(GetParam(), 6 * 64);
+  TensorView<const bfloat16, 4> qv(q.data(), {1, 6, 1, 64}), kvv(kv.data(), {1, 4, 1, 64});
+  const Status s = kernels::attention(
+      qv, kvv, kvv, TensorView<bfloat16, 4>(o.data(), {1, 6, 1, 64}), 0.1f, launch());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "attention_bf16: the query heads 'heads' (dim 1 of q and o) must be a multiple of the "
+            "key-value heads 'kv_heads' (dim 1 of k and v), which must be at least 1; heads is 6, "
+            "kv_heads is 4");
+  TensorView<const bfloat16, 4> none(kv.data(), {1, 0, 1, 64});
+  EXPECT_EQ(kernels::attention(qv, none, none, TensorView<bfloat16, 4>(o.data(), {1, 6, 1, 64}),
+                               0.1f, launch())
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_P(AttentionTest, ViewsAndStrides) {
   for (bool causal : {false, true}) {
     check_attention<bfloat16>(GetParam(), {2, 3, 70, 90, 64, Layout::kBshd}, causal, 0.125f);
     check_attention<half>(GetParam(), {1, 2, 40, 70, 128, Layout::kBshd}, causal, 0.125f);
     check_attention<bfloat16>(GetParam(), {1, 2, 65, 100, 64, Layout::kPadded, 4}, causal, 0.125f);
-    check_attention<half>(GetParam(), {1, 2, 33, 77, 64, Layout::kPadded, 8}, causal, 0.125f);
+    check_attention<half>(GetParam(), {1, 2, 33, 77, 64, Layout::kPadded, 4}, causal, 0.125f);
   }
 }
 

@@ -336,11 +336,11 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     if (bound[dim].first < 0) os << "  // dim '" << spec.dim_names()[dim] << "' is unused\n";
   // Shapes no instance serves (KernelSpec::require), named with the dims the condition reads.
   for (const auto& [holds, what] : spec.requirements()) {
-    std::vector<std::string> names;
+    std::vector<int> dims;  // the dims `holds` reads, in declaration order (sorted below)
     std::function<void(const edsl::DimExpr&)> collect = [&](const edsl::DimExpr& e) {
       if (e.kind() == edsl::DimExpr::Kind::kDim) {
-        if (std::find(names.begin(), names.end(), e.dim_name()) == names.end())
-          names.push_back(e.dim_name());
+        if (std::find(dims.begin(), dims.end(), e.dim_index()) == dims.end())
+          dims.push_back(e.dim_index());
       } else if (e.kind() != edsl::DimExpr::Kind::kConst &&
                  e.kind() != edsl::DimExpr::Kind::kDeviceSharedBytes) {
         collect(e.lhs());
@@ -348,12 +348,19 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
       }
     };
     collect(holds);
+    std::sort(dims.begin(), dims.end());
+    for (int dim : dims)  // only the dims of operands' shapes are bound above
+      if (bound[dim].first < 0)
+        os << "#error \"spec '" << name << "': a require() condition reads dim '"
+           << spec.dim_names()[dim] << "', which no operand's shape has\"\n";
     os << "  if ((" << holds.to_cpp() << ") == 0)\n"
        << "    return pallas::Status::Error(pallas::StatusCode::kInvalidArgument,\n"
        << "        std::string(kKernel) + " << cppString(": " + what);
-    for (size_t i = 0; i < names.size(); ++i)
-      os << " + " << cppString((i ? ", " : "; ") + names[i] + " is ") << " + std::to_string("
-         << names[i] << ")";
+    for (size_t i = 0; i < dims.size(); ++i) {
+      const std::string& dn = spec.dim_names()[dims[i]];
+      os << " + " << cppString((i ? ", " : "; ") + dn + " is ") << " + std::to_string(" << dn
+         << ")";
+    }
     os << ");\n";
   }
   // A variant's instance serves the shapes its chooser gives it (the op's entry

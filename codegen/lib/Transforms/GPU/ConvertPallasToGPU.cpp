@@ -82,6 +82,18 @@ VectorType GpuLowering::threadType(VectorType block, Attribute layout) const {
   return VectorType::get({s.fragmentSize(block)}, block.getElementType());
 }
 
+bool sameRowOrigins(TiledLayoutAttr a, ArrayRef<int64_t> aShape, TiledLayoutAttr b,
+                    ArrayRef<int64_t> bShape) {
+  const int64_t threads = a.threads(aShape);
+  if (b.threads(bShape) != threads) return false;
+  const int64_t a0 = a.elementAt(aShape, 0, 0, 0)[0], b0 = b.elementAt(bShape, 0, 0, 0)[0];
+  for (int64_t t = 0; t < threads; ++t)
+    if (a.elementAt(aShape, t / 32, t % 32, 0)[0] - a0 !=
+        b.elementAt(bShape, t / 32, t % 32, 0)[0] - b0)
+      return false;
+  return true;
+}
+
 SmallVector<Value> GpuLowering::tiledThreadOrigin(OpBuilder& b, Location loc,
                                                   TiledLayoutAttr layout, ArrayRef<int64_t> shape) {
   SmallVector<int64_t> zero = layout.elementAt(shape, 0, 0, 0);
@@ -375,6 +387,7 @@ LogicalResult GpuLowering::run() {
   // A warp-specialized pipeline left `b` in its consumer branch (the rest of
   // the kernel is the consumer's); its barriers are the consumer's own.
   if (warpSpecialized) {
+    waitForStagedInputs(*this, b);
     copyOutStagedBlocks(*this, b);
     f.walk([&](scf::IfOp consumer) {
       if (!consumer->hasAttr("pallas.consumer")) return;
@@ -390,6 +403,7 @@ LogicalResult GpuLowering::run() {
     });
     b.setInsertionPointToEnd(&entry);
   } else {
+    waitForStagedInputs(*this, b);
     copyOutStagedBlocks(*this, b);
   }
   if (clusterSyncAtExit) {  // every thread, producer too: no CTA leaves while a peer may reach it

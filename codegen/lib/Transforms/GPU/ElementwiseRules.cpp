@@ -265,7 +265,8 @@ LogicalResult lowerBroadcast(vector::BroadcastOp bc, GpuLowering& g, OpBuilder& 
   auto fromTiled = dyn_cast_or_null<TiledLayoutAttr>(g.layoutOf(bc.getSource()));
   auto toTiled = dyn_cast_or_null<TiledLayoutAttr>(layout);
   if (fromTiled && toTiled && from.getRank() == 2 && to.getRank() == 2 && from.getShape()[1] == 1 &&
-      from.getShape()[0] == to.getShape()[0]) {
+      from.getShape()[0] == to.getShape()[0] &&
+      sameRowOrigins(fromTiled, from.getShape(), toTiled, to.getShape())) {
     Value rows = g.map.lookup(bc.getSource());
     const int64_t rowRegisters = fromTiled.registersPerThread(from.getShape());
     Value frag = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.threadType(to, toTiled)));

@@ -145,6 +145,15 @@ LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b);
 LogicalResult lowerBufferBlock(BlockOp blk, GpuLowering& g, OpBuilder& b);
 /// When the program ends: TMA stores of the staged output blocks.
 void copyOutStagedBlocks(GpuLowering& g, OpBuilder& b);
+/// Whether each thread's first register holds the same row (dim 0) in a
+/// `aShape` value in `a` as in a `bShape` value in `b`, relative to thread
+/// 0's: then a thread's registers of one layout are matched to the other's
+/// by the rows thread 0 holds (an accumulator and its per-row values).
+bool sameRowOrigins(TiledLayoutAttr a, ArrayRef<int64_t> aShape, TiledLayoutAttr b,
+                    ArrayRef<int64_t> bShape);
+/// Waits for the copies of every top-level staged input before the program
+/// exits (see the definition).
+void waitForStagedInputs(GpuLowering& g, OpBuilder& b);
 // The pieces StagingRules and PipelineRules share.
 /// The stage buffers (and, for an input, barriers) of `blk`, `slots` of each.
 FailureOr<StagedBlock> allocateStage(BlockOp blk, int64_t slots, GpuLowering& g, OpBuilder& b);
@@ -296,6 +305,7 @@ class GpuLowering {
   DenseMap<Value, BlockRef> refs;
   DenseMap<Value, StagedBlock> staged;  // by pallas.ref
   SmallVector<Value> stagedOutputs;     // refs, copied out when the program ends
+  SmallVector<Value> stagedInputs;      // top-level refs, their copies waited for before exit
   /// The stages of the pipelines being lowered, by pallas.block (their
   /// buffers, and the current step's slot and parity; PipelineRules.cpp).
   DenseMap<Operation*, StagedBlock> pipelineStages;

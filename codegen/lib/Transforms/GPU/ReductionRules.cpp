@@ -145,6 +145,9 @@ LogicalResult lowerRowReductionOfTiled(vector::MultiDimReductionOp red, GpuLower
   for (const TiledLayoutAttr::Digit& d : src.warpDigits(shape))
     if (d.step.empty() || d.step[1] != 0)
       return red.emitOpError("no GPU rule reduces the rows of ") << src << ": warps split them";
+  if (!sameRowOrigins(src, shape, dst, destType.getShape()))
+    return red.emitOpError("no GPU rule reduces the rows of ")
+           << src << " into " << dst << ": their threads hold different rows";
   const int64_t rowRegisters = dst.registersPerThread(destType.getShape());
   vector::CombiningKind kind = red.getKind();
   Value frag = g.map.lookup(red.getSource());

@@ -625,6 +625,7 @@ LogicalResult lowerStagedBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
     g.stagedOutputs.push_back(blk.getResult());
     return success();
   }
+  g.stagedInputs.push_back(blk.getResult());
   Location loc = blk.getLoc();
   scf::IfOp::create(b, loc, g.isThread(b, loc, 0), [&](OpBuilder& tb, Location l) {
     initStageBarriers(tb, l, g, *st);
@@ -762,6 +763,19 @@ static LogicalResult storeRunsToBox(StoreOp store, const StagedBlock& st, GpuLow
     }
   }
   return success();
+}
+
+/// A top-level staged input is copied when the program starts, but a
+/// program may end without reading it (attention's causal programs whose
+/// rows see no key skip the loop that reads Q). Its copy must not land, nor
+/// complete its barrier's transaction, in shared memory that the SM has
+/// given to the next program: every thread waits for the phase before
+/// exit, which returns at once where the body already waited for it.
+void waitForStagedInputs(GpuLowering& g, OpBuilder& b) {
+  for (Value ref : g.stagedInputs) {
+    const StagedBlock& st = g.staged.at(ref);
+    if (!st.explicitBuffer) waitForStage(b, g.kernel.getLoc(), g, st);
+  }
 }
 
 void copyOutStagedBlocks(GpuLowering& g, OpBuilder& b) {
