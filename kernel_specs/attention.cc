@@ -63,9 +63,9 @@ void declare_attention(KernelSpec& spec, Mask mask) {
   const int path = spec.variant("head_dim", {"d64", "d128"}, DimExpr(1) - le(d, 64));
   spec.require(le(d, 128), "the head dim 'd' (dim 3 of q, k, v and o) must be at most 128");
   // kv_heads >= 1 divides heads (cdiv(heads, kv) kv == heads; max() keeps the
-  // check itself from dividing by 0).
+  // check itself from dividing by 0); with no heads at all, kv_heads may be 0.
   const DimExpr kv_divisor = max(kv_heads, 1);
-  spec.require(le(1, kv_heads) * le(cdiv(heads, kv_divisor) * kv_divisor, heads),
+  spec.require(le(1, kv_heads + le(heads, 0)) * le(cdiv(heads, kv_divisor) * kv_divisor, heads),
                "the query heads 'heads' (dim 1 of q and o) must be a multiple of the key-value "
                "heads 'kv_heads' (dim 1 of k and v), which must be at least 1");
   const int64_t kD = path == 0 ? 64 : 128;

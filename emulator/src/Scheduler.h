@@ -150,6 +150,13 @@ struct Cta {
   std::vector<Collective> warps;
   /// mbarrier objects, by shared offset (tma.cc).
   std::map<int64_t, MBarrier> mbarriers;
+  /// Per mbarrier (by shared offset): the last phase a TMA load into this CTA
+  /// completes, and the operand it copies. Some thread must wait for that
+  /// phase before the barrier is invalidated or the program ends: on the GPU
+  /// an unawaited copy may still land in shared memory (and complete a
+  /// barrier) after the SM has given it to the next program (tma.cc,
+  /// unawaited_copy).
+  std::map<int64_t, std::pair<uint32_t, std::string>> copied_phases;
   uint32_t epoch = 1;  // advanced by every barrier of all the CTA's threads
 };
 
@@ -211,6 +218,10 @@ void check_stack(const Thread& t);
 /// Records `message` (the first failure wins) for the running thread and
 /// stops it: it is never resumed, and the launch ends.
 [[noreturn]] void fail(const std::string& message);
+/// A TMA load into `cta` completing a phase of the mbarrier at `offset` (every
+/// mbarrier when negative) that no thread of the CTA has waited for, described
+/// ("" when none).
+std::string unawaited_copy(const Cta& cta, int64_t offset = -1);
 
 /// Suspends the running thread until the scheduler resumes it.
 void suspend(Wait why);

@@ -314,6 +314,14 @@ bool launch(const LaunchConfig& config, std::string& error) {
       error = s.error;
       return false;
     }
+    for (const auto& cta : s.ctas)
+      if (std::string copy = unawaited_copy(*cta); !copy.empty()) {
+        error = "emulator: kernel '" + std::string(config.kernel) + "': program (" +
+                std::to_string(cta->x) + ", " + std::to_string(cta->y) + ", " +
+                std::to_string(cta->z) + ") ended before any of its threads waited for " + copy +
+                " (on the GPU the copy may land in the shared memory of the next program)";
+        return false;
+      }
   }
   for (const Buffer& b : config.buffers) {
     if (!b.must_end_zero) continue;

@@ -194,7 +194,10 @@ extern "C" void pallas_emu_mbarrier_inval(void* barrier) {
   if (bar.tx != 0)
     fail("mbarrier.inval of " + barrier_name(offset) + " with " + std::to_string(bar.tx) +
          " bytes of copies still outstanding in phase " + std::to_string(bar.phase));
+  if (std::string copy = unawaited_copy(cta, offset); !copy.empty())
+    fail("mbarrier.inval of " + barrier_name(offset) + " before any thread waited for " + copy);
   cta.mbarriers.erase(offset);
+  cta.copied_phases.erase(offset);
 }
 
 extern "C" void pallas_emu_mbarrier_arrive_expect_tx(void* barrier, int32_t bytes) {
@@ -320,6 +323,24 @@ extern "C" int64_t pallas_emu_mbarrier_arrive(void* barrier) {
   return 0;
 }
 
+namespace pallas::emulator::detail {
+
+std::string unawaited_copy(const Cta& cta, int64_t offset) {
+  for (const auto& [at, copy] : cta.copied_phases) {
+    if (offset >= 0 && at != offset) continue;
+    const bool awaited = std::any_of(cta.threads.begin(), cta.threads.end(), [&](const Thread& t) {
+      auto seen = t.phases_seen.find(at);
+      return seen != t.phases_seen.end() && seen->second > copy.first;
+    });
+    if (!awaited)
+      return "the TMA load of operand '" + copy.second + "' that completes phase " +
+             std::to_string(copy.first) + " of " + barrier_name(at);
+  }
+  return "";
+}
+
+}  // namespace pallas::emulator::detail
+
 namespace {
 
 /// A TMA load of the box at `coords` into `cta`'s shared memory at `dst`,
@@ -354,6 +375,7 @@ void tma_load_into(Cta& cta, void* dst, const EmuTensorMap& map, void* barrier,
       sh.tma_swizzle = static_cast<int16_t>(map.swizzle);
     }
   });
+  cta.copied_phases[barrier_offset] = {bar.phase, map.name};
   bar.tx -= box_bytes(map);
   maybe_complete(cta, shared_offset(cta, barrier, "mbarrier", 8), bar);
 }

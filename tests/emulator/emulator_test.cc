@@ -34,6 +34,7 @@ PLANTED(mbarrier_completes)
 PLANTED(cluster_release)
 PLANTED(tma_read_before_wait)
 PLANTED(tma_expect_tx)
+PLANTED(tma_never_awaited)
 PLANTED(tma_stage_reuse)
 PLANTED(tma_store_then_overwrite)
 PLANTED(tma_store_unfenced)
@@ -308,6 +309,21 @@ TEST(EmulatorChecks, ReadingAStageBeforeItsCopyCompleted) {
   EXPECT_THAT(error, HasSubstr("before its TMA copy completed: the copy completes phase 0 of the "
                                "mbarrier at shared offset "));
   EXPECT_THAT(error, HasSubstr("which this thread has not waited for"));
+}
+
+// A program must wait for every TMA copy into its shared memory before it
+// ends, read or not: on the GPU the copy may land in the next program's.
+TEST(EmulatorChecks, ProgramEndsBeforeWaitingForACopy) {
+  std::vector<float> out(128, 1.0f), x = iota_floats(256);
+  std::string error = run_tma("tma_never_awaited", pallas_emu_kernel_tma_never_awaited,
+                              pallas_emu_kernel_tma_never_awaited_shared_bytes, out, x, false);
+  EXPECT_THAT(error, HasSubstr("program (0, 0, 0) ended before any of its threads waited for the "
+                               "TMA load of operand 'x' that completes phase 0 of the mbarrier "
+                               "at shared offset "));
+  out.assign(128, 1.0f);
+  EXPECT_EQ(run_tma("tma_never_awaited", pallas_emu_kernel_tma_never_awaited,
+                    pallas_emu_kernel_tma_never_awaited_shared_bytes, out, x, true),
+            "");
 }
 
 TEST(EmulatorChecks, ExpectTxMatchingTheCopyCompletesThePhase) {

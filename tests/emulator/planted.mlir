@@ -394,6 +394,39 @@ module attributes {gpu.container_module} {
       gpu.return
     }
 
+    // Thread 0 copies a stage the program never reads (attention's causal
+    // programs that see no key never read Q's block): with %wait every thread
+    // still waits for the copy's phase before the program ends; without it
+    // the copy may land in shared memory the next program owns.
+    gpu.func @tma_never_awaited(%out: memref<?xf32>, %desc: !llvm.ptr, %wait: i1) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}, %buf: memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 128 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+      %tid = gpu.thread_id x
+      %c0 = arith.constant 0 : index
+      %is0 = arith.cmpi eq, %tid, %c0 : index
+      %bi = memref.extract_aligned_pointer_as_index %bar : memref<1xi64, #gpu.address_space<workgroup>> -> index
+      %b64 = arith.index_cast %bi : index to i64
+      %p = llvm.inttoptr %b64 : i64 to !llvm.ptr<3>
+      %si = memref.extract_aligned_pointer_as_index %buf : memref<256xf32, #gpu.address_space<workgroup>> -> index
+      %s64 = arith.index_cast %si : index to i64
+      %s3 = llvm.inttoptr %s64 : i64 to !llvm.ptr<3>
+      %dst = llvm.addrspacecast %s3 : !llvm.ptr<3> to !llvm.ptr<7>
+      %one = arith.constant 1 : i32
+      %bytes = arith.constant 1024 : i32
+      %origin = arith.constant 0 : i32
+      %ticks = arith.constant 1000 : i32
+      scf.if %is0 {
+        nvvm.mbarrier.init %p, %one : !llvm.ptr<3>, i32
+        nvvm.mbarrier.arrive.expect_tx %p, %bytes : !llvm.ptr<3>, i32
+        nvvm.cp.async.bulk.tensor.shared.cluster.global %dst, %desc, %p, box[%origin] : !llvm.ptr<7>, !llvm.ptr
+      }
+      gpu.barrier
+      scf.if %wait {
+        nvvm.mbarrier.try_wait.parity %p, %origin, %ticks : !llvm.ptr<3>, i32, i32
+      }
+      %zero = arith.constant 0.0 : f32
+      memref.store %zero, %out[%tid] : memref<?xf32>
+      gpu.return
+    }
+
     // One stage used twice: thread 0 (the producer) fills it, every thread
     // waits for phase 0 and reads its element; the producer refills it (phase
     // 1) and every thread reads again. With %release the threads pass a

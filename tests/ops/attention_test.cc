@@ -188,6 +188,9 @@ TEST_P(AttentionTest, CausalF16) {
 TEST_P(AttentionTest, GroupedQueryHeads) {
   for (bool causal : {false, true}) {
     check_attention<bfloat16>(GetParam(), {2, 4, 65, 100, 64, Layout::kBhsd, 0, 2}, causal, 0.125f);
+    // Groups of 4 over 2 kv heads: h / kv_heads would read the wrong head.
+    check_attention<bfloat16>(GetParam(), {1, 8, 30, 70, 64, Layout::kBhsd, 0, 2}, causal, 0.125f);
+    check_attention<half>(GetParam(), {1, 6, 20, 50, 64, Layout::kPadded, 4, 2}, causal, 0.125f);
     check_attention<half>(GetParam(), {1, 3, 30, 70, 128, Layout::kBshd, 0, 1}, causal, 0.125f);
   }
 }
@@ -208,6 +211,11 @@ TEST_P(AttentionTest, KvHeadsThatDoNotDivideHeadsAreRefused) {
                                0.1f, launch())
                 .code(),
             StatusCode::kInvalidArgument);
+  // No heads at all: nothing to do, whatever kv_heads is.
+  TensorView<const bfloat16, 4> no_q(q.data(), {1, 0, 1, 64});
+  const Status empty = kernels::attention(
+      no_q, none, none, TensorView<bfloat16, 4>(o.data(), {1, 0, 1, 64}), 0.1f, launch());
+  EXPECT_TRUE(empty.ok()) << empty.message();
 }
 
 TEST_P(AttentionTest, ViewsAndStrides) {
@@ -246,6 +254,7 @@ TEST_P(AttentionTest, Sm80Form) {
   if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the emulator chooses the form";
   check_attention<bfloat16>(GetParam(), {1, 2, 65, 130, 64}, true, 0.125f, 80);
   check_attention<half>(GetParam(), {1, 1, 64, 200, 128}, false, 0.125f, 80);
+  check_attention<bfloat16>(GetParam(), {1, 4, 40, 70, 64, Layout::kBhsd, 0, 1}, true, 0.125f, 80);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionTest,
