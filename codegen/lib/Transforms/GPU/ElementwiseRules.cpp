@@ -18,7 +18,8 @@ namespace {
 ///  - `contract` on every float op, so a * b + c becomes one FFMA (it rounds
 ///    once instead of twice: never less accurate);
 ///  - `afn` on exp2 when every float input of the kernel is half precision
-///    (`pallas.approx_math`; exp has its own rule below, lowerApproxExp).
+///    (`pallas.approx_math`; exp and exp2 of f32 blocks have their own rules
+///    below, lowerApproxExp and lowerApproxExp2: this covers scalars).
 void relaxFloatSemantics(Operation* op, GpuLowering& g) {
   auto fastMath = dyn_cast<arith::ArithFastMathInterface>(op);
   if (!fastMath) return;
@@ -118,6 +119,21 @@ LogicalResult lowerApproxExp(math::ExpOp exp, GpuLowering& g, OpBuilder& b) {
     scaled = arith::MulFOp::create(b, loc, *x, log2e, contract);
   }
   g.map.map(exp.getResult(), perElement(b, loc, "llvm.nvvm.ex2.approx.ftz.f32", scaled));
+  return success();
+}
+
+/// exp2(x) of a kernel whose float inputs are all f16 or bf16: one MUFU.EX2
+/// per element, `ex2.approx.ftz` for the reason above (without .ftz, ptxas
+/// adds a range check and two multiplies to each: attention's loop, which
+/// takes 34 exp2 a step, was 566 instructions with them).
+LogicalResult lowerApproxExp2(math::Exp2Op exp2, GpuLowering& g, OpBuilder& b) {
+  auto block = dyn_cast<VectorType>(exp2.getType());
+  if (!g.approxTranscendentals || !block || !block.getElementType().isF32())
+    return lowerElementwise(exp2, g, b);
+  FailureOr<Value> x =
+      g.operandIn(b, exp2.getLoc(), exp2.getOperand(), g.layoutOf(exp2.getResult()));
+  if (failed(x)) return lowerElementwise(exp2, g, b);  // names the layout mismatch
+  g.map.map(exp2.getResult(), perElement(b, exp2.getLoc(), "llvm.nvvm.ex2.approx.ftz.f32", *x));
   return success();
 }
 
@@ -300,6 +316,7 @@ LogicalResult lowerShapeCast(vector::ShapeCastOp cast, GpuLowering& g, OpBuilder
 void populateElementwiseRules(RuleRegistry& rules) {
   rules.add(arith::ConstantOp::getOperationName(), ruleFor(lowerConstant));
   rules.add(math::ExpOp::getOperationName(), ruleFor(lowerApproxExp));
+  rules.add(math::Exp2Op::getOperationName(), ruleFor(lowerApproxExp2));
   rules.add(math::LogOp::getOperationName(), ruleFor(lowerApproxLog));
   rules.add(arith::DivFOp::getOperationName(), ruleFor(lowerApproxDiv));
   rules.add(arith::ExtFOp::getOperationName(), ruleFor(lowerExtF));
