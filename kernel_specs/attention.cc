@@ -106,6 +106,17 @@ void declare_attention(KernelSpec& spec, Mask mask) {
                           index(0));
       end = select(seen < blocks, seen, blocks);
     }
+    // Key blocks every row of the program sees whole (no mask): those inside
+    // the array, and causally those before the first row's last key,
+    // i 64 + keys - rows_q (a block j with (j + 1) 64 - 1 <= it).
+    Value whole = keys / index(kBlockKv);
+    if (mask == Mask::kCausal) {
+      Value first_reach =
+          i * index(kBlockQ) + index(1) + keys;  // first row's last key + 1 + rows_q
+      Value seen_whole =
+          select(first_reach > rows_q, (first_reach - rows_q) / index(kBlockKv), index(0));
+      whole = select(seen_whole < whole, seen_whole, whole);
+    }
     const double log2_scale = kLog2e;
     Value qk_scale = Value(scale) * log2_scale;
     Value row = iota({kBlockQ, kBlockKv}, 0) + (i * index(kBlockQ)).cast(i32);
@@ -137,12 +148,18 @@ void declare_attention(KernelSpec& spec, Mask mask) {
             s = dot(q.load(), kv_blocks[0].load(), {.transpose_b = true});
           }
           s = s * qk_scale;
-          Value col = col0 + (j * index(kBlockKv)).cast(i32);
-          // The last key each row sees: keys - 1, or causally r + keys - rows_q.
-          Value last = broadcast_to(keys.cast(i32) - 1, {kBlockQ, kBlockKv});
-          if (mask == Mask::kCausal)
-            last = minimum(last, row + (keys.cast(i32) - rows_q.cast(i32)));
-          s = select(col <= last, s, neg_inf);
+          // Only blocks from `whole` on have keys some row must not see: the
+          // mask runs in a loop of one trip there and none before (a branch
+          // that carries s), so the other blocks skip its ~60 instructions.
+          Value masked = select(j < whole, index(0), index(1));
+          s = fori(index(0), masked, {s}, [&](Value, std::vector<Value> sm) {
+            Value col = col0 + (j * index(kBlockKv)).cast(i32);
+            // The last key each row sees: keys - 1, or causally r + keys - rows_q.
+            Value last = broadcast_to(keys.cast(i32) - 1, {kBlockQ, kBlockKv});
+            if (mask == Mask::kCausal)
+              last = minimum(last, row + (keys.cast(i32) - rows_q.cast(i32)));
+            return std::vector<Value>{select(col <= last, sm[0], neg_inf)};
+          })[0];
           Value m = maximum(c[0], max(s, 1, true));
           // A row with no visible key so far keeps m = -inf: subtract 0 instead
           // (its p and correction are then exp2(-inf) = 0, not NaN).

@@ -238,8 +238,9 @@ bool rowUsesStay(Value v, const AccumulatorValues& values) {
 /// value (max(s, 1, keepdims)) are per-row values in the row layout (each
 /// held by the 4 lanes that hold its row: two shuffles, no shared memory),
 /// elementwise ops of them alone are too, and broadcasting one over the
-/// columns of an accumulator is tiled. Loop carries started from a splat
-/// (or such a value) take the layout of what the body yields for them, so
+/// columns of an accumulator is tiled. A loop carry started from a value in
+/// one of these layouts takes it (the yield is converted if need be), and one
+/// started from a splat takes the layout of what the body yields for it, so
 /// acc, m and l stay in registers across the loop's steps.
 AccumulatorValues inferAccumulatorLayout(func::FuncOp kernel, bool rowValues) {
   AccumulatorValues values;
@@ -283,7 +284,9 @@ AccumulatorValues inferAccumulatorLayout(func::FuncOp kernel, bool rowValues) {
         for (auto [i, init] : llvm::enumerate(loop.getInitArgs()))
           for (DenseSet<Value>* set : {&tiled, &rows}) {
             Value yielded = yield->getOperand(i);
-            if (set->contains(yielded) && (isSplat(init) || set->contains(init))) {
+            // From a value in the layout (a branch as a loop of 0 or 1 trips
+            // carrying s), or from a splat when the loop yields one.
+            if (set->contains(init) || (isSplat(init) && set->contains(yielded))) {
               mark(*set, loop.getRegionIterArgs()[i]);
               mark(*set, loop.getResult(i));
             }
