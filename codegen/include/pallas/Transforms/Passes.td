@@ -109,6 +109,21 @@ def PallasAssignLayouts : Pass<"pallas-assign-layouts", "ModuleOp"> {
        value is strided. Each op
        with vector results gets `pallas.layouts`, one entry per result (loops:
        per carry).
+    2b. The WGMMA accumulator layout (`#pallas.tiled`, `wgmmaAccumulator`):
+       `pallas.dot` results, loads of accumulators, elementwise ops with such
+       an operand (epilogues), the loads and iotas feeding only them (a bias,
+       a mask's coordinates: made in that layout), and loop carries started
+       from such a value, or from a splat when the loop yields one. Beside
+       them, per-row values of accumulators: a kept-dims reduction of the
+       last axis of a tiled value, elementwise ops of such values alone,
+       shape casts and loop carries are `wgmmaRow` ([R]) or
+       `wgmmaRowKeepdims` ([R, 1]), held by the lanes that hold the row, and
+       a broadcast of one over an accumulator's columns is tiled; all of them
+       or none (any other use keeps them replicated). Worked example,
+       attention's loop (kernel_specs/attention.cc, tests/lit/online-softmax.mlir):
+       s = dot(q, k^T) is tiled, m' = max(m, max(s, 1, keepdims)) and l are
+       wgmmaRowKeepdims carries, exp2(s - broadcast(m')) and acc are tiled,
+       and no value of the loop changes layout.
     3. Conversions: a broadcast of a per-row or replicated value over a
        strided block becomes `pallas.convert_layout` (which broadcasts); an
        elementwise operand, a loop init or yield, or a kept-dims reduction's
