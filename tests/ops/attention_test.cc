@@ -41,14 +41,15 @@ std::array<int64_t, 4> strides_of(const AttentionShape& s, int64_t heads, int64_
 /// uses approximate exp2; the output adds its own rounding.
 template <class T>
 void check_attention(Backend backend, AttentionShape s, bool causal, float scale,
-                     int compute_capability = 90) {
+                     int compute_capability = 90, uint64_t schedule_seed = 0) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(std::string(causal ? "causal_attention " : "attention ") + dtype_name<T>() +
                " batch " + std::to_string(s.batch) + " heads " + std::to_string(s.heads) + " sq " +
                std::to_string(s.sq) + " skv " + std::to_string(s.skv) + " d " +
                std::to_string(s.d) + " kv_heads " + std::to_string(s.kv()) + " layout " +
                std::to_string(static_cast<int>(s.layout)) + " pad " + std::to_string(s.pad) +
-               " sm_" + std::to_string(compute_capability) + " seed " + std::to_string(seed));
+               " sm_" + std::to_string(compute_capability) + " schedule " +
+               std::to_string(schedule_seed) + " seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const auto qs = strides_of(s, s.heads, s.sq), ks = strides_of(s, s.kv(), s.skv);
   auto elements = [&](const std::array<int64_t, 4>& st, int64_t seq) {
@@ -78,7 +79,8 @@ void check_attention(Backend backend, AttentionShape s, bool causal, float scale
     return TensorView<T, 4>(a.data(), {s.batch, heads, seq, s.d}, {st[0], st[1], st[2], st[3]});
   };
   const uint64_t before = detail::tma_descriptors_handed_out();
-  Launch launch{backend, nullptr, {.compute_capability = compute_capability}};
+  Launch launch{
+      backend, nullptr, {.schedule_seed = schedule_seed, .compute_capability = compute_capability}};
   LaunchRecord record;
   launch.record = &record;
   const TensorView<const T, 4> qv = view(q, qs, s.heads, s.sq), kv = view(k, ks, s.kv(), s.skv),
@@ -255,6 +257,19 @@ TEST_P(AttentionTest, Sm80Form) {
   check_attention<bfloat16>(GetParam(), {1, 2, 65, 130, 64}, true, 0.125f, 80);
   check_attention<half>(GetParam(), {1, 1, 64, 200, 128}, false, 0.125f, 80);
   check_attention<bfloat16>(GetParam(), {1, 4, 40, 70, 64, Layout::kBhsd, 0, 1}, true, 0.125f, 80);
+}
+
+// The emulator's threads in random orders (EmulatorOptions::schedule_seed)
+// instead of round-robin: the key pipeline's stage reuse, the row shuffles
+// and the exit wait for Q's copy (programs that see no key), both forms.
+TEST_P(AttentionTest, SchedulesInRandomOrders) {
+  if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "only the emulator reorders threads";
+  for (uint64_t schedule : {7u, 1234u, 99u}) {
+    check_attention<bfloat16>(GetParam(), {1, 2, 129, 200, 64}, true, 0.125f, 90, schedule);
+    check_attention<half>(GetParam(), {1, 1, 100, 63, 128, Layout::kBhsd, 0, 1}, true, 0.125f, 90,
+                          schedule);
+    check_attention<bfloat16>(GetParam(), {1, 2, 70, 130, 64}, false, 0.125f, 80, schedule);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionTest,
