@@ -82,16 +82,29 @@ VectorType GpuLowering::threadType(VectorType block, Attribute layout) const {
   return VectorType::get({s.fragmentSize(block)}, block.getElementType());
 }
 
-bool sameRowOrigins(TiledLayoutAttr a, ArrayRef<int64_t> aShape, TiledLayoutAttr b,
-                    ArrayRef<int64_t> bShape) {
-  const int64_t threads = a.threads(aShape);
-  if (b.threads(bShape) != threads) return false;
-  const int64_t a0 = a.elementAt(aShape, 0, 0, 0)[0], b0 = b.elementAt(bShape, 0, 0, 0)[0];
+std::optional<SmallVector<int64_t>> rowRegisterOf(TiledLayoutAttr acc, ArrayRef<int64_t> accShape,
+                                                  TiledLayoutAttr rows,
+                                                  ArrayRef<int64_t> rowsShape) {
+  // Registers are matched by the rows thread 0 holds: every thread's rows must
+  // start at the same offset from thread 0's in both layouts.
+  const int64_t threads = acc.threads(accShape);
+  if (rows.threads(rowsShape) != threads) return std::nullopt;
+  const int64_t acc0 = acc.elementAt(accShape, 0, 0, 0)[0];
+  const int64_t rows0 = rows.elementAt(rowsShape, 0, 0, 0)[0];
   for (int64_t t = 0; t < threads; ++t)
-    if (a.elementAt(aShape, t / 32, t % 32, 0)[0] - a0 !=
-        b.elementAt(bShape, t / 32, t % 32, 0)[0] - b0)
-      return false;
-  return true;
+    if (acc.elementAt(accShape, t / 32, t % 32, 0)[0] - acc0 !=
+        rows.elementAt(rowsShape, t / 32, t % 32, 0)[0] - rows0)
+      return std::nullopt;
+  const int64_t rowRegisters = rows.registersPerThread(rowsShape);
+  SmallVector<int64_t> map;
+  for (int64_t r = 0; r < acc.registersPerThread(accShape); ++r) {
+    const int64_t row = acc.elementAt(accShape, 0, 0, r)[0];
+    int64_t j = 0;
+    while (j < rowRegisters && rows.elementAt(rowsShape, 0, 0, j)[0] != row) ++j;
+    if (j == rowRegisters) return std::nullopt;
+    map.push_back(j);
+  }
+  return map;
 }
 
 SmallVector<Value> GpuLowering::tiledThreadOrigin(OpBuilder& b, Location loc,

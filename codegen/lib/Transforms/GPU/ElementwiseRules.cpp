@@ -275,28 +275,21 @@ LogicalResult lowerBroadcast(vector::BroadcastOp bc, GpuLowering& g, OpBuilder& 
   }
   // One value per accumulator row (wgmmaRowKeepdims) over the accumulator's
   // columns: each register takes the row register of its row, which the
-  // same thread holds (PallasLayouts.td). Worked example: [64, 1] to
-  // [64, 64]: thread 37's register 4 holds (17, 10), row 17, whose value is
-  // its row register 0 (17 % 16 < 8); register 6 holds (25, 10): register 1.
+  // same thread holds (PallasLayouts.td; rowRegisterOf's worked example).
   auto fromTiled = dyn_cast_or_null<TiledLayoutAttr>(g.layoutOf(bc.getSource()));
   auto toTiled = dyn_cast_or_null<TiledLayoutAttr>(layout);
   if (fromTiled && toTiled && from.getRank() == 2 && to.getRank() == 2 && from.getShape()[1] == 1 &&
-      from.getShape()[0] == to.getShape()[0] &&
-      sameRowOrigins(fromTiled, from.getShape(), toTiled, to.getShape())) {
-    Value rows = g.map.lookup(bc.getSource());
-    const int64_t rowRegisters = fromTiled.registersPerThread(from.getShape());
-    Value frag = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.threadType(to, toTiled)));
-    for (int64_t r = 0; r < toTiled.registersPerThread(to.getShape()); ++r) {
-      const int64_t row = toTiled.elementAt(to.getShape(), 0, 0, r)[0];
-      int64_t j = 0;
-      while (j < rowRegisters && fromTiled.elementAt(from.getShape(), 0, 0, j)[0] != row) ++j;
-      if (j == rowRegisters)
-        return bc.emitOpError("no register of ")
-               << fromTiled << " holds row " << row << " of " << toTiled;
-      frag = vector::InsertOp::create(b, loc, vector::ExtractOp::create(b, loc, rows, j), frag, r);
+      from.getShape()[0] == to.getShape()[0]) {
+    if (std::optional<SmallVector<int64_t>> rowRegister =
+            rowRegisterOf(toTiled, to.getShape(), fromTiled, from.getShape())) {
+      Value rows = g.map.lookup(bc.getSource());
+      Value frag = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.threadType(to, toTiled)));
+      for (auto [r, j] : llvm::enumerate(*rowRegister))
+        frag = vector::InsertOp::create(b, loc, vector::ExtractOp::create(b, loc, rows, j), frag,
+                                        static_cast<int64_t>(r));
+      g.map.map(bc.getResult(), frag);
+      return success();
     }
-    g.map.map(bc.getResult(), frag);
-    return success();
   }
   return bc.emitOpError("no GPU lowering rule for broadcasting a block in layout ")
          << g.layoutOf(bc.getSource()) << " to " << layout

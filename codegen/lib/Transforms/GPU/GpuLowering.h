@@ -145,12 +145,16 @@ LogicalResult lowerStagedStore(StoreOp store, GpuLowering& g, OpBuilder& b);
 LogicalResult lowerBufferBlock(BlockOp blk, GpuLowering& g, OpBuilder& b);
 /// When the program ends: TMA stores of the staged output blocks.
 void copyOutStagedBlocks(GpuLowering& g, OpBuilder& b);
-/// Whether each thread's first register holds the same row (dim 0) in a
-/// `aShape` value in `a` as in a `bShape` value in `b`, relative to thread
-/// 0's: then a thread's registers of one layout are matched to the other's
-/// by the rows thread 0 holds (an accumulator and its per-row values).
-bool sameRowOrigins(TiledLayoutAttr a, ArrayRef<int64_t> aShape, TiledLayoutAttr b,
-                    ArrayRef<int64_t> bShape);
+/// For each register of a thread's `accShape` value in `acc` (an
+/// accumulator), the register of its `rowsShape` per-row value in `rows`
+/// (wgmmaRow, wgmmaRowKeepdims) that holds the same row (dim 0): how a row
+/// reduction folds an accumulator and a broadcast spreads a row value. None
+/// when the layouts give some thread different rows, or a row no register
+/// holds. Worked example, [64, 64] and [64]: register 4 of thread 37 holds
+/// (17, 10), row 17 (17 % 16 < 8): row register 0; register 6, (25, 10): 1.
+std::optional<SmallVector<int64_t>> rowRegisterOf(TiledLayoutAttr acc, ArrayRef<int64_t> accShape,
+                                                  TiledLayoutAttr rows,
+                                                  ArrayRef<int64_t> rowsShape);
 /// Waits for the copies of every top-level staged input before the program
 /// exits (see the definition).
 void waitForStagedInputs(GpuLowering& g, OpBuilder& b);

@@ -145,7 +145,9 @@ LogicalResult lowerRowReductionOfTiled(vector::MultiDimReductionOp red, GpuLower
   for (const TiledLayoutAttr::Digit& d : src.warpDigits(shape))
     if (d.step.empty() || d.step[1] != 0)
       return red.emitOpError("no GPU rule reduces the rows of ") << src << ": warps split them";
-  if (!sameRowOrigins(src, shape, dst, destType.getShape()))
+  std::optional<SmallVector<int64_t>> rowRegister =
+      rowRegisterOf(src, shape, dst, destType.getShape());
+  if (!rowRegister)
     return red.emitOpError("no GPU rule reduces the rows of ")
            << src << " into " << dst << ": their threads hold different rows";
   const int64_t rowRegisters = dst.registersPerThread(destType.getShape());
@@ -153,11 +155,7 @@ LogicalResult lowerRowReductionOfTiled(vector::MultiDimReductionOp red, GpuLower
   Value frag = g.map.lookup(red.getSource());
   SmallVector<Value> partial(rowRegisters);
   for (int64_t r = 0; r < src.registersPerThread(shape); ++r) {
-    const int64_t row = src.elementAt(shape, 0, 0, r)[0];
-    int64_t j = 0;
-    while (j < rowRegisters && dst.elementAt(destType.getShape(), 0, 0, j)[0] != row) ++j;
-    if (j == rowRegisters)
-      return red.emitOpError("no register of ") << dst << " holds row " << row << " of " << src;
+    const int64_t j = (*rowRegister)[r];
     Value v = vector::ExtractOp::create(b, loc, frag, r);
     partial[j] = partial[j] ? vector::makeArithReduction(b, loc, kind, partial[j], v) : v;
   }
