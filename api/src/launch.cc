@@ -287,6 +287,13 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
         }
         loaded.cluster_size = cluster;
         loaded.resident_clusters = clusters;
+        // Once per kernel: whether clusters cost SMs (a GPC whose SMs do not pair up idles one).
+        if (std::getenv("PALLAS_LOG_LAUNCH"))
+          std::fprintf(stderr,
+                       "pallas: %s: clusters of %d: %d resident (%d programs), %d programs "
+                       "without clusters (%d per SM x %d SMs)\n",
+                       name, cluster, clusters, clusters * cluster,
+                       loaded.resident_per_sm * info.sms, loaded.resident_per_sm, info.sms);
       }
       if (cluster > 1 && (loaded.resident_clusters < 1 || grid[0] < cluster)) {
         if (std::getenv("PALLAS_LOG_LAUNCH"))

@@ -242,6 +242,13 @@ const char* tma_rule_broken(const TmaOperand& op) {
         static_cast<uint64_t>(op.strides[d] * op.element_bytes) >= (uint64_t{1} << 40))
       return "a stride is 2^40 bytes or more";
   }
+  // A TMA store (or reduction) writes whole 16-byte pieces of a row: where a row ends inside
+  // one, the bytes after it (the padding up to the next row, or past the array) are written
+  // too. Worked example, seen on an H200: out [70, 161] f32 with row stride 164 ends each row
+  // at byte 644, inside the piece 640..655, and the store wrote columns 161..163.
+  if (op.written && op.rank > 0 && (op.shape[op.rank - 1] * op.element_bytes) % 16 != 0)
+    return "it is written and its rows are not a multiple of 16 bytes (a TMA store writes the "
+           "16-byte piece that ends a row whole)";
   // A tensor map's dims do not overlap: each stride steps past the dims inside it (cuda.h's
   // model is stride[i] = stride[i - 1] * (extent[i] + padding[i]); the strides need not grow
   // in dim order, only each be a multiple of 16 bytes below 2^40). A broadcast input

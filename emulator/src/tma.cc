@@ -17,7 +17,9 @@
 //     barrier (the consumers released the stage);
 //   - a byte a TMA store reads is written (by a thread or a TMA load) only
 //     after the storing thread waited for the store's bulk group
-//     (cp.async.bulk.wait_group.read).
+//     (cp.async.bulk.wait_group.read);
+//   - a TMA store or reduction never reaches the end of a row that ends inside
+//     a 16-byte piece (the GPU writes the piece whole: check_row_end).
 //
 // The swizzle is TMA's: the 16-byte piece p of 128-byte line l of the
 // box (row-major, densely packed) is stored at piece p ^ (l % (S / 16)) for a
@@ -154,6 +156,29 @@ void for_each_run(const EmuTensorMap& map, const int32_t* coords, F&& each) {
       each(row_offset + i * eb, in ? p : nullptr);
     }
   }
+}
+
+/// Fails when a TMA store or reduction (`what`) reaches the last element of a row that ends
+/// inside a 16-byte piece: the GPU writes that piece whole, so the bytes after the row's end
+/// (the padding before the next row, or whatever follows the array) would be written too.
+/// Seen on an H200: a [70, 161] f32 output with row stride 164 got columns 161..163 written.
+/// The entry points keep such operands off TMA (tma_rule_broken); a kernel that gets here
+/// would corrupt memory on the GPU, so the emulator refuses it rather than guess the bytes.
+void check_row_end(const EmuTensorMap& map, const int32_t* coords, const char* what) {
+  const int64_t eb = map.element_bytes, dim0 = map.dims[0];
+  if (dim0 * eb % 16 == 0) return;
+  if (coords[0] >= dim0 || coords[0] + int64_t{map.box[0]} < dim0) return;  // not the row's end
+  for (int d = 1; d < map.rank; ++d)  // a box whose rows are all outside writes nothing
+    if (coords[d] >= static_cast<int64_t>(map.dims[d]) || coords[d] + int64_t{map.box[d]} <= 0)
+      return;
+  fail(std::string(what) + " of operand '" + map.name +
+       "' reaches the end of its rows, which are " + std::to_string(dim0) + " elements (" +
+       std::to_string(dim0 * eb) +
+       " bytes, not a multiple of 16): the GPU writes the 16-byte piece that ends a row whole, so "
+       "bytes " +
+       std::to_string(dim0 * eb) + ".." + std::to_string((dim0 * eb + 15) / 16 * 16 - 1) +
+       " after each row's end would be written too (an operand written through TMA needs rows of "
+       "a multiple of 16 bytes)");
 }
 
 int64_t box_bytes(const EmuTensorMap& map) {
@@ -431,6 +456,7 @@ extern "C" void pallas_emu_tma_store(const void* descriptor, const void* src, in
   const EmuTensorMap& map = tensor_map(descriptor, rank, "store");
   check_box_destination(cta, src, map, "TMA store source");
   const int32_t coords[5] = {c0, c1, c2, c3, c4};
+  check_row_end(map, coords, "TMA store");
   const auto* smem = static_cast<const std::byte*>(src);
   const int64_t eb = map.element_bytes;
   const int64_t base_offset = shared_offset(cta, src, "TMA store source", 0);
@@ -462,6 +488,7 @@ extern "C" void pallas_emu_tma_reduce_add(const void* descriptor, const void* sr
          std::to_string(map.element_bytes) + "-byte elements; the emulator adds f32 and i32");
   check_box_destination(cta, src, map, "TMA reduction source");
   const int32_t coords[5] = {c0, c1, c2, c3, c4};
+  check_row_end(map, coords, "TMA add reduction");
   const auto* smem = static_cast<const std::byte*>(src);
   const int64_t base_offset = shared_offset(cta, src, "TMA reduction source", 0);
   Thread& me = *current().thread;

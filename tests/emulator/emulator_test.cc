@@ -396,6 +396,38 @@ TEST(EmulatorChecks, StageWrittenAgainAfterWaitingForTheStore) {
   }
 }
 
+// The GPU writes the 16-byte piece that ends a row whole (an H200 overwrote the padding after
+// a [70, 161] f32 output's rows): a TMA store reaching the end of a row that ends inside a
+// piece is refused, naming the operand and the bytes; rows of whole pieces store exactly.
+TEST(EmulatorChecks, TmaStoreReachingARowEndInsideA16BytePiece) {
+  std::vector<float> out(256, -1.0f);
+  EmuTensorMap map = tensor_map(out, "out");
+  map.dims[0] = 253;  // 1012 bytes: the piece 1008..1023 holds the last element
+  const void* descriptor = &map;
+  Descriptor d(out);
+  std::vector<void*> args;
+  d.append(args);
+  args.push_back(&descriptor);
+  bool wait = true;
+  args.push_back(&wait);
+  std::vector<Buffer> buffers{buffer("out", out)};
+  const auto launch_once = [&] {
+    return launch_error(config_for(
+        "tma_store_then_overwrite", pallas_emu_kernel_tma_store_then_overwrite,
+        pallas_emu_kernel_tma_store_then_overwrite_shared_bytes, args, buffers, 1, 128, 0));
+  };
+  EXPECT_THAT(launch_once(),
+              HasSubstr("TMA store of operand 'out' reaches the end of its rows, which are 253 "
+                        "elements (1012 bytes, not a multiple of 16): the GPU writes the 16-byte "
+                        "piece that ends a row whole, so bytes 1012..1023 after each row's end "
+                        "would be written too"));
+  out.assign(256, -1.0f);
+  map.dims[0] = 252;  // 1008 bytes: whole pieces, the store clips exactly
+  EXPECT_EQ(launch_once(), "");
+  for (size_t i = 0; i < 256; ++i)
+    ASSERT_EQ(out[i], i < 252 ? float(i % 128) : -1.0f) << "element " << i;
+}
+
 TEST(EmulatorChecks, TmaStoreOfThreadsStoresNeedsTheirProxyFence) {
   std::vector<float> out(256, -1.0f);
   std::string error = run_tma("tma_store_unfenced", pallas_emu_kernel_tma_store_unfenced,

@@ -535,8 +535,9 @@ void check_pipelined_axpb(Backend backend, int depth, Kernel kernel, int compute
   struct Shape {
     int64_t rows, cols, stride;
   };
-  for (Shape sh : {Shape{1, 1, 4}, Shape{32, 32, 32}, Shape{33, 95, 96}, Shape{64, 256, 256},
-                   Shape{70, 161, 164}, Shape{5, 33, 33}}) {
+  for (Shape sh :
+       {Shape{1, 1, 4}, Shape{32, 32, 32}, Shape{33, 95, 96}, Shape{33, 96, 100},
+        Shape{64, 256, 256}, Shape{70, 161, 164}, Shape{70, 160, 164}, Shape{5, 33, 33}}) {
     const uint32_t seed = fresh_seed();
     SCOPED_TRACE("depth " + std::to_string(depth) + " " + std::to_string(sh.rows) + "x" +
                  std::to_string(sh.cols) + " stride " + std::to_string(sh.stride) + " seed " +
@@ -553,10 +554,10 @@ void check_pipelined_axpb(Backend backend, int depth, Kernel kernel, int compute
                        Launch{backend, nullptr, {.compute_capability = compute_capability}});
     ASSERT_TRUE(st.ok()) << st.message();
     out.download();
-    if (backend != Backend::kCuda) {  // TMA where its rules hold, on the emulator only
-      const bool tma = backend == Backend::kEmulator && sh.stride % 4 == 0;
-      EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 2u : 0u);
-    }
+    // TMA where its rules hold: strides, and out's rows, multiples of 16 bytes (a TMA store
+    // writes the 16-byte piece that ends a row whole).
+    const bool tma = tma_instance_runs(backend) && sh.stride % 4 == 0 && sh.cols % 4 == 0;
+    EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 2u : 0u);
     int misses = 0;
     for (int64_t r = 0; r < sh.rows; ++r)
       for (int64_t c = 0; c < sh.stride && misses < 5; ++c) {
@@ -616,7 +617,8 @@ TEST_P(FeaturesTest, ExplicitCopiesBarriersAndAddReductions) {
     for (uint64_t schedule : schedules)
       for (ExplicitShape sh :
            {ExplicitShape{1, 1, 4}, ExplicitShape{32, 32, 32}, ExplicitShape{33, 95, 96},
-            ExplicitShape{100, 64, 64}, ExplicitShape{70, 161, 164}, ExplicitShape{5, 33, 33}}) {
+            ExplicitShape{33, 96, 100}, ExplicitShape{100, 64, 64}, ExplicitShape{70, 161, 164},
+            ExplicitShape{70, 160, 164}, ExplicitShape{5, 33, 33}}) {
         const uint32_t seed = fresh_seed();
         SCOPED_TRACE("sm_" + std::to_string(cc) + " schedule " + std::to_string(schedule) + " " +
                      std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " stride " +
@@ -637,10 +639,9 @@ TEST_P(FeaturesTest, ExplicitCopiesBarriersAndAddReductions) {
         ASSERT_TRUE(st.ok()) << st.message();
         out.download();
         total.download();
-        if (GetParam() != Backend::kCuda) {
-          const bool tma = GetParam() == Backend::kEmulator && sh.stride % 4 == 0;
-          EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 3u : 0u);
-        }
+        // TMA where strides, and the rows of out and total, are multiples of 16 bytes.
+        const bool tma = tma_instance_runs(GetParam()) && sh.stride % 4 == 0 && sh.cols % 4 == 0;
+        EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 3u : 0u);
         expect_rows(out, x, sh, [](float v, int64_t) { return 2.0f * v + 1.0f; });
         int misses = 0;
         // Block by block, in order (the GPU's reductions of successive blocks
@@ -703,8 +704,8 @@ TEST_P(FeaturesTest, EmitPipelineStagesOutputs) {
   using Shape = ExplicitShape;
   for (int cc : {90, 80}) {
     if (cc == 80 && GetParam() != Backend::kEmulator) continue;
-    for (Shape sh : {Shape{1, 1, 4}, Shape{3, 512, 512}, Shape{5, 700, 704}, Shape{2, 1500, 1500},
-                     Shape{4, 33, 33}}) {
+    for (Shape sh : {Shape{1, 1, 4}, Shape{3, 512, 512}, Shape{5, 700, 704}, Shape{5, 701, 704},
+                     Shape{2, 1500, 1500}, Shape{4, 33, 33}}) {
       const uint32_t seed = fresh_seed();
       SCOPED_TRACE("sm_" + std::to_string(cc) + " " + std::to_string(sh.rows) + "x" +
                    std::to_string(sh.cols) + " stride " + std::to_string(sh.stride) + " seed " +
@@ -722,10 +723,9 @@ TEST_P(FeaturesTest, EmitPipelineStagesOutputs) {
           Launch{GetParam(), nullptr, {.compute_capability = cc}});
       ASSERT_TRUE(st.ok()) << st.message();
       out.download();
-      if (GetParam() != Backend::kCuda) {
-        const bool tma = GetParam() == Backend::kEmulator && sh.stride % 4 == 0;
-        EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 2u : 0u);
-      }
+      // TMA where the stride and out's rows are multiples of 16 bytes.
+      const bool tma = tma_instance_runs(GetParam()) && sh.stride % 4 == 0 && sh.cols % 4 == 0;
+      EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 2u : 0u);
       expect_rows(out, x, sh, [](float v, int64_t c) { return 2.0f * v + float(c / 512); });
     }
   }
@@ -763,10 +763,8 @@ void check_pipelined_chunk_sum(Backend backend, int depth, Kernel kernel,
                          Launch{backend, nullptr, {.compute_capability = compute_capability}});
       ASSERT_TRUE(st.ok()) << st.message();
       out.download();
-      if (backend != Backend::kCuda) {
-        const bool tma = backend == Backend::kEmulator && offset == 0;
-        EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 1u : 0u);
-      }
+      const bool tma = tma_instance_runs(backend) && offset == 0;
+      EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 1u : 0u);
       double total = 0, weighted = 0, scale = 0;
       for (int64_t i = 0; i < n; ++i) {
         const double v = to_float(x.host()[offset + i]);
@@ -818,10 +816,8 @@ TEST_P(FeaturesTest, PipelineRunAgainWithMixedDepths) {
         TensorView<float, 1>(out.data(), {sh.rows}), launch());
     ASSERT_TRUE(st.ok()) << st.message();
     out.download();
-    if (GetParam() != Backend::kCuda) {
-      const bool tma = GetParam() == Backend::kEmulator && (sh.rows == 1 || sh.stride % 4 == 0);
-      EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 2u : 0u);
-    }
+    const bool tma = tma_instance_runs(GetParam()) && (sh.rows == 1 || sh.stride % 4 == 0);
+    EXPECT_EQ(detail::tma_descriptors_handed_out() - before, tma ? 2u : 0u);
     for (int64_t r = 0; r < sh.rows; ++r) {
       double dot = 0, scale = 0;
       for (int64_t c = 0; c < sh.cols; ++c) {

@@ -79,21 +79,30 @@ template <class T>
 void check_all(Backend backend, int compute_capability = 90) {
   const int64_t tile = 128 / static_cast<int64_t>(sizeof(T));
   const int64_t per16 = 16 / static_cast<int64_t>(sizeof(T));  // elements in 16 bytes
-  // TMA copies these (strides multiples of 16 bytes) on the emulator; the CUDA backend
-  // decides by device, so only the host and emulator counts are checked.
-  const bool tma = backend == Backend::kEmulator;
+  // TMA copies these (strides multiples of 16 bytes; y's rows, x's `rows` elements, a
+  // multiple of 16 bytes) where the TMA instance runs: x's odd extents are clipped loads.
+  const bool tma = tma_instance_runs(backend);
   for (TransposeShape s : std::vector<TransposeShape>{
-           {1, 1, 0, 0},  // strides of extent-1 dims are never used: TMA takes it
-           {1, per16, 0, per16 - 1},
+           {per16, 1, per16 - 1, 0},  // the stride of an extent-1 dim is never used
            {tile, tile, 0, 0},
-           {tile - 1, tile + 1, per16 - (tile + 1) % per16, per16 - (tile - 1) % per16},
-           {2 * tile + 3, 3 * per16, 0, per16 - (2 * tile + 3) % per16},
-           {97, 5 * per16, per16, 16 * per16 - 97 % (16 * per16)},
+           {per16, tile + 1, per16 - (tile + 1) % per16, 0},
+           {3 * per16, 2 * tile + 3, per16 - (2 * tile + 3) % per16, per16},
+           {2 * tile + per16, 97, per16 - 97 % per16, 16 * per16},
        })
     check_transpose<T>(backend, s, 0, tma, compute_capability);
-  // Strides TMA cannot copy, and misaligned data: the direct twin.
+  // Strides TMA cannot copy, misaligned data, and y's rows not a multiple of 16 bytes (a TMA
+  // store writes the 16-byte piece that ends a row whole: an H200 overwrote y's padding):
+  // the direct twin.
   for (TransposeShape s : std::vector<TransposeShape>{
-           {2, 3, 0, 0}, {tile + 1, tile - 1, 0, 0}, {37, 131, 1, 2}, {3, 2 * tile, 0, 0}})
+           {2, 3, 0, 0},
+           {tile + 1, tile - 1, 0, 0},
+           {37, 131, 1, 2},
+           {3, 2 * tile, 0, 0},
+           {1, 1, 0, 0},
+           {1, per16, 0, per16 - 1},
+           {tile - 1, tile + 1, per16 - (tile + 1) % per16, per16 - (tile - 1) % per16},
+           {2 * tile + 3, 3 * per16, 0, per16 - (2 * tile + 3) % per16},
+           {97, 5 * per16, per16, 16 * per16 - 97 % (16 * per16)}})
     check_transpose<T>(backend, s, 0, false, compute_capability);
   check_transpose<T>(backend, {tile, tile, 0, 0}, 1, false, compute_capability);
 }

@@ -571,6 +571,42 @@ TEST(TmaRuleBroken, PermutedViewsKeepTma) {
                "a stride overlaps the dims inside it (a broadcast view)");
 }
 
+// A TMA store writes the 16-byte piece that ends a row whole (an H200 overwrote the padding
+// after a [70, 161] f32 output's rows): an operand the kernel writes needs rows of a multiple
+// of 16 bytes; one it only reads may end its rows anywhere (loads fill past the end with 0).
+TEST(TmaRuleBroken, WrittenRowsAreWhole16BytePieces) {
+  alignas(16) static const char data[16] = {};
+  const int64_t odd[] = {70, 161}, even[] = {70, 160}, one[] = {1, 1}, strides[] = {164, 1},
+                box[] = {32, 32};
+  detail::TmaOperand op{"out",
+                        data,
+                        4,
+                        2,
+                        odd,
+                        strides,
+                        box,
+                        128,
+                        detail::TmaOperand::Element::kF32,
+                        /*written=*/false};
+  EXPECT_EQ(detail::tma_rule_broken(op), nullptr);
+  op.written = true;
+  for (const int64_t* shape : {odd, one}) {
+    op.shape = shape;
+    EXPECT_STREQ(detail::tma_rule_broken(op),
+                 "it is written and its rows are not a multiple of 16 bytes (a TMA store writes "
+                 "the 16-byte piece that ends a row whole)");
+  }
+  op.shape = even;
+  EXPECT_EQ(detail::tma_rule_broken(op), nullptr);
+  const int64_t bf16_strides[] = {168, 1};  // 336 bytes
+  op.strides = bf16_strides;
+  op.element_bytes = 2;
+  op.element = detail::TmaOperand::Element::kBF16;
+  EXPECT_EQ(detail::tma_rule_broken(op), nullptr);  // 160 elements: 320 bytes
+  op.shape = odd;                                   // 161: 322 bytes
+  EXPECT_NE(detail::tma_rule_broken(op), nullptr);
+}
+
 TEST(CheckOperand, NegativeExtent) {
   Status s = check<2>(addr(0x1000), 4, {4, -3}, {10, 1});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);

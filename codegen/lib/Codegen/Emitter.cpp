@@ -444,7 +444,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
              : d.dtype == edsl::DType::f16  ? "kF16"
              : d.dtype == edsl::DType::bf16 ? "kBF16"
                                             : "kI32")
-         << "};\n";
+         << ", " << (writable(d) ? "true" : "false") << "};\n";
       why += "  if (fallback == nullptr && (fallback = pallas::detail::tma_rule_broken(tma_" +
              d.name + ")) != nullptr)\n    fallback_operand = \"" + d.name + "\";\n";
     }

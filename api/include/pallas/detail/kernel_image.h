@@ -232,6 +232,10 @@ struct TmaOperand {
   // What the elements are, for TMA reductions (cp.reduce.async.bulk .add adds by type).
   enum class Element : int { kF32, kF16, kBF16, kI32 };
   Element element;
+  // Whether the kernel writes it (an output or an in-place operand): TMA stores and reductions
+  // write a row's last 16-byte piece whole, so such an operand needs rows of a multiple of 16
+  // bytes (tma_rule_broken).
+  bool written = false;
 };
 
 // Why the TMA instance `image` cannot run for `launch`, or null when it can: CUDA when the
@@ -250,9 +254,11 @@ const char* tma_path_unavailable(const KernelImage& image, const Launch& launch)
 int64_t device_shared_bytes(const Launch& launch);
 
 // TMA's rules for an operand: data 16-byte aligned, every stride but the last a multiple of 16
-// bytes and past the dims inside it (no broadcast), every extent below 2^32. Returns null when they
-// hold, else the rule broken (for the entry point, which then launches the direct instance
-// instead).
+// bytes and past the dims inside it (no broadcast), every extent below 2^32; and for an operand
+// the kernel writes, rows (the last dim) of a multiple of 16 bytes: the GPU writes the 16-byte
+// piece that holds a row's last element whole (an H200 overwrote columns 161..163 of a [70, 161]
+// f32 output with row stride 164, the padding between rows). Returns null when they hold, else
+// the rule broken (for the entry point, which then launches the direct instance instead).
 const char* tma_rule_broken(const TmaOperand& operand);
 
 // Builds the descriptor of `operand` for `launch.backend` (CUDA: cuTensorMapEncodeTiled through
