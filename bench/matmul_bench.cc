@@ -1,7 +1,10 @@
 // pallas_matmul_bench: the matrix products against cuBLASLt (the toolkit's library) in the
 // same run: TFLOP/s of each, and our time over cuBLASLt's (issue 11's benchmark).
 //
-//   pallas_matmul_bench [--csv FILE] [--reps N] [--quick]
+//   pallas_matmul_bench [--csv FILE] [--reps N] [--quick] [--only OP,M,N,K]
+//
+// --only runs the one row it names (e.g. `--only matmul_bt,1,11008,4096`; attention rows:
+// `attention,B*H,SEQ,D`), for a profiler (ncu) to see one kernel among few.
 //
 // Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 1024, 4096 with (N, K) in
 // (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)); products: `matmul_bt` (D = A B^T,
@@ -372,7 +375,7 @@ void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string csv;
+  std::string csv, only;
   int reps = 30;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
@@ -383,8 +386,12 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[++i]);
     else if (arg == "--quick")
       quick = true;
+    else if (arg == "--only" && i + 1 < argc)
+      only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: pallas_matmul_bench [--csv FILE] [--reps N] [--quick]\n");
+      std::fprintf(stderr,
+                   "usage: pallas_matmul_bench [--csv FILE] [--reps N] [--quick] "
+                   "[--only OP,M,N,K]\n");
       return 2;
     }
   }
@@ -405,7 +412,13 @@ int main(int argc, char** argv) {
   std::mt19937 rng(12345);
   std::vector<Row> rows;
   bool ok = true;
+  // Whether --only lets the row (op, m, n, k) run.
+  auto wanted = [&](const char* op, int64_t m, int64_t n, int64_t k) {
+    return only.empty() || only == std::string(op) + "," + std::to_string(m) + "," +
+                                       std::to_string(n) + "," + std::to_string(k);
+  };
   auto run = [&](Product p, int64_t m, int64_t n, int64_t k) {
+    if (!wanted(product_name(p), m, n, k)) return;
     ok &= bench(p, m, n, k, reps, prop.l2CacheSize, have_peer ? &lt : nullptr, workspace,
                 workspace_bytes, rng, rows);
   };
@@ -420,6 +433,10 @@ int main(int argc, char** argv) {
       {4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
   for (auto [n, k] : llm)
     for (int64_t m : ms) run(Product::kMatmulBt, m, n, k);
+  // Without clusters where the tiles schedule runs (what multicast gives on these shapes).
+  for (auto [n, k] : llm)
+    for (int64_t m : ms)
+      if (ends_with(chosen(rows, m, n, k), "_tiles")) run(Product::kMatmulBtOneCta, m, n, k);
   // tiles128 against tiles only where the entry point ran the tiles schedule above
   // (elsewhere it runs split-K, whatever the shared memory).
   auto tiles_ran = [&](int64_t m, int64_t n, int64_t k) {
@@ -448,8 +465,9 @@ int main(int argc, char** argv) {
     for (int64_t d : {64, 128})
       for (bool causal : {false, true})
         for (int64_t seq : seqs)
-          bench_attention(causal, tokens / seq, width / d, seq, d, reps, best_gemm, q, k, v, o,
-                          rows);
+          if (wanted(causal ? "causal_attention" : "attention", tokens / seq * (width / d), seq, d))
+            bench_attention(causal, tokens / seq, width / d, seq, d, reps, best_gemm, q, k, v, o,
+                            rows);
   }
 
   if (!csv.empty()) {
