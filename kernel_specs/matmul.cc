@@ -36,7 +36,10 @@
 // tiles in order (the result does not depend on which finished last), runs
 // the epilogue and stores D, 16 rows at a time, and puts the semaphore back
 // to zero (the pattern of sum_all and the split row reductions). Steps past
-// K read zeros (TMA's fill, masked loads), so any split is exact.
+// K read zeros (TMA's fill, masked loads), so any split is exact. With B
+// [N, K] (matmul_bt, gemm_bt, linear_*) the split instance multiplies
+// D^T = B A^T in tiles of 64 rows of D by 128 columns (see `swapped` below):
+// B's 128 rows, not A's few, fill wgmma's 64-row side.
 //
 // The entry point runs the split instance where its programs fit one wave
 // (fewer than 264 tiles of 128 x 64: S = floor(264 / tiles), splits_for
@@ -56,13 +59,17 @@
 // bound): the tiles schedule runs. A narrow D counts its tiles of 128 x 64
 // (M = 16384, N = 64: 128 tiles of 128 x 256 are 128 of 128 x 64, three
 // quarters of each wide tile empty: two splits, one wave of 256 programs).
-// Worked example, M = 16, N = 4096, K = 4096: 16 tiles of 128 x 256; 64
-// tiles of 128 x 64 and 64 K steps want min(cdiv(64, 4), floor(264 / 64))
-// = 4 splits (splits_for), per = cdiv(64, 4) = 16 steps, S = 4: 256
-// programs, one wave, instead of 16. K = 4000 (63 steps, the last partial):
-// per = 16, S = 4, the last split 15 steps and one past K. M = 128, N =
-// 11008: 172 tiles of 128 x 64, S = 1, 172 programs (the tiles schedule:
-// 43 of 128 x 256).
+// Worked example, matmul (B [K, N]), M = 16, N = 4096, K = 4096: 16 tiles
+// of 128 x 256; 64 tiles of 128 x 64 and 64 K steps want min(cdiv(64, 4),
+// floor(264 / 64)) = 4 splits (splits_for), per = cdiv(64, 4) = 16 steps,
+// S = 4: 256 programs, one wave, instead of 16. K = 4000 (63 steps, the last
+// partial): per = 16, S = 4, the last split 15 steps and one past K.
+// matmul_bt, the same shape: the chooser still counts 64 tiles of 128 x 64
+// (the choice does not depend on the instance), and the swapped instance
+// runs 32 tiles of 64 x 128: S = min(16, floor(264 / 32)) = 8 splits of 8
+// steps, 256 programs. M = 128, N = 11008: 172 tiles of 128 x 64 (swapped:
+// 2 x 86 of 64 x 128), S = 1, 172 programs (the tiles schedule: 43 of 128 x
+// 256).
 //
 // `linear_*` take the weight as a linear layer stores it, [N, K], and keep
 // the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
@@ -198,6 +205,17 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     narrow = option == 2;
   }
   const bool split = schedule == Schedule::kSplitK;
+  // Split-K of a [N, K] B swaps the operands (cuBLAS's decode kernels do): it multiplies
+  // D^T = B A^T, so that N, not a decode step's few rows of A, fills wgmma's 64-row side
+  // and A's rows are wgmma's narrow N. A tile is 64 rows of D by 128 columns, its
+  // accumulator [128, 64] (D^T's tile); a stage holds 16 KiB of B and 8 KiB of A. Before
+  // the swap a stage held 16 KiB of A (128 rows, for M = 1 all but one of them TMA's zero
+  // fill) and 8 KiB of B: an H200 streamed B at 1.2 TB/s (ncu: 25 % of DRAM's peak) where
+  // cuBLASLt's swapped kernel reached 3.45. The partial tiles keep D^T's orientation; the
+  // split that completes a tile transposes 16 of its columns at a time (through shared
+  // memory) into rows of D for the epilogue. (A [K, N] B stays unswapped: as wgmma's A
+  // operand it would be M-major, which MatmulRules does not read in place.)
+  const bool swapped = split && b_transposed;
   // The accumulator's registers decide the tile (no spills on any target;
   // the instance also serves sm_80, whose mma.sync form holds the same
   // accumulator plus a and b fragments):
@@ -213,15 +231,16 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //    batched_matmul_bt spilled 16 bytes), or the device has too little
   //    shared memory for 128 x 256 (tiles128);
   //  - 128 x 64 on one warpgroup for split-K (decode shapes gain programs;
-  //    its sm_80 form spilled at 128 x 128 on one warpgroup);
+  //    its sm_80 form spilled at 128 x 128 on one warpgroup); swapped, 64 x 128
+  //    (the same [128, 64] accumulator, of D^T);
   //  - 64 x 64 where the threads first store the operands into wgmma's
   //    layout (the direct twin).
   const bool in_place = !spec.direct();
   const bool two_consumers = in_place && !split;
   const bool wide =
       two_consumers && extra_operand(epilogue) != Extra::kMatrix && !form.batched && !narrow;
-  const int64_t kTileM = in_place ? 128 : 64;
-  const int64_t kTileN = wide ? 256 : two_consumers ? 128 : 64;
+  const int64_t kTileM = swapped || !in_place ? 64 : 128;
+  const int64_t kTileN = swapped ? (in_place ? 128 : 64) : wide ? 256 : two_consumers ? 128 : 64;
   if (two_consumers) spec.threads(256);
   // Batched: a leading dim on every matrix and on the grid, (batch, i, j, k);
   // blocks squeeze it. `mat` prefixes it to a shape, `blk` a squeezed dim to
@@ -249,7 +268,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   if (extra == Extra::kMatrix) e = spec.input(names.extra, out, mat({m, n}));
   if (extra == Extra::kBiasRow) e = spec.input(names.extra, out, {n});
   Operand d = spec.output(names.d, out, mat({m, n}));
-  Operand acc = spec.accumulator("acc", {kTileM, kTileN});
+  Operand acc = spec.accumulator(
+      "acc", swapped ? std::vector<int64_t>{kTileN, kTileM} : std::vector<int64_t>{kTileM, kTileN});
   (void)acc;
   Scalar alpha, beta;
   if (epilogue == Epilogue::kAlphaBetaC) {
@@ -263,7 +283,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // The partial tiles side by side, [min(M, 128), S tiles x 128 x 64 ... ]: tile t's split s
   // is columns [(t S + s) 64, + 64). Rows past M (a decode step's M of 1..127) are past the
   // workspace's first extent: stores skip them and loads read 0, so they cost no traffic.
-  if (!form.batched)
+  // Swapped, D^T's: [S tiles x 128, min(M, 64)], tile t's split s rows [(t S + s) 128, + 128).
+  if (!form.batched && swapped)
+    spec.workspace("partials", f32, {splits.count * tiles * kTileN, min(m, kTileM)});
+  else if (!form.batched)
     spec.workspace(
         "partials", f32,
         {split ? min(m, kTileM) : DimExpr(0), split ? splits.count * tiles * kTileN : DimExpr(0)});
@@ -340,7 +363,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // B in two copies (two tiles of rows of B^T; [K, N]: four of 64 columns),
   // so that each CTA of a cluster issues half of it: the same layout as one
   // copy, which wgmma reads in place.
-  if (b_transposed)
+  if (swapped)  // wgmma's A operand: one [128, 64] copy (split-K runs no clusters)
+    spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), b_map, InShared{.swizzle = 128});
+  else if (b_transposed)
     spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), b_map,
                InShared{.swizzle = 128, .tiling = {kTileN / 2, kTileK}});
   else  // N-major: tiles of one swizzle span (64 elements) of N
@@ -402,6 +427,26 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const int64_t slab = 16;
     Value tile = program_id(0) * num_programs(1) + program_id(1);
     Value count = num_programs(2);
+    if (swapped) {  // the partial tiles are D^T's: columns of D in slabs of 16
+      Value cols = d.extent(1) - program_id(1) * index(kTileN);  // of D in this tile, > 0
+      partials->store_at(acc.load(), {(tile * count + program_id(2)) * index(kTileN), index(0)});
+      Value before = arrived.add(tile, constant(1, i32));
+      when(before == count.cast(i32) - 1, [&] {  // every other split has stored its part
+        for (int64_t c0 = 0; c0 < kTileN; c0 += slab)
+          when(index(c0) < cols, [&] {  // a slab with columns of D
+            std::vector<Value> sum =
+                fori(index(0), count, {broadcast_to(constant(0, f32), {slab, kTileM})},
+                     [&](Value s, std::vector<Value> acc) {
+                       Value row = (tile * count + s) * index(kTileN) + index(c0);
+                       return std::vector<Value>{
+                           acc[0] + partials->load_at({row, index(0)}, {slab, kTileM})};
+                     });
+            store_part(transpose(sum[0]), e, d, 0, kTileM, c0, slab);
+          });
+        arrived.add(tile, -count.cast(i32));  // back to zero for the next launch
+      });
+      return;
+    }
     Value rows = d.extent(0) - program_id(0) * index(kTileM);  // of D in this tile, > 0
     partials->store_at(acc.load(), {index(0), (tile * count + program_id(2)) * index(kTileN)});
     Value before = arrived.add(tile, constant(1, i32));
@@ -430,9 +475,14 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // branch at each tile's first step instead kept the registers live beside
   // the epilogue, and the sm_80 forms spilled).
   auto step = [=](Ref a, Ref b, Ref acc, auto&& done) {
-    if (in_place) {  // both tiles are read where TMA put them
+    if (in_place && swapped) {  // acc (D^T's tile) += B's block @ A's block^T
+      wgmma(acc, b, a, {.transpose_b = true});
+      wgmma_wait(1);
+    } else if (in_place) {  // both tiles are read where TMA put them
       wgmma(acc, a, b, {.transpose_b = b_transposed});
       wgmma_wait(1);  // the previous step's multiply is done: its buffers may be refilled
+    } else if (swapped) {
+      acc.store(dot(b.load(), a.load(), acc.load(), {.transpose_b = true}));
     } else {
       acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));
     }

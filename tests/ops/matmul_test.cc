@@ -371,9 +371,11 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
   }
   if (backend == Backend::kEmulator) {
     check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kBias}, {7, 130, 520, 8}, 80);
-    // Two rows of tiles (M past 128: each tile's partials are 128 rows of the workspace),
-    // 6 tiles of 128 x 64 in 3 splits, the last row's tiles partial.
+    // Several rows of tiles: B [N, K] swapped (D^T = B A^T), 8 tiles of 64 x 128 in 3 splits,
+    // the last row of tiles 8 rows and the last column 2 (one slab of the transposing sum);
+    // B [K, N] unswapped, 6 tiles of 128 x 64 whose partials are 128 rows of the workspace.
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600});
+    check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, {200, 130, 600}, 80);
     check_product<half, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, -1.5f},
                                {200, 130, 600});
     check_product<bfloat16, bfloat16>(backend, {false}, {200, 130, 600}, 80);  // cp.async form
@@ -469,8 +471,8 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
       {Backend::kHost, 256, 512, 640, "matmul_bt_bf16_bf16_splitk_direct", {4, 8, 3}},
       // 128 tiles of 128 x 256 (512 of 64 x 64 in the twin): the tiles schedule.
       {Backend::kHost, 1, 32768, 320, "matmul_bt_bf16_bf16_tiles_direct", {512, 1, 1}},
-      // 2 tiles of 128 x 64, 10 K steps: 3 splits.
-      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 2, 3}},
+      // Swapped (D^T = B A^T): 1 tile of 64 x 128, 10 K steps: 3 splits.
+      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}},
       // 4 tiles of 128 x 256 in two even rows: clusters of 2.
       {Backend::kEmulator, 130, 300, 64, "matmul_bt_bf16_bf16_tiles", {4, 1, 1}, 2},
   };
