@@ -316,15 +316,15 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // (G = 8: 672 KiB). Square 128 x 128 tiles take G = 8 (8 A + 17 B tiles of 16 KiB).
   // (Split-K has few tiles and many short programs: not persistent.)
   //
-  // The programs run in clusters of two CTAs (CUTLASS's and cuBLAS's 2 x 1
-  // cluster shape) where the tile rows are even: the pair takes tiles (2 r,
-  // c) and (2 r + 1, c), which read the same B block at every K step, and
-  // the pipeline loads it once per pair, each CTA half of it (B's tiling
-  // below) multicast to both. At full HGMMA rate a 128 x 256 x 64 step
-  // every ~0.56 us reads 48 KiB from L2 per SM, about 11.6 TB/s over 132
-  // SMs, more than H100's L2 is measured to deliver; multicast B makes it 32
-  // KiB (7.7 TB/s). Odd tile rows run the plain walk (clusters of 1).
-  if (!split) spec.persistent({.group_rows = wide ? 16 : 8, .cluster = 2});
+  // The programs run without clusters. In clusters of two CTAs (CUTLASS's 2 x 1 shape),
+  // the pair taking tiles (2 r, c) and (2 r + 1, c) and loading their common B block
+  // once, each CTA half of it multicast to both, every tiles-schedule shape of
+  // pallas_matmul_bench ran 1 to 6 % slower on an H200, in three runs (8192^3: 668 against
+  // 679 TFLOP/s; 4096 x 11008 x 4096: 621 against 644), with all 66 pairs resident. Why
+  // is not measured: L2 fed the 48 KiB a 128 x 256 x 64 step reads per SM without
+  // multicast, and a pair's shared stage releases tie each CTA to the slower one. (The
+  // multicast pipeline stays in the kernel model: features' persistent_wgmma_cluster.)
+  if (!split) spec.persistent({.group_rows = wide ? 16 : 8});
   if (in_place) {
     // Pallas' pipelined wgmma: step k's multiply stays in flight while step
     // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
@@ -342,8 +342,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // KiB an SM) keeping three steps (24 KiB of B) ahead: 48 KiB of B in
     // flight per SM instead of 16 (one program of three stages: at 232,
     // 34816 registers a program, one fit).
+    //
+    // Swapped, a stage's multiply (eight m64n64k16) is short beside its 16 KiB of B from
+    // DRAM, so the step waits for it (wgmma_wait(0)) and releases its stage at once: three
+    // steps (48 KiB of B) ahead instead of two. (Measured on an H200 with the delayed release:
+    // 2.46 TB/s at M = 1, N = 11008, where cuBLASLt kept 11 stages of 16 KiB in flight.)
     spec.max_concurrent_steps(split ? 4 : 3);
-    spec.delay_release(1);
+    spec.delay_release(swapped ? 0 : 1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = split ? 168 : 232});
   }
   // Grid axes, after the batch: 0 = i (rows of D), 1 = j (columns), 2 = k;
@@ -360,9 +365,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     return o ? at(p[0], k_step(p), p[o + 1]) : at(k_step(p), p[1]);
   };
   spec.block(a, blk({Blocked{kTileM}, Blocked{kTileK}}), a_map, InShared{.swizzle = 128});
-  // B in two copies (two tiles of rows of B^T; [K, N]: four of 64 columns),
-  // so that each CTA of a cluster issues half of it: the same layout as one
-  // copy, which wgmma reads in place.
+  // B in two copies (two tiles of rows of B^T; [K, N]: four of 64 columns):
+  // the same layout as one copy, which wgmma reads in place.
   if (swapped)  // wgmma's A operand: one [128, 64] copy (split-K runs no clusters)
     spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), b_map, InShared{.swizzle = 128});
   else if (b_transposed)
@@ -431,18 +435,31 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
       Value cols = d.extent(1) - program_id(1) * index(kTileN);  // of D in this tile, > 0
       partials->store_at(acc.load(), {(tile * count + program_id(2)) * index(kTileN), index(0)});
       Value before = arrived.add(tile, constant(1, i32));
+      // The sum walks the splits twice, each time with four slabs' loads in flight together
+      // (independent loads an iteration), not slab by slab, where each split's load waits its
+      // L2 latency in turn: 8 S of them in a row, the likely cause of an M = 1, N = 4096
+      // product taking 40 us on an H200, twice its time before the swap (S = 8). (All eight
+      // slabs at once spilled 72 bytes in the bf16 -> f32 instance's 168 registers.)
       when(before == count.cast(i32) - 1, [&] {  // every other split has stored its part
-        for (int64_t c0 = 0; c0 < kTileN; c0 += slab)
-          when(index(c0) < cols, [&] {  // a slab with columns of D
-            std::vector<Value> sum =
-                fori(index(0), count, {broadcast_to(constant(0, f32), {slab, kTileM})},
-                     [&](Value s, std::vector<Value> acc) {
-                       Value row = (tile * count + s) * index(kTileN) + index(c0);
-                       return std::vector<Value>{
-                           acc[0] + partials->load_at({row, index(0)}, {slab, kTileM})};
-                     });
-            store_part(transpose(sum[0]), e, d, 0, kTileM, c0, slab);
-          });
+        const int64_t at_once = 4;
+        for (int64_t first = 0; first < kTileN; first += at_once * slab) {
+          std::vector<Value> sums =
+              fori(index(0), count,
+                   std::vector<Value>(at_once, broadcast_to(constant(0, f32), {slab, kTileM})),
+                   [&](Value s, std::vector<Value> acc) {
+                     Value row = (tile * count + s) * index(kTileN) + index(first);
+                     for (int64_t j = 0; j < at_once; ++j)
+                       acc[j] = acc[j] + partials->load_at({row + index(j * slab), index(0)},
+                                                           {slab, kTileM});
+                     return acc;
+                   });
+          for (int64_t j = 0; j < at_once; ++j) {
+            const int64_t c0 = first + j * slab;
+            when(index(c0) < cols, [&] {  // a slab with columns of D
+              store_part(transpose(sums[j]), e, d, 0, kTileM, c0, slab);
+            });
+          }
+        }
         arrived.add(tile, -count.cast(i32));  // back to zero for the next launch
       });
       return;
@@ -477,7 +494,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   auto step = [=](Ref a, Ref b, Ref acc, auto&& done) {
     if (in_place && swapped) {  // acc (D^T's tile) += B's block @ A's block^T
       wgmma(acc, b, a, {.transpose_b = true});
-      wgmma_wait(1);
+      wgmma_wait(0);        // done reading the stage: it is released at once
     } else if (in_place) {  // both tiles are read where TMA put them
       wgmma(acc, a, b, {.transpose_b = b_transposed});
       wgmma_wait(1);  // the previous step's multiply is done: its buffers may be refilled
