@@ -8,8 +8,7 @@
 //
 // Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 1024, 4096 with (N, K) in
 // (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)); products: `matmul_bt` (D = A B^T,
-// B [N, K], bf16 -> bf16; `matmul_bt/1cta`: the same without 2-CTA clusters;
-// `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
+// B [N, K], bf16 -> bf16; `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
 // N]) on the squares, and `linear_bias_gelu` against
 // cuBLASLt's GELU_BIAS epilogue; then `attention` and `causal_attention` (16K tokens, 2048
 // wide: head dims 64 and 128), against the run's best cuBLASLt GEMM rate (timed only: no
@@ -200,21 +199,19 @@ struct Buffer {
   }
 };
 
-// kMatmulBtOneCta: matmul_bt launched without thread-block clusters (Launch::max_cluster 1),
-// what the clusters' multicast of B gives, in the same run. kMatmulBtTiles128: matmul_bt's
-// 128 x 128 instance (what sm_86 / sm_89 run; Launch::max_shared_bytes_per_block below the
-// 128 x 256 pipeline's 144 KiB), against the 128 x 256 tiles: where more, smaller tiles fill
-// the last wave better (M = 1024, N = 14336: 448 tiles of 128 x 256 are 3.4 waves of 66
-// cluster pairs, 896 of 128 x 128 6.8), this says whether the entry point should choose by
-// waves too.
-enum class Product { kMatmulBt, kMatmulBtOneCta, kMatmulBtTiles128, kMatmul, kLinearBiasGelu };
+// kMatmulBtTiles128: matmul_bt's 128 x 128 instance (what sm_86 / sm_89 run;
+// Launch::max_shared_bytes_per_block below the 128 x 256 pipeline's 144 KiB), against the
+// 128 x 256 tiles: where more, smaller tiles fill the last wave better (M = 1024, N = 14336:
+// 448 tiles of 128 x 256 are 3.4 waves of 132 programs, 896 of 128 x 128 6.8), this says
+// whether the entry point should choose by waves too (an H200: no, 128 x 128 ran at about
+// half the rate). (The 2-CTA clusters' rows, `matmul_bt/1cta`, went with the clusters: an
+// H200 ran every tiles shape faster without them; bench/RESULTS.md.)
+enum class Product { kMatmulBt, kMatmulBtTiles128, kMatmul, kLinearBiasGelu };
 
 const char* product_name(Product p) {
   switch (p) {
     case Product::kMatmulBt:
       return "matmul_bt";
-    case Product::kMatmulBtOneCta:
-      return "matmul_bt/1cta";
     case Product::kMatmulBtTiles128:
       return "matmul_bt/tiles128";
     case Product::kMatmul:
@@ -261,7 +258,6 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   pallas::LaunchRecord record;
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
   launch.record = &record;
-  if (product == Product::kMatmulBtOneCta) launch.max_cluster = 1;
   if (product == Product::kMatmulBtTiles128) launch.max_shared_bytes_per_block = 99 * 1024;
   auto ours = [&](int i) {
     const bfloat16* bw = b[i % sets].data;
@@ -270,7 +266,6 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
     pallas::Status s;
     switch (product) {
       case Product::kMatmulBt:
-      case Product::kMatmulBtOneCta:
       case Product::kMatmulBtTiles128:
         s = pallas::kernels::matmul_bt(av, TensorView<const bfloat16, 2>(bw, {n, k}), dv, launch);
         break;
@@ -425,7 +420,6 @@ int main(int argc, char** argv) {
   std::vector<int64_t> squares = {512, 1024, 2048, 4096, 8192};
   if (quick) squares = {1024, 4096};
   for (int64_t s : squares) run(Product::kMatmulBt, s, s, s);
-  for (int64_t s : squares) run(Product::kMatmulBtOneCta, s, s, s);
   for (int64_t s : squares) run(Product::kMatmul, s, s, s);
   std::vector<int64_t> ms = {1, 16, 64, 128, 1024, 4096};
   if (quick) ms = {16, 4096};
@@ -433,10 +427,6 @@ int main(int argc, char** argv) {
       {4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
   for (auto [n, k] : llm)
     for (int64_t m : ms) run(Product::kMatmulBt, m, n, k);
-  // Without clusters where the tiles schedule runs (what multicast gives on these shapes).
-  for (auto [n, k] : llm)
-    for (int64_t m : ms)
-      if (ends_with(chosen(rows, m, n, k), "_tiles")) run(Product::kMatmulBtOneCta, m, n, k);
   // tiles128 against tiles only where the entry point ran the tiles schedule above
   // (elsewhere it runs split-K, whatever the shared memory).
   auto tiles_ran = [&](int64_t m, int64_t n, int64_t k) {

@@ -58,7 +58,10 @@
 // an SM, each multiplying a quarter of the tile at m64n64, shared-memory
 // bound): the tiles schedule runs. A narrow D counts its tiles of 128 x 64
 // (M = 16384, N = 64: 128 tiles of 128 x 256 are 128 of 128 x 64, three
-// quarters of each wide tile empty: two splits, one wave of 256 programs).
+// quarters of each wide tile empty: split-K; with B [K, N] two splits, one
+// wave of 256 programs; with B [N, K] the swapped instance's 256 tiles of 64
+// x 128, half of each empty, S = 1: the chooser counts the same tiles for
+// every instance, and the swap is for few rows of D, not few columns).
 // Worked example, matmul (B [K, N]), M = 16, N = 4096, K = 4096: 16 tiles
 // of 128 x 256; 64 tiles of 128 x 64 and 64 K steps want min(cdiv(64, 4),
 // floor(264 / 64)) = 4 splits (splits_for), per = cdiv(64, 4) = 16 steps,
@@ -442,24 +445,25 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
       // slabs at once spilled 72 bytes in the bf16 -> f32 instance's 168 registers.)
       when(before == count.cast(i32) - 1, [&] {  // every other split has stored its part
         const int64_t at_once = 4;
-        for (int64_t first = 0; first < kTileN; first += at_once * slab) {
-          std::vector<Value> sums =
-              fori(index(0), count,
-                   std::vector<Value>(at_once, broadcast_to(constant(0, f32), {slab, kTileM})),
-                   [&](Value s, std::vector<Value> acc) {
-                     Value row = (tile * count + s) * index(kTileN) + index(first);
-                     for (int64_t j = 0; j < at_once; ++j)
-                       acc[j] = acc[j] + partials->load_at({row + index(j * slab), index(0)},
-                                                           {slab, kTileM});
-                     return acc;
-                   });
-          for (int64_t j = 0; j < at_once; ++j) {
-            const int64_t c0 = first + j * slab;
-            when(index(c0) < cols, [&] {  // a slab with columns of D
-              store_part(transpose(sums[j]), e, d, 0, kTileM, c0, slab);
-            });
-          }
-        }
+        for (int64_t first = 0; first < kTileN; first += at_once * slab)
+          when(index(first) < cols, [&] {  // a pass with columns of D
+            std::vector<Value> sums =
+                fori(index(0), count,
+                     std::vector<Value>(at_once, broadcast_to(constant(0, f32), {slab, kTileM})),
+                     [&](Value s, std::vector<Value> acc) {
+                       Value row = (tile * count + s) * index(kTileN) + index(first);
+                       for (int64_t j = 0; j < at_once; ++j)
+                         acc[j] = acc[j] + partials->load_at({row + index(j * slab), index(0)},
+                                                             {slab, kTileM});
+                       return acc;
+                     });
+            for (int64_t j = 0; j < at_once; ++j) {
+              const int64_t c0 = first + j * slab;
+              when(index(c0) < cols, [&] {  // a slab with columns of D
+                store_part(transpose(sums[j]), e, d, 0, kTileM, c0, slab);
+              });
+            }
+          });
         arrived.add(tile, -count.cast(i32));  // back to zero for the next launch
       });
       return;

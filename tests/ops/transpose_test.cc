@@ -84,6 +84,7 @@ void check_all(Backend backend, int compute_capability = 90) {
   const bool tma = tma_instance_runs(backend);
   for (TransposeShape s : std::vector<TransposeShape>{
            {per16, 1, per16 - 1, 0},  // the stride of an extent-1 dim is never used
+           {per16, 1, per16 - 1, 3},  // y [1, per16]: its stride, never used, is not 16 bytes
            {tile, tile, 0, 0},
            {per16, tile + 1, per16 - (tile + 1) % per16, 0},
            {3 * per16, 2 * tile + 3, per16 - (2 * tile + 3) % per16, per16},
@@ -105,6 +106,27 @@ void check_all(Backend backend, int compute_capability = 90) {
            {97, 5 * per16, per16, 16 * per16 - 97 % (16 * per16)}})
     check_transpose<T>(backend, s, 0, false, compute_capability);
   check_transpose<T>(backend, {tile, tile, 0, 0}, 1, false, compute_capability);
+}
+
+// The direct twin says why it ran (Launch::record): y's rows of 3 floats end inside a 16-byte
+// piece, which a TMA store would write whole (x's TMA loads would be fine).
+TEST_P(TransposeTest, RecordSaysYsRowsKeepTmaOff) {
+  if (!tma_instance_runs(GetParam())) GTEST_SKIP() << "no TMA instance here";
+  Array<float> x(GetParam(), 8 * 4), y(GetParam(), 4 * 4);
+  x.upload();
+  y.upload();
+  LaunchRecord record;
+  Launch launch{GetParam(), nullptr};
+  launch.record = &record;
+  ASSERT_TRUE(kernels::transpose(TensorView<const float, 2>(x.data(), {3, 4}, {4, 1}),
+                                 TensorView<float, 2>(y.data(), {4, 3}, {4, 1}), launch)
+                  .ok());
+  EXPECT_STREQ(record.instance, "transpose_f32_direct");
+  ASSERT_NE(record.fallback_operand, nullptr);
+  EXPECT_STREQ(record.fallback_operand, "y");
+  EXPECT_STREQ(record.fallback,
+               "it is written and its rows are not a multiple of 16 bytes (a TMA store writes the "
+               "16-byte piece that ends a row whole)");
 }
 
 TEST_P(TransposeTest, F32) { check_all<float>(GetParam()); }

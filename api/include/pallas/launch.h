@@ -69,7 +69,7 @@ struct Launch {
   // backends always report failed checks as the launch's status.
   bool check_device_errors = false;
   // kCuda and kEmulator: at most this many programs per thread-block cluster, for kernels that
-  // run in clusters (a persistent grid in clusters: the matmul family's tiles schedule); 0: as
+  // run in clusters (a persistent grid in clusters, spec.persistent's cluster); 0: as
   // many as the kernel asks for, 1: no clusters; the kernel's size is halved until it fits.
   // The results are the same either way: for measuring what clusters give, or ruling them
   // out. (With the environment variable PALLAS_LOG_LAUNCH set, a CUDA launch that asked for
