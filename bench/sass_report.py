@@ -135,7 +135,8 @@ MATMULS = ["matmul", "matmul_bt", "gemm", "gemm_bt", "linear_bias", "linear_bias
 # setmaxnreg.dec) and the consumer takes them (USETMAXREG.TRY_ALLOC), and its K loop keeps
 # one wgmma in flight: HGMMA and WARPGROUP.DEPBAR.LE gsb0, 0x1 on every iteration, no
 # WARPGROUP.DEPBAR.LE gsb0, 0x0 (mma_pipelining), except the split-K instances of a [N, K] B
-# (SWAPPED_SPLIT_K): their step waits for its multiply and releases its stage at once.
+# (SWAPPED_SPLIT_K): their step waits for its multiplies once, after the last of them, and
+# releases its stage at once (mma_step_waits).
 WARP_SPECIALIZED = set(MATMULS) - {"attention", "causal_attention"}  # one warpgroup, no producer
 # Products whose `_splitk` instance multiplies D^T = B A^T (kernel_specs/matmul.cc: `swapped`).
 SWAPPED_SPLIT_K = {"matmul_bt", "gemm_bt", "linear_bias", "linear_bias_gelu", "linear_bias_silu",
@@ -487,6 +488,10 @@ class Analysis:
     # runs on every iteration.
     mma_in_flight: bool = False
     mma_serial_waits: tuple = ()
+    # Swapped split-K (see mma_step_waits): whether a loop waits for its step's multiplies
+    # on every iteration, and the addresses of waits between a step's HGMMAs.
+    mma_step_wait: bool = False
+    mma_early_waits: tuple = ()
 
 
 def every_iteration(blocks: list[Block], head: int, latch: int) -> set[int]:
@@ -536,6 +541,35 @@ def mma_pipelining(instrs: list[Instr], blocks: list[Block],
     serial = [i.addr for loop in k_loops for i in bodies[loop] + issuing[loop]
               if is_wait(i, "0x0")]
     return bool(k_loops), tuple(sorted(set(serial)))
+
+
+def mma_step_waits(instrs: list[Instr], blocks: list[Block],
+                   loops: list[tuple[int, int]]) -> tuple[bool, tuple]:
+    """The K loop of a swapped split-K instance (SWAPPED_SPLIT_K) issues its step's HGMMAs
+    (on either arm of the scale-d branch) and then waits for all of them, once
+    (`WARPGROUP.DEPBAR.LE gsb0, 0x0` on every iteration), before it releases the stage. A
+    wait before a step's last HGMMA (in the same block) would run its multiplies one at a
+    time. Returns (some loop with HGMMAs waits on every iteration, addresses of such early
+    waits)."""
+    def ops(b: int) -> list[Instr]:
+        return instrs[blocks[b].start:blocks[b].end]
+
+    def is_wait(ins: Instr) -> bool:
+        return ins.op.startswith("WARPGROUP.DEPBAR")
+
+    found, early = False, set()
+    for h, l in loops:
+        arms = [b for b in range(h, l + 1) if any(i.base == "HGMMA" for i in ops(b))]
+        body = [ins for b in sorted(every_iteration(blocks, h, l)) for ins in ops(b)]
+        if not arms or not any(is_wait(i) and i.text.rstrip(" ;").endswith(", 0x0")
+                               for i in body):
+            continue
+        found = True
+        for b in arms:
+            seq = ops(b)
+            last = max(k for k, i in enumerate(seq) if i.base == "HGMMA")
+            early.update(i.addr for i in seq[:last] if is_wait(i))
+    return found, tuple(sorted(early))
 
 
 def find_loops(instrs: list[Instr], blocks: list[Block]) -> list[tuple[int, int]]:
@@ -677,10 +711,11 @@ def analyze(name: str, instrs: list[Instr], labels: dict[str, int]) -> Analysis:
     else:
         path, method, region, rng, prange = PathStats(), "none", PathStats(), (0, 0), (0, 0)
     in_flight, serial_waits = mma_pipelining(instrs, blocks, loops)
+    step_wait, early_waits = mma_step_waits(instrs, blocks, loops)
     return Analysis(name, whole.instrs, whole.ld, whole.st, whole.bars, local, len(loops),
                     len(sections), prange, path, method, region, rng,
                     frozenset(i.base for i in instrs) | frozenset(i.op for i in instrs),
-                    in_flight, serial_waits)
+                    in_flight, serial_waits, step_wait, early_waits)
 
 
 #===------------------------------------------------------------------------===#
@@ -850,7 +885,17 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
                     and not k.instance.endswith("_direct") and "USETMAXREG" not in k.sass.opcodes):
                 out.append(("mma", f"{k.instance} ({k.arch}): a warp-specialized product without "
                                    "USETMAXREG (the warpgroups' setmaxnreg)"))
-            waits_each_step = k.op in SWAPPED_SPLIT_K and k.instance.endswith("_splitk")
+            waits_each_step = k.op in SWAPPED_SPLIT_K and "_splitk" in k.instance
+            if (waits_each_step and k.arch.startswith("sm_9")
+                    and not k.instance.endswith("_direct")):
+                if not k.sass.mma_step_wait:
+                    out.append(("mma", f"{k.instance} ({k.arch}): a swapped split-K K loop "
+                                       "without its one wait per step (WARPGROUP.DEPBAR.LE "
+                                       "gsb0, 0x0 after the step's HGMMAs)"))
+                for addr in k.sass.mma_early_waits:
+                    out.append(("mma", f"{k.instance} ({k.arch}): a wait between a step's "
+                                       f"HGMMAs (WARPGROUP.DEPBAR at {addr:#06x}): its "
+                                       "multiplies run one at a time"))
             if (k.op in WARP_SPECIALIZED and k.arch.startswith("sm_9")
                     and not k.instance.endswith("_direct") and not waits_each_step):
                 if not k.sass.mma_in_flight:
