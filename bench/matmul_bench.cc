@@ -1,10 +1,11 @@
 // pallas_matmul_bench: the matrix products against cuBLASLt (the toolkit's library) in the
 // same run: TFLOP/s of each, and our time over cuBLASLt's (issue 11's benchmark).
 //
-//   pallas_matmul_bench [--csv FILE] [--reps N] [--quick] [--only OP,M,N,K]
+//   pallas_matmul_bench [--csv FILE] [--reps N] [--quick] [--only OP,M,N,K]...
 //
-// --only runs the one row it names (e.g. `--only matmul_bt,1,11008,4096`; attention rows:
-// `attention,B*H,SEQ,D`), for a profiler (ncu) to see one kernel among few.
+// --only runs the rows it names (repeat it for several; e.g. `--only matmul_bt,1,11008,4096`;
+// attention rows: `attention,B*H,SEQ,D`): a profiler (ncu) sees one kernel among few, and a
+// tuning run times a handful of shapes in seconds.
 //
 // Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 1024, 4096 with (N, K) in
 // (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)); products: `matmul_bt` (D = A B^T,
@@ -370,7 +371,8 @@ void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string csv, only;
+  std::string csv;
+  std::vector<std::string> only;
   int reps = 30;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
@@ -382,11 +384,11 @@ int main(int argc, char** argv) {
     else if (arg == "--quick")
       quick = true;
     else if (arg == "--only" && i + 1 < argc)
-      only = argv[++i];
+      only.push_back(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: pallas_matmul_bench [--csv FILE] [--reps N] [--quick] "
-                   "[--only OP,M,N,K]\n");
+                   "[--only OP,M,N,K]...\n");
       return 2;
     }
   }
@@ -407,10 +409,11 @@ int main(int argc, char** argv) {
   std::mt19937 rng(12345);
   std::vector<Row> rows;
   bool ok = true;
-  // Whether --only lets the row (op, m, n, k) run.
+  // Whether the --only rows (if any) include the row (op, m, n, k).
   auto wanted = [&](const char* op, int64_t m, int64_t n, int64_t k) {
-    return only.empty() || only == std::string(op) + "," + std::to_string(m) + "," +
-                                       std::to_string(n) + "," + std::to_string(k);
+    const std::string row = std::string(op) + "," + std::to_string(m) + "," + std::to_string(n) +
+                            "," + std::to_string(k);
+    return only.empty() || std::find(only.begin(), only.end(), row) != only.end();
   };
   auto run = [&](Product p, int64_t m, int64_t n, int64_t k) {
     if (!wanted(product_name(p), m, n, k)) return;
@@ -460,6 +463,12 @@ int main(int argc, char** argv) {
                             rows);
   }
 
+  if (!only.empty() && rows.empty()) {
+    std::fprintf(stderr,
+                 "pallas_matmul_bench: no row matches --only (rows are OP,M,N,K as printed, "
+                 "e.g. matmul_bt,1,11008,4096; attention rows attention,B*H,SEQ,D)\n");
+    ok = false;
+  }
   if (!csv.empty()) {
     if (FILE* f = std::fopen(csv.c_str(), "w")) {
       std::fprintf(
