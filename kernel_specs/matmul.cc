@@ -322,8 +322,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // The programs run without clusters. In clusters of two CTAs (CUTLASS's 2 x 1 shape),
   // the pair taking tiles (2 r, c) and (2 r + 1, c) and loading their common B block
   // once, each CTA half of it multicast to both, every tiles-schedule shape of
-  // pallas_matmul_bench ran 1 to 6 % slower on an H200, in three runs (8192^3: 668 against
-  // 679 TFLOP/s; 4096 x 11008 x 4096: 621 against 644), with all 66 pairs resident. Why
+  // pallas_matmul_bench ran as fast or slower on an H200 in three runs, typically by 2 to
+  // 5 %, up to 11 % (8192^3: 668 against 679 TFLOP/s; 4096 x 11008 x 4096: 621 against
+  // 644), with all 66 pairs resident. Why
   // is not measured: L2 fed the 48 KiB a 128 x 256 x 64 step reads per SM without
   // multicast, and a pair's shared stage releases tie each CTA to the slower one. (The
   // multicast pipeline stays in the kernel model: features' persistent_wgmma_cluster.)

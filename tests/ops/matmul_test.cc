@@ -473,7 +473,7 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
       {Backend::kHost, 1, 32768, 320, "matmul_bt_bf16_bf16_tiles_direct", {512, 1, 1}},
       // Swapped (D^T = B A^T): 1 tile of 64 x 128, 10 K steps: 3 splits.
       {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}},
-      // 4 tiles of 128 x 256, no clusters (an H200 ran every tiles shape faster without).
+      // 4 tiles of 128 x 256, no clusters (an H200 ran the tiles shapes faster without).
       {Backend::kEmulator, 130, 300, 64, "matmul_bt_bf16_bf16_tiles", {4, 1, 1}},
   };
   for (const Want& w : wants) {
