@@ -881,32 +881,31 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
             if need not in k.sass.opcodes:
                 out.append(("mma", f"{k.instance} ({k.arch}): a matrix product without {need} "
                                    f"({'wgmma' if need == 'HGMMA' else 'mma.sync'})"))
-            if (k.op in WARP_SPECIALIZED and k.arch.startswith("sm_9")
-                    and not k.instance.endswith("_direct") and "USETMAXREG" not in k.sass.opcodes):
+            staged_sm90 = (k.op in WARP_SPECIALIZED and k.arch.startswith("sm_9")
+                           and not k.instance.endswith("_direct"))
+            if staged_sm90 and "USETMAXREG" not in k.sass.opcodes:
                 out.append(("mma", f"{k.instance} ({k.arch}): a warp-specialized product without "
                                    "USETMAXREG (the warpgroups' setmaxnreg)"))
-            waits_each_step = k.op in SWAPPED_SPLIT_K and "_splitk" in k.instance
-            if (waits_each_step and k.arch.startswith("sm_9")
-                    and not k.instance.endswith("_direct")):
-                if not k.sass.mma_step_wait:
-                    out.append(("mma", f"{k.instance} ({k.arch}): a swapped split-K K loop "
-                                       "without its one wait per step (WARPGROUP.DEPBAR.LE "
-                                       "gsb0, 0x0 after the step's HGMMAs)"))
-                for addr in k.sass.mma_early_waits:
-                    out.append(("mma", f"{k.instance} ({k.arch}): a wait between a step's "
-                                       f"HGMMAs (WARPGROUP.DEPBAR at {addr:#06x}): its "
-                                       "multiplies run one at a time"))
-            if (k.op in WARP_SPECIALIZED and k.arch.startswith("sm_9")
-                    and not k.instance.endswith("_direct") and not waits_each_step):
-                if not k.sass.mma_in_flight:
-                    out.append(("mma", f"{k.instance} ({k.arch}): no K loop keeps a wgmma in "
-                                       "flight (a loop with HGMMA and WARPGROUP.DEPBAR.LE gsb0, "
-                                       "0x1 on every iteration)"))
-                for addr in k.sass.mma_serial_waits:
-                    out.append(("mma", f"{k.instance} ({k.arch}): the K loop waits for every "
-                                       f"wgmma on every step (WARPGROUP.DEPBAR.LE gsb0, 0x0 at "
-                                       f"{addr:#06x}; ptxas info C7517?): the multiplies run "
-                                       "one at a time"))
+            if staged_sm90:
+                # The K loop: a swapped split-K step waits once, after its last HGMMA
+                # (mma_step_waits); the others keep one multiply in flight (mma_pipelining).
+                if k.op in SWAPPED_SPLIT_K and "_splitk" in k.instance:
+                    loop_ok, bad_waits = k.sass.mma_step_wait, k.sass.mma_early_waits
+                    no_loop = ("a swapped split-K K loop without its one wait per step "
+                               "(WARPGROUP.DEPBAR.LE gsb0, 0x0 after the step's HGMMAs)")
+                    bad_wait = ("a wait between a step's HGMMAs (WARPGROUP.DEPBAR at {addr:#06x}): "
+                                "its multiplies run one at a time")
+                else:
+                    loop_ok, bad_waits = k.sass.mma_in_flight, k.sass.mma_serial_waits
+                    no_loop = ("no K loop keeps a wgmma in flight (a loop with HGMMA and "
+                               "WARPGROUP.DEPBAR.LE gsb0, 0x1 on every iteration)")
+                    bad_wait = ("the K loop waits for every wgmma on every step "
+                                "(WARPGROUP.DEPBAR.LE gsb0, 0x0 at {addr:#06x}; ptxas info "
+                                "C7517?): the multiplies run one at a time")
+                if not loop_ok:
+                    out.append(("mma", f"{k.instance} ({k.arch}): {no_loop}"))
+                for addr in bad_waits:
+                    out.append(("mma", f"{k.instance} ({k.arch}): " + bad_wait.format(addr=addr)))
         if (not check_width or k.kind not in ("elementwise", "row", "whole") or not k.sass
                 or k.staged):
             continue

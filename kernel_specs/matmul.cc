@@ -435,16 +435,25 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const int64_t slab = 16;
     Value tile = program_id(0) * num_programs(1) + program_id(1);
     Value count = num_programs(2);
+    // This split's part goes to the workspace at `at`; the split that brings the tile's
+    // semaphore to S sums every part (sum_parts) and puts the semaphore back to zero for the
+    // next launch.
+    auto store_then_last_sums = [&](const std::vector<Idx>& at, auto&& sum_parts) {
+      partials->store_at(acc.load(), at);
+      Value before = arrived.add(tile, constant(1, i32));
+      when(before == count.cast(i32) - 1, [&] {  // every other split has stored its part
+        sum_parts();
+        arrived.add(tile, -count.cast(i32));
+      });
+    };
     if (swapped) {  // the partial tiles are D^T's: columns of D in slabs of 16
       Value cols = d.extent(1) - program_id(1) * index(kTileN);  // of D in this tile, > 0
-      partials->store_at(acc.load(), {(tile * count + program_id(2)) * index(kTileN), index(0)});
-      Value before = arrived.add(tile, constant(1, i32));
       // The sum walks the splits twice, each time with four slabs' loads in flight together
       // (independent loads an iteration), not slab by slab, where each split's load waits its
       // L2 latency in turn: 8 S of them in a row, the likely cause of an M = 1, N = 4096
       // product taking 40 us on an H200, twice its time before the swap (S = 8). (All eight
       // slabs at once spilled 72 bytes in the bf16 -> f32 instance's 168 registers.)
-      when(before == count.cast(i32) - 1, [&] {  // every other split has stored its part
+      store_then_last_sums({(tile * count + program_id(2)) * index(kTileN), index(0)}, [&] {
         const int64_t at_once = 4;
         for (int64_t first = 0; first < kTileN; first += at_once * slab)
           when(index(first) < cols, [&] {  // a pass with columns of D
@@ -465,14 +474,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
               });
             }
           });
-        arrived.add(tile, -count.cast(i32));  // back to zero for the next launch
       });
       return;
     }
     Value rows = d.extent(0) - program_id(0) * index(kTileM);  // of D in this tile, > 0
-    partials->store_at(acc.load(), {index(0), (tile * count + program_id(2)) * index(kTileN)});
-    Value before = arrived.add(tile, constant(1, i32));
-    when(before == count.cast(i32) - 1, [&] {  // every other split has stored its part
+    store_then_last_sums({index(0), (tile * count + program_id(2)) * index(kTileN)}, [&] {
       for (int64_t r0 = 0; r0 < kTileM; r0 += slab)
         when(index(r0) < rows, [&] {  // a slab with rows of D
           std::vector<Value> sum =
@@ -484,7 +490,6 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
                    });
           store_rows(sum[0], e, d, r0, slab);
         });
-      arrived.add(tile, -count.cast(i32));  // back to zero for the next launch
     });
   };
 
