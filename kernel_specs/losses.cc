@@ -32,7 +32,7 @@ PALLAS_KERNEL(cross_entropy) {
     Value cols = logits.extent(1);
     std::vector<Value> ml =
         segment_logsumexp(source, Row{logits, program_id(0)}, cols, segment_of_row(cols));
-    when(publish_partials(arrived, {{partial_max, ml[0]}, {partial_sum, ml[1]}}), [&] {
+    auto fold = [&] {
       Value m = fold_partials({kNegInf}, [&](Value s, std::vector<Value> acc) {
         return std::vector<Value>{maximum(acc[0], partial_of_row(partial_max, s))};
       })[0];
@@ -40,13 +40,17 @@ PALLAS_KERNEL(cross_entropy) {
         Value scale = exp_minus(partial_of_row(partial_max, s), m);
         return std::vector<Value>{acc[0] + partial_of_row(partial_sum, s) * scale};
       })[0];
+      return std::vector<Value>{m, l};
+    };
+    auto finish = [&](std::vector<Value> row_ml) {
+      Value m = row_ml[0], l = row_ml[1];
       Value label = labels.load_scalar({program_id(0)});
       Value picked = logits.load_scalar({program_id(0), label.cast(DType::index)}).cast(f32);
       const double nan = std::numeric_limits<double>::quiet_NaN();
       Value outside = select(label < 0, constant(1, DType::i1), label >= cols.cast(i32));
       loss.store_at(select(outside, nan, m + log(l) - picked), {program_id(0)});
       label_in_vocab.fail_if(outside, {program_id(0), label, cols});
-      finish_row(arrived);
-    });
+    };
+    finish_with_row_partials(arrived, {{partial_max, ml[0]}, {partial_sum, ml[1]}}, fold, finish);
   });
 }

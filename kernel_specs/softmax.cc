@@ -159,13 +159,14 @@ void row_reduction(Reduction kind, const RowReduction& decl, Ref x, Ref out, Ref
                                     return std::vector<Value>{combine(acc[0], v)};
                                   })[0];
     Value part = is_sum ? sum(parts) : max(parts);
-    when(publish_partials(arrived, {{partials, part}}), [&] {
-      Value total = fold_partials({identity}, [&](Value s, std::vector<Value> acc) {
-        return std::vector<Value>{combine(acc[0], partial_of_row(partials, s))};
-      })[0];
-      out.store_at(total.cast(T), {r});
-      finish_row(arrived);
-    });
+    finish_with_row_partials(
+        arrived, {{partials, part}},
+        [&] {
+          return fold_partials({identity}, [&](Value s, std::vector<Value> acc) {
+            return std::vector<Value>{combine(acc[0], partial_of_row(partials, s))};
+          });
+        },
+        [&](std::vector<Value> total) { out.store_at(total[0].cast(T), {r}); });
   };
   by_rows_per_program(decl.path, tile, row);
 }

@@ -14,7 +14,7 @@ class WholeArrayTest : public BackendTest {};
 
 template <class T>
 void check_whole_array(Backend backend) {
-  for (int64_t n : {0, 1, 2047, 2048, 2049, 1000003}) {
+  for (int64_t n : {0, 1, 2047, 2048, 2049, 8191, 8192, 8193, 1000003}) {
     uint32_t seed = fresh_seed();
     SCOPED_TRACE(std::string(dtype_name<T>()) + " n=" + std::to_string(n) +
                  " seed=" + std::to_string(seed));
