@@ -97,6 +97,8 @@ using namespace pallas::edsl;
 namespace {
 
 constexpr int64_t kTileK = 64;
+/// Pipeline stages of the 128 x 256 tiles schedule (48 KiB each; see the stages below).
+constexpr int64_t kWideStages = 4;
 
 /// What the last K step does with the accumulator before D is stored.
 enum class Epilogue {
@@ -183,10 +185,14 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //
   // Products whose tiles are 128 x 256 (below) have a third instance,
   // `tiles128`, for devices whose shared memory per block cannot hold the
-  // 128 x 256 pipeline (three stages of 48 KiB): sm_86 / sm_89's 99 KiB. It
-  // tiles 128 x 128 (three stages of 32 KiB), the gemm instances' shape, and
+  // 128 x 256 pipeline (four stages of 48 KiB, 193 KiB: sm_90's 227 KiB
+  // does, sm_80's 163 KiB and sm_86 / sm_89's 99 KiB do not). It tiles
+  // 128 x 128 (three stages of 32 KiB), the gemm instances' shape, and
   // keeps those devices on a staged, pipelined tensor-core path instead of
-  // the direct twin.
+  // the direct twin. (Before the fourth stage sm_80 ran 128 x 256 in three;
+  // its 128 x 128 is not measured. Its multiply is a quarter of sm_90's
+  // rate, so its steps last longer than a stage's refill takes and three
+  // stages keep it busy: reasoned, see the stages below.)
   Schedule schedule = Schedule::kTiles;
   bool narrow = false;  // the tiles128 instance
   if (!form.batched) {
@@ -198,7 +204,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr splits = le(split_tiles, kSmCount);  // S >= 2 (a long K)
     const DimExpr half_idle = le(schedule_tiles, kSmCount / 2);
     const DimExpr split_wanted = long_k * fits_one_wave * max(splits, half_idle);
-    const int64_t kWidePlanBytes = 3 * (128 + 256) * kTileK * 2 + 1024;  // stages + barriers
+    const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
     const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
     const int option =
         has_wide ? spec.variant("schedule", {"tiles", "splitk", "tiles128"},
@@ -286,9 +292,12 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // The partial tiles side by side, [min(M, 128), S tiles x 128 x 64 ... ]: tile t's split s
   // is columns [(t S + s) 64, + 64). Rows past M (a decode step's M of 1..127) are past the
   // workspace's first extent: stores skip them and loads read 0, so they cost no traffic.
-  // Swapped, D^T's: [S tiles x 128, min(M, 64)], tile t's split s rows [(t S + s) 128, + 128).
+  // Swapped, D^T's: [S tiles x 128, min(M rounded up to 4, 64)], tile t's split s rows
+  // [(t S + s) 128, + 128). Rounded up, a row is whole 16-byte runs (M = 1: 4 floats, the
+  // last three zero, since A's rows past M are TMA's zero fill), so the sum's loads are
+  // 16 bytes wide instead of one float each.
   if (!form.batched && swapped)
-    spec.workspace("partials", f32, {splits.count * tiles * kTileN, min(m, kTileM)});
+    spec.workspace("partials", f32, {splits.count * tiles * kTileN, min(cdiv(m, 4) * 4, kTileM)});
   else if (!form.batched)
     spec.workspace(
         "partials", f32,
@@ -333,9 +342,20 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // Pallas' pipelined wgmma: step k's multiply stays in flight while step
     // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
     // are released one step later (delay_release) and refilled with step
-    // k + depth - 1: three buffers keep two steps' copies ahead. (At 128 x 256
-    // a stage is 48 KiB: three fit sm_80's 164 KiB as well as sm_90's 227;
-    // sm_86 / sm_89, 99 KiB, run tiles128: three stages of 32 KiB.)
+    // k + depth - 1: a stage's refill (the release, the producer's TMA, L2 or
+    // DRAM, the full barrier) has depth - 1 steps' multiplies to hide in.
+    //
+    // On an H200 three stages made the tiles schedule refill-bound: a K step
+    // took 0.8 us at 128 x 256 (a 4.2 MFLOP multiply, 0.6 us at the tensor
+    // cores' rate) and 0.72 us at 128 x 128 (tiles128: 2.1 MFLOP, 0.3 us),
+    // the same time for half the work: a refill of ~1.5 us over two steps.
+    // 8192^3 ran at 73 % of the SMs' throughput (ncu; its issue rate and L1
+    // hits suggest consumers polling full barriers, not profiled as such).
+    // So 128 x 256 takes four stages (193 KiB of sm_90's 227; three steps,
+    // ~1.8 us, to hide a refill in; CUTLASS's stage count for this tile on
+    // sm_90). Reasoned from those measurements; four stages are not measured
+    // yet. The 128 x 128 instances keep three: they serve sm_86 / sm_89's
+    // 99 KiB (tiles128, gemm, linear_residual).
     //
     // Split-K streams B from DRAM (a decode step's A is a few rows), so what
     // bounds it is the bytes in flight per SM: at ~3 TB/s over 132 SMs and
@@ -351,7 +371,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // DRAM, so the step waits for it (wgmma_wait(0)) and releases its stage at once: three
     // steps (48 KiB of B) ahead instead of two. (Measured on an H200 with the delayed release:
     // 2.46 TB/s at M = 1, N = 11008, where cuBLASLt kept 11 stages of 16 KiB in flight.)
-    spec.max_concurrent_steps(split ? 4 : 3);
+    spec.max_concurrent_steps(split ? 4 : wide ? kWideStages : 3);
     spec.delay_release(swapped ? 0 : 1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = split ? 168 : 232});
   }

@@ -645,8 +645,9 @@ TEST_P(MatmulTest, PersistentProgramsWalkSeveralTiles) {
                                     {512, 200, 64}, 90, 2);
 }
 
-// Devices with less shared memory per block than the 128 x 256 pipeline needs (sm_86 / sm_89:
-// 99 KiB) run the products that tile 128 x 256 in their tiles128 instance (128 x 128, 96 KiB):
+// Devices with less shared memory per block than the 128 x 256 pipeline needs (four stages:
+// 197632 bytes; sm_80: 163 KiB, sm_86 / sm_89: 99 KiB) run the products that tile 128 x 256
+// in their tiles128 instance (128 x 128, 96 KiB):
 // still staged (its TMA descriptors are handed out; the direct twin's are not). Below every
 // staged plan the direct twin runs.
 TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
@@ -660,8 +661,8 @@ TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
   // The sm_90a form of tiles128 (4 tile rows, two programs).
   check_product<bfloat16, bfloat16>(e, {true}, {512, 300, 130}, 90, 2, 99 * 1024);
   check_product<half, float>(e, {false}, {512, 136, 64}, 90, 2, 99 * 1024);
-  check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 148480);
-  check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 148479);
+  check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 197632);
+  check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 197631);
   check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 64 * 1024,
                                     /*staged_fits=*/false);
 
@@ -680,10 +681,11 @@ TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
     }
     return s;
   };
-  for (auto [tiles128, shared, ok] : {std::tuple{false, 148480, true},
-                                      {true, 148480, false},
-                                      {false, 148479, false},
-                                      {true, 148479, true},
+  for (auto [tiles128, shared, ok] : {std::tuple{false, 197632, true},
+                                      {true, 197632, false},
+                                      {false, 197631, false},
+                                      {true, 197631, true},
+                                      {true, 166912, true},  // sm_80's 163 KiB
                                       {true, 101376, true}}) {
     Status s = call(tiles128, shared);
     EXPECT_EQ(s.ok(), ok) << (tiles128 ? "tiles128" : "tiles") << " at " << shared << ": "
