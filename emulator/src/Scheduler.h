@@ -220,8 +220,8 @@ void check_stack(const Thread& t);
 [[noreturn]] void fail(const std::string& message);
 /// A TMA load into `cta` completing a phase of the mbarrier at `offset` (every
 /// mbarrier when negative) that no thread of the CTA has waited for, described
-/// ("" when none).
-std::string unawaited_copy(const Cta& cta, int64_t offset = -1);
+/// ("" when none); with `before_phase`, only a load completing an earlier phase.
+std::string unawaited_copy(const Cta& cta, int64_t offset = -1, uint32_t before_phase = UINT32_MAX);
 
 /// Suspends the running thread until the scheduler resumes it.
 void suspend(Wait why);

@@ -228,9 +228,19 @@ extern "C" void pallas_emu_mbarrier_inval(void* barrier) {
 extern "C" void pallas_emu_mbarrier_arrive_expect_tx(void* barrier, int32_t bytes) {
   Cta& cta = *current().cta;
   MBarrier& bar = barrier_at(cta, barrier, "mbarrier.arrive.expect_tx");
+  const int64_t offset = shared_offset(cta, barrier, "mbarrier", 8);
+  // The emulator's copies land at issue; a GPU's may still be in flight until
+  // some thread has waited for their phase. Arming the barrier for more copies
+  // before then (a pipeline refilling a stage whose step skipped its load)
+  // lets this arrival and its bytes count toward the earlier phase, and the
+  // new copy race the old one into the buffer.
+  if (std::string copy = unawaited_copy(cta, offset, bar.phase); !copy.empty())
+    fail("mbarrier.arrive.expect_tx on " + barrier_name(offset) + " in phase " +
+         std::to_string(bar.phase) + " before any thread waited for " + copy +
+         ": on the GPU that copy may still be in flight");
   bar.tx += bytes;
   --bar.pending;
-  maybe_complete(cta, shared_offset(cta, barrier, "mbarrier", 8), bar);
+  maybe_complete(cta, offset, bar);
 }
 
 extern "C" int32_t pallas_emu_mbarrier_test_parity(void* barrier, int32_t parity) {
@@ -350,9 +360,10 @@ extern "C" int64_t pallas_emu_mbarrier_arrive(void* barrier) {
 
 namespace pallas::emulator::detail {
 
-std::string unawaited_copy(const Cta& cta, int64_t offset) {
+std::string unawaited_copy(const Cta& cta, int64_t offset, uint32_t before_phase) {
   for (const auto& [at, copy] : cta.copied_phases) {
     if (offset >= 0 && at != offset) continue;
+    if (copy.first >= before_phase) continue;
     const bool awaited = std::any_of(cta.threads.begin(), cta.threads.end(), [&](const Thread& t) {
       auto seen = t.phases_seen.find(at);
       return seen != t.phases_seen.end() && seen->second > copy.first;

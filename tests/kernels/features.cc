@@ -414,6 +414,50 @@ PALLAS_KERNEL(pipelined_chunk_sum_d2) { pipelined_chunk_sum<2>(spec); }
 PALLAS_KERNEL(pipelined_chunk_sum_d3) { pipelined_chunk_sum<3>(spec); }
 PALLAS_KERNEL(pipelined_chunk_sum_d4) { pipelined_chunk_sum<4>(spec); }
 
+// y's even chunks of 512 copied from x's, the odd ones never read: a step
+// whose body reads its stage only under a `when` that it skips. Before the
+// buffer is refilled the skipped step's copy must still have landed and
+// completed its barrier's phase (PipelineRules.cpp: a stage that a step may
+// not read waits for its phase at the step's end), or the refill's copy and
+// arrival race it. `_ws`: the same over a grid axis whose pipeline is
+// warp-specialized (a producer warpgroup refills the stage), 4 buffers;
+// `_d2`: emit_pipeline with 2.
+Value even(const Value& step) { return step - (step / index(2)) * index(2) == index(0); }
+PALLAS_KERNEL(pipelined_even_chunks_d2) {
+  DimExpr n = spec.dim("n");
+  Operand x = spec.input("x", f32, {n});
+  Operand y = spec.output("y", f32, {n});
+  spec.grid({1});
+  spec.block(x, {full}, [](const ProgramIds&) { return at(0); });
+  spec.block(y, {full}, [](const ProgramIds&) { return at(0); });
+  spec.body([](Ref x, Ref y) {
+    Value chunks = (x.extent(0) + index(511)) / index(512);
+    emit_pipeline(
+        index(0), chunks,
+        {PipelineOperand{
+            x, {Blocked{512}}, [](const Value& c) { return at(c); }, InShared{.swizzle = 0}}},
+        {}, [&](Value c, std::vector<Ref> blocks, std::vector<Value> none) {
+          when(even(c), [&] { y.store_at(blocks[0].load(), {c * index(512)}); });
+          return none;
+        });
+  });
+}
+PALLAS_KERNEL(pipelined_even_chunks_ws) {
+  DimExpr n = spec.dim("n");
+  Operand x = spec.input("x", f32, {n});
+  Operand y = spec.output("y", f32, {n});
+  spec.grid({1, cdiv(n, 512)});
+  spec.dimension_semantics({parallel, arbitrary});
+  spec.max_concurrent_steps(4);
+  spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
+  spec.block(
+      x, {Blocked{512}}, [](const ProgramIds& p) { return at(p[1]); }, InShared{.swizzle = 0});
+  spec.block(y, {full}, [](const ProgramIds&) { return at(0); });
+  spec.body([](Ref x, Ref y) {
+    when(even(program_id(1)), [&] { y.store_at(x.load(), {program_id(1) * index(512)}); });
+  });
+}
+
 // out[r] = sum(x[r, :] * y[r, :]) in one program that runs an emit_pipeline
 // per row (so its barriers are invalidated and initialised again for each
 // row), x with three stage buffers and y with the pipeline's two, over

@@ -32,6 +32,8 @@
 #include <pallas/kernels/pipelined_chunk_sum_d2.h>
 #include <pallas/kernels/pipelined_chunk_sum_d3.h>
 #include <pallas/kernels/pipelined_chunk_sum_d4.h>
+#include <pallas/kernels/pipelined_even_chunks_d2.h>
+#include <pallas/kernels/pipelined_even_chunks_ws.h>
 #include <pallas/kernels/pipelined_row_dots.h>
 #include <pallas/kernels/pipelined_row_scale.h>
 #include <pallas/kernels/pipelined_wgmma.h>
@@ -787,6 +789,49 @@ TEST_P(FeaturesTest, EmitPipelineDepths1To4) {
   both(2, [](auto... a) { return kernels::pipelined_chunk_sum_d2(a...); });
   both(3, [](auto... a) { return kernels::pipelined_chunk_sum_d3(a...); });
   both(4, [](auto... a) { return kernels::pipelined_chunk_sum_d4(a...); });
+}
+
+// A pipeline whose body reads its stage on even steps only (under `when`):
+// y's even chunks of 512 are x's, the odd ones keep their poison. The
+// skipped steps' copies land before their buffers are refilled: the
+// emulator fails a refill that arms the barrier before anyone waited for
+// the copy before it ("mbarrier.arrive.expect_tx ... before any thread
+// waited"), as these kernels did before PipelineRules' step-end wait. On the
+// emulator also the sm_80 forms (cp.async, no producer warpgroup).
+TEST_P(FeaturesTest, PipelineStepsThatSkipTheirStage) {
+  std::vector<int> capabilities = {90};
+  if (GetParam() == Backend::kEmulator) capabilities.push_back(80);
+  for (int cc : capabilities)
+    for (auto kernel : {kernels::pipelined_even_chunks_ws, kernels::pipelined_even_chunks_d2})
+      for (int64_t n : {6000, 4097, 1536, 1000, 512, 1}) {
+        const uint32_t seed = fresh_seed();
+        SCOPED_TRACE(std::string(kernel == kernels::pipelined_even_chunks_ws ? "ws" : "d2") +
+                     " sm_" + std::to_string(cc) + " n " + std::to_string(n) + " seed " +
+                     std::to_string(seed));
+        std::mt19937 rng(seed);
+        Array<float> x(GetParam(), n), y(GetParam(), n);
+        x.fill_random(rng, -1, 1);
+        y.poison();
+        x.upload();
+        y.upload();
+        const uint64_t before = detail::tma_descriptors_handed_out();
+        Status st =
+            kernel(TensorView<const float, 1>(x.data(), {n}), TensorView<float, 1>(y.data(), {n}),
+                   Launch{GetParam(), nullptr, {.compute_capability = cc}});
+        ASSERT_TRUE(st.ok()) << st.message();
+        // The staged instance ran (its sm_80 form's cp.async is handed the descriptor too).
+        EXPECT_EQ(detail::tma_descriptors_handed_out() - before,
+                  tma_instance_runs(GetParam()) ? 1u : 0u);
+        y.download();
+        for (int64_t i = 0; i < n; ++i) {
+          const bool copied = (i / 512) % 2 == 0;
+          if (copied)
+            ASSERT_EQ(y.host()[i], x.host()[i]) << "element " << i;
+          else
+            ASSERT_TRUE(std::isnan(y.host()[i]))
+                << "element " << i << " of an odd chunk was written";
+        }
+      }
 }
 
 // A pipeline run once per row in one program (its barriers invalidated and

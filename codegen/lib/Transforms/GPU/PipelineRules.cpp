@@ -144,7 +144,25 @@ struct Stage {
   BlockOp op;
   StagedBlock st;
   SmallVector<Operation*> slice;  // what its indices are computed from
+  // An input stage that some step may not read (see readEveryStep): each
+  // step waits for its phase at its end.
+  bool waitAtStepEnd = false;
 };
+
+/// Whether every step of `loop` reads input stage `stage`: a load or wgmma of
+/// it in the loop body's own block, not under a `when` or in an inner loop.
+/// Such a read waits for the step's phase of the stage's barrier. A stage
+/// read only under a condition (or not at all) may end a step with its copy
+/// unawaited: on the GPU still in flight, where the refill of its buffer
+/// (expect-tx and copy for step k + n) would arrive on the same barrier and
+/// race it into the buffer, and the barrier might be invalidated under it
+/// at the pipeline's end. Such a stage waits for each step's phase at the
+/// step's end instead (at once where the body did wait).
+bool readEveryStep(BlockOp stage, scf::ForOp loop) {
+  return llvm::any_of(stage.getResult().getUsers(), [&](Operation* user) {
+    return user->getBlock() == loop.getBody() && isa<LoadOp, WgmmaOp>(user);
+  });
+}
 
 Value indexConst(OpBuilder& b, Location loc, int64_t v) {
   return arith::ConstantIndexOp::create(b, loc, v);
@@ -185,7 +203,7 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
     if (failed(slice)) return failure();
     FailureOr<StagedBlock> st = allocateStage(blk, blk.getBuffers().value_or(1), g, b);
     if (failed(st)) return failure();
-    stages.push_back(Stage{blk, *st, std::move(*slice)});
+    stages.push_back(Stage{blk, *st, std::move(*slice), !st->output && !readEveryStep(blk, loop)});
   }
   if (auto step = getConstantIntValue(loop.getStep()); !step || *step != 1)
     return loop.emitOpError("a pipelined loop steps by 1");
@@ -449,6 +467,8 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
       return release(nb, g.map.lookup(iv));
     };
   auto atStepEnd = [&](OpBuilder& nb, Value k) -> LogicalResult {
+    for (const Stage& s : stages)  // before any release: see readEveryStep
+      if (s.waitAtStepEnd) waitForStage(nb, loc, g, g.staged.at(BlockOp(s.op).getResult()));
     if (producer) return releaseAfter ? success() : release(nb, k);
     if (minOutputSlots) {
       NVVM::FenceProxyOp::create(
