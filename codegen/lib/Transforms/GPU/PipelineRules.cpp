@@ -16,6 +16,8 @@
 //   for k = lo .. hi:
 //     body: a load of an input stage waits try_wait.parity(bar[slot], parity),
 //           then reads buffer `slot`; a store of an output stage writes buffer `slot`
+//     [an input some step may not read: its loads under a `when`] the same wait
+//           (readEveryStep), so no copy is left in flight into a buffer being refilled
 //     [outputs] fence.proxy.async; thread 0: cp.async.bulk.wait_group.read n - 2
 //               (the store that last read the buffer step k + 1 writes is done)
 //     bar.sync  (release: every thread is done with this step's buffers)
@@ -55,7 +57,8 @@
 //   thread 0: mbarrier.init of the full (1 arrival) and release (C / 32) barriers
 //   bar.sync 0 (all 256 threads)
 //   if tid < 128 (`pallas.consumer`): setmaxnreg.inc consumer
-//     for k = lo .. hi: body (a load waits full[slot] parity (i / n) % 2)
+//     for k = lo .. hi: body (a load waits full[slot] parity (i / n) % 2;
+//                       an input some step may not read waits at the step's end)
 //                       if i >= d: bar.warp.sync, then lane 0 of every warp
 //                       arrives on release[(i + n - d) % n]
 //                       (at the end of the step, or right after the body's
