@@ -489,7 +489,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
                   })[0];
     };
     // Both orientations sum slabs of 16 rows of D (a decode step's M of 1..16 is one slab),
-    // each a [16, 128] slab of D's tile, or swapped a [128, 16] slab of D^T's (16 of its
+    // each a [16, kTileN] slab of D's tile, or swapped a [kTileN, 16] slab of D^T's (16 of its
     // columns), transposed through shared memory into D's rows for the epilogue.
     Value rows = d.extent(0) - program_id(0) * index(kTileM);  // of D in this tile, > 0
     if (swapped) {

@@ -3,7 +3,8 @@
 // a row, in chunks of kChunk elements at run-time offsets, so one kernel
 // serves every row length. How many programs share a row is chosen at run
 // time from the shape (programs_per_row): the row reductions combine partials
-// in the row's last program (publish_partials), softmax and the norms deal
+// in the row's last program (finish_with_row_partials; a row of one program
+// needs none), softmax and the norms deal
 // statistics and apply items by ticket (split_rows).
 // Elements of the last chunk past the row end load as 0; the ops mask them out
 // of every reduction where 0 would change the result (max, variance).
@@ -189,7 +190,9 @@ void by_row_length(int path, Held held, Many many) {
 // semaphore; the program that bumps it last combines the row's P partials,
 // writes the result and returns the semaphore to zero. P is chosen at run time
 // from the shape (programs_per_row): 1 when there are enough rows to fill the
-// GPU, up to one program per chunk when there are few long rows, so a single
+// GPU (then a program writes its row's result itself, with no workspace or
+// semaphore: finish_with_row_partials), up to one program per chunk when
+// there are few long rows, so a single
 // 256K-element row is reduced by 128 programs rather than one.
 //===----------------------------------------------------------------------===//
 
@@ -442,8 +445,9 @@ inline void finish_row(const Semaphores& arrived) {
 /// (fence.acq_rel.gpu around the atomic), an atomic whose result it waits
 /// for, a load of its own partial back from L2 and three barriers, about as
 /// long as reading an 8 KiB bf16 row. For P = 1 folding the one partial is
-/// the identity (0 + s, max(-inf, s); logsumexp's pair (m, l * exp(m - m)))
-/// up to the sign of a zero sum.
+/// the identity (0 + s, max(-inf, s)), but for logsumexp's l * exp(m - m),
+/// which the half-precision kernels' approximate exp may round by an ulp:
+/// without the fold the result is, if anything, closer.
 template <class Fold, class Finish>
 void finish_with_row_partials(const Semaphores& arrived,
                               const std::vector<std::pair<Ref, Value>>& partials, Fold fold,

@@ -103,7 +103,8 @@ PALLAS_KERNEL(log_softmax) {
 
 namespace {
 /// [rows, cols] x -> [rows] out on a (cdiv(rows, R), P) grid (see rows.h),
-/// with one f32 partial per program; returns the semaphores the body arrives at.
+/// with one f32 partial per program when P > 1 (a row of one program writes its
+/// result: finish_with_row_partials); returns the semaphores the body arrives at.
 /// Three kernel instances (KernelSpec::variant): tiles of 16 or 4 short rows,
 /// or rows (a row's segments over P programs), whose chunks a TMA pipeline
 /// stages in shared memory on sm_90 (fold_row_chunks; its direct twin elsewhere).

@@ -470,7 +470,9 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
       return release(nb, g.map.lookup(iv));
     };
   auto atStepEnd = [&](OpBuilder& nb, Value k) -> LogicalResult {
-    for (const Stage& s : stages)  // before any release: see readEveryStep
+    // Before this step's release (a mid-step release, releaseAfter, frees step
+    // k - delay, which waited at its own end): see readEveryStep.
+    for (const Stage& s : stages)
       if (s.waitAtStepEnd) waitForStage(nb, loc, g, g.staged.at(BlockOp(s.op).getResult()));
     if (producer) return releaseAfter ? success() : release(nb, k);
     if (minOutputSlots) {
