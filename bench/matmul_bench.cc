@@ -10,14 +10,15 @@
 // Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 1024, 4096 with (N, K) in
 // (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)); products: `matmul_bt` (D = A B^T,
 // B [N, K], bf16 -> bf16; `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
-// N]) on the squares, and `linear_bias_gelu` against
-// cuBLASLt's GELU_BIAS epilogue; then `attention` and `causal_attention` (16K tokens, 2048
-// wide: head dims 64 and 128), against the run's best cuBLASLt GEMM rate (timed only: no
-// peer computes them; tests/ops/attention_test.cc checks them). Each product pair is first
-// compared element by element (the same inputs: a wrong kernel is reported, not timed). Weights
-// rotate over enough copies that they are read from HBM, not L2, as in a model. cuBLASLt is loaded
-// at run time (dlopen), so the program runs where the library is missing and says so. Without a
-// device it exits 0.
+// N]) on the squares, `linear_bias_gelu` against
+// cuBLASLt's GELU_BIAS epilogue, and `gemm_bt` as a residual add (D = A B^T + C, beta 1; its
+// 128 x 128 tiles, those of every product with C or R, against cuBLASLt's beta = 1); then
+// `attention` and `causal_attention` (16K tokens, 2048 wide: head dims 64 and 128), against the
+// run's best cuBLASLt GEMM rate (timed only: no peer computes them; tests/ops/attention_test.cc
+// checks them). Each product pair is first compared element by element (the same inputs: a wrong
+// kernel is reported, not timed). Weights rotate over enough copies that they are read from HBM,
+// not L2, as in a model. cuBLASLt is loaded at run time (dlopen), so the program runs where the
+// library is missing and says so. Without a device it exits 0.
 
 #include <pallas/kernels.h>
 #include "cuda_check.h"
@@ -157,13 +158,14 @@ class LtProduct {
     lt_.cublasLtMatrixLayoutDestroy(d_);
     lt_.cublasLtMatmulDescDestroy(desc_);
   }
-  void run(const void* a, const void* b, const void* bias, void* d) {
+  /// D = A op(B) (+ bias, gelu) (+ C when `c` is given: beta 1).
+  void run(const void* a, const void* b, const void* bias, void* d, const void* c = nullptr) {
     if (bias)
       CHECK_LT(lt_.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                   sizeof(bias)));
     const float one = 1, zero = 0;
-    CHECK_LT(lt_.cublasLtMatmul(lt_.handle, desc_, &one, b, b_, a, a_, &zero, d, d_, d, d_,
-                                &algo_.algo, workspace_, workspace_bytes_, nullptr));
+    CHECK_LT(lt_.cublasLtMatmul(lt_.handle, desc_, &one, b, b_, a, a_, c ? &one : &zero, c ? c : d,
+                                d_, d, d_, &algo_.algo, workspace_, workspace_bytes_, nullptr));
   }
 
  private:
@@ -207,7 +209,7 @@ struct Buffer {
 // whether the entry point should choose by waves too (an H200: no, 128 x 128 ran at about
 // half the rate). (The 2-CTA clusters' rows, `matmul_bt/1cta`, went with the clusters: an
 // H200 ran every tiles shape faster without them; bench/RESULTS.md.)
-enum class Product { kMatmulBt, kMatmulBtTiles128, kMatmul, kLinearBiasGelu };
+enum class Product { kMatmulBt, kMatmulBtTiles128, kMatmul, kLinearBiasGelu, kGemmBt };
 
 const char* product_name(Product p) {
   switch (p) {
@@ -219,6 +221,8 @@ const char* product_name(Product p) {
       return "matmul";
     case Product::kLinearBiasGelu:
       return "linear_bias_gelu";
+    case Product::kGemmBt:
+      return "gemm_bt";
   }
   return "?";
 }
@@ -250,7 +254,8 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   const double weight_bytes = 2.0 * n * k;
   const int sets = static_cast<int>(std::clamp<double>(3.0 * l2 / weight_bytes + 1, 1, 8));
   const float scale = 1.0f / std::sqrt(static_cast<float>(k));  // keeps D near unit scale
-  Buffer a(m * k, rng, 1.0f), d(m * n, rng, 1.0f), d_peer(m * n, rng, 1.0f);
+  Buffer a(m * k, rng, 1.0f), d(m * n, rng, 1.0f), d_peer(m * n, rng, 1.0f),
+      c(product == Product::kGemmBt ? m * n : 0, rng, 1.0f);
   std::vector<Buffer> b, bias;
   for (int s = 0; s < sets; ++s) {
     b.emplace_back(n * k, rng, scale);
@@ -278,6 +283,11 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
             av, TensorView<const bfloat16, 2>(bw, {n, k}),
             TensorView<const bfloat16, 1>(bias[i % sets].data, {n}), dv, launch);
         break;
+      case Product::kGemmBt:
+        s = pallas::kernels::gemm_bt(av, TensorView<const bfloat16, 2>(bw, {n, k}),
+                                     TensorView<const bfloat16, 2>(c.data, {m, n}), dv, 1.0f, 1.0f,
+                                     launch);
+        break;
     }
     if (!s.ok()) {
       std::fprintf(stderr, "%s: %s\n", product_name(product), s.message().c_str());
@@ -291,7 +301,8 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
                                     workspace, workspace_bytes);
   auto theirs = [&](int i) {
     peer->run(a.data, b[i % sets].data,
-              product == Product::kLinearBiasGelu ? bias[i % sets].data : nullptr, d_peer.data);
+              product == Product::kLinearBiasGelu ? bias[i % sets].data : nullptr, d_peer.data,
+              product == Product::kGemmBt ? c.data : nullptr);
   };
   // Same inputs, then compare: |ours - theirs| <= 2^-6 (|theirs| + 1), bf16 outputs summed in
   // f32 in different orders.
@@ -441,6 +452,10 @@ int main(int argc, char** argv) {
     for (int64_t m : ms)
       if (tiles_ran(m, n, k)) run(Product::kMatmulBtTiles128, m, n, k);
   for (int64_t m : ms) run(Product::kLinearBiasGelu, m, 11008, 4096);
+  // The products with C or R tile 128 x 128 in three stages (they serve sm_86 / sm_89's 99
+  // KiB): the squares, and a residual down projection.
+  for (int64_t s : squares) run(Product::kGemmBt, s, s, s);
+  for (int64_t m : ms) run(Product::kGemmBt, m, 4096, 11008);
   // Attention (rows: m = batch x heads, n = seq, k = d): 16K tokens of 2048 x 8 batch entries
   // and less, head dims 64 and 128, as FlashAttention's benchmarks.
   double best_gemm = NAN;
