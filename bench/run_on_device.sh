@@ -16,6 +16,8 @@
 # caller's own, e.g. a profile): summary.txt (the GPU, one line per test, timeouts, then the
 # whole output of each test that did not pass), matmul.txt/.csv, pallas.txt/.csv,
 # compare.txt/.csv. The step limits (and timeout's 5 s grace each) add up to about 400 s.
+# bench/compare_runs.py OLD.csv NEW.csv then shows, row by row, what changed since a run
+# kept under bench/results/.
 set -uo pipefail
 OUT=${OUT:-/tmp/pallas-bench}
 mkdir -p "$OUT"

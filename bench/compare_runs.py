@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Compares two runs of the benchmarks, row by row: what a change did.
+
+    bench/compare_runs.py OLD.csv NEW.csv
+
+Either both are `pallas_matmul_bench --csv` files (matmul.csv: op,m,n,k,ours_ms,cublaslt_ms,...)
+or both `pallas_bench --csv` files (pallas.csv: op,dtype,shape,...,us,...). For each row
+present in both it prints our time before and after, their ratio (after / before: below 1 is
+faster), and for matmul rows cuBLASLt's before and after, since the peer's own run-to-run
+spread (676..776 TFLOP/s at 8192^3 on the H200 across four runs) bounds what a change shows.
+Rows in only one file are listed at the end. Example, the nineteenth session's last run
+against a later one:
+
+    bench/compare_runs.py bench/results/2026-11-26-h200-run4-final/matmul.csv $OUT/matmul.csv
+"""
+
+import csv
+import sys
+
+
+def read(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        sys.exit(f"{path}: no rows")
+    if "cublaslt_ms" in rows[0]:
+        key = lambda r: (r["op"], int(r["m"]), int(r["n"]), int(r["k"]))
+        kind = "matmul"
+    elif "us" in rows[0]:
+        key = lambda r: (r["op"], r["dtype"], r["shape"])
+        kind = "pallas"
+    else:
+        sys.exit(f"{path}: neither a pallas_matmul_bench nor a pallas_bench csv")
+    return kind, {key(r): r for r in rows}
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    old_kind, old = read(sys.argv[1])
+    new_kind, new = read(sys.argv[2])
+    if old_kind != new_kind:
+        sys.exit("the two files come from different benchmarks")
+    both = [k for k in new if k in old]
+    if old_kind == "matmul":
+        print(f"{'op':<20} {'M':>6} {'N':>6} {'K':>6} {'ours ms':>18} {'after/before':>12} "
+              f"{'cuBLASLt ms':>18} {'ours/theirs':>14}  instance (after)")
+        for k in both:
+            o, n = old[k], new[k]
+            ours0, ours1 = float(o["ours_ms"]), float(n["ours_ms"])
+            peer0, peer1 = float(o["cublaslt_ms"]), float(n["cublaslt_ms"])
+            vs0 = ours0 / peer0 if peer0 == peer0 and peer0 > 0 else float("nan")
+            vs1 = ours1 / peer1 if peer1 == peer1 and peer1 > 0 else float("nan")
+            print(f"{k[0]:<20} {k[1]:>6} {k[2]:>6} {k[3]:>6} {ours0:>8.4f} -> {ours1:<8.4f}"
+                  f"{ours1 / ours0:>12.2f} {peer0:>8.4f} -> {peer1:<8.4f}"
+                  f" {vs0:>5.2f} -> {vs1:<5.2f}  {n['instance']}")
+    else:
+        print(f"{'op':<20} {'dtype':<6} {'shape':<22} {'us':>20} {'after/before':>12}  instance "
+              f"(after)")
+        for k in both:
+            us0, us1 = float(old[k]["us"]), float(new[k]["us"])
+            print(f"{k[0]:<20} {k[1]:<6} {k[2]:<22} {us0:>9.2f} -> {us1:<9.2f}"
+                  f"{us1 / us0:>12.2f}  {new[k]['instance']}")
+    only_old = [k for k in old if k not in new]
+    only_new = [k for k in new if k not in old]
+    if only_old:
+        print("\nonly before:", ", ".join(",".join(map(str, k)) for k in only_old))
+    if only_new:
+        print("\nonly after:", ", ".join(",".join(map(str, k)) for k in only_new))
+
+
+if __name__ == "__main__":
+    main()
