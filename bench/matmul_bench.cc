@@ -15,10 +15,11 @@
 // 128 x 128 tiles, those of every product with C or R, against cuBLASLt's beta = 1); then
 // `attention` and `causal_attention` (16K tokens, 2048 wide: head dims 64 and 128), against the
 // run's best cuBLASLt GEMM rate (timed only: no peer computes them; tests/ops/attention_test.cc
-// checks them). Each product pair is first compared element by element (the same inputs: a wrong
-// kernel is reported, not timed). Weights rotate over enough copies that they are read from HBM,
-// not L2, as in a model. cuBLASLt is loaded at run time (dlopen), so the program runs where the
-// library is missing and says so. Without a device it exits 0.
+// checks them), d128 also in two stages (`attention/2stage`, what sm_90 parts with less shared
+// memory run) against its three (d128_deep). Each product pair is first compared element by element
+// (the same inputs: a wrong kernel is reported, not timed). Weights rotate over enough copies that
+// they are read from HBM, not L2, as in a model. cuBLASLt is loaded at run time (dlopen), so the
+// program runs where the library is missing and says so. Without a device it exits 0.
 
 #include <pallas/kernels.h>
 #include "cuda_check.h"
@@ -344,12 +345,15 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
 /// the toolkit): the row reports TFLOP/s (4 b h s^2 d, halved for causal) and that rate over
 /// the fastest cuBLASLt GEMM of this run (`gemm_tflops`), the tensor cores' practical ceiling.
 /// q, k, v, o hold at least batch * heads * seq * d elements each (one set serves every shape).
+/// `two_stages`: d128 capped below its three-stage instance's shared memory (d128_deep), so
+/// that the two-stage one runs (rows `attention/2stage`): the third stage's gain, measured.
 void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int64_t d, int reps,
                      double gemm_tflops, Buffer& q, Buffer& k, Buffer& v, Buffer& o,
-                     std::vector<Row>& rows) {
+                     std::vector<Row>& rows, bool two_stages = false) {
   pallas::LaunchRecord record;
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
   launch.record = &record;
+  if (two_stages) launch.max_shared_bytes_per_block = 200 * 1024;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto view = [&](bfloat16* p) { return TensorView<bfloat16, 4>(p, {batch, heads, seq, d}); };
   auto ours = [&](int) {
@@ -365,7 +369,8 @@ void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int
   };
   const double ms = median_ms(ours, reps);
   const double flop = 4.0 * batch * heads * seq * seq * d * (causal ? 0.5 : 1.0);
-  const std::string op = causal ? "causal_attention" : "attention";
+  const std::string op =
+      std::string(causal ? "causal_attention" : "attention") + (two_stages ? "/2stage" : "");
   const std::string instance = record.instance ? record.instance : "?";
   rows.push_back(
       {op, batch * heads, seq, d, ms, NAN, NAN, instance, fallback_text(record), record.grid});
@@ -476,6 +481,14 @@ int main(int argc, char** argv) {
           if (wanted(causal ? "causal_attention" : "attention", tokens / seq * (width / d), seq, d))
             bench_attention(causal, tokens / seq, width / d, seq, d, reps, best_gemm, q, k, v, o,
                             rows);
+    // d128 in two stages (the instance sm_90 parts with less shared memory run), against the
+    // rows above (d128_deep, three).
+    for (bool causal : {false, true})
+      for (int64_t seq : seqs)
+        if (wanted(causal ? "causal_attention/2stage" : "attention/2stage",
+                   tokens / seq * (width / 128), seq, 128))
+          bench_attention(causal, tokens / seq, width / 128, seq, 128, reps, best_gemm, q, k, v, o,
+                          rows, /*two_stages=*/true);
   }
 
   if (!only.empty() && rows.empty()) {

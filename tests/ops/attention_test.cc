@@ -41,7 +41,8 @@ std::array<int64_t, 4> strides_of(const AttentionShape& s, int64_t heads, int64_
 /// uses approximate exp2; the output adds its own rounding.
 template <class T>
 void check_attention(Backend backend, AttentionShape s, bool causal, float scale,
-                     int compute_capability = 90, uint64_t schedule_seed = 0) {
+                     int compute_capability = 90, uint64_t schedule_seed = 0,
+                     int64_t shared_bytes_per_block = 0) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(std::string(causal ? "causal_attention " : "attention ") + dtype_name<T>() +
                " batch " + std::to_string(s.batch) + " heads " + std::to_string(s.heads) + " sq " +
@@ -79,8 +80,11 @@ void check_attention(Backend backend, AttentionShape s, bool causal, float scale
     return TensorView<T, 4>(a.data(), {s.batch, heads, seq, s.d}, {st[0], st[1], st[2], st[3]});
   };
   const uint64_t before = detail::tma_descriptors_handed_out();
-  Launch launch{
-      backend, nullptr, {.schedule_seed = schedule_seed, .compute_capability = compute_capability}};
+  Launch launch{backend,
+                nullptr,
+                {.schedule_seed = schedule_seed,
+                 .compute_capability = compute_capability,
+                 .shared_bytes_per_block = shared_bytes_per_block}};
   LaunchRecord record;
   launch.record = &record;
   const TensorView<const T, 4> qv = view(q, qs, s.heads, s.sq), kv = view(k, ks, s.kv(), s.skv),
@@ -257,6 +261,39 @@ TEST_P(AttentionTest, Sm80Form) {
   check_attention<bfloat16>(GetParam(), {1, 2, 65, 130, 64}, true, 0.125f, 80);
   check_attention<half>(GetParam(), {1, 1, 64, 200, 128}, false, 0.125f, 80);
   check_attention<bfloat16>(GetParam(), {1, 4, 40, 70, 64, Layout::kBhsd, 0, 1}, true, 0.125f, 80);
+}
+
+// d128's two instances: three K/V stages (d128_deep, 112 KiB) where two programs fit an SM's
+// shared memory (sm_90's 227 KiB a block), else two (80 KiB): an sm_90 part with less (here
+// 200 KiB) and sm_80's 163 KiB run `_d128`.
+TEST_P(AttentionTest, HeadDim128InstanceByDeviceSharedMemory) {
+  if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the emulator stands for the devices";
+  struct Case {
+    int cc;
+    int64_t shared;
+    const char* instance;
+  };
+  for (Case c :
+       {Case{90, 0, "attention_bf16_d128_deep"}, Case{90, 231424, "attention_bf16_d128_deep"},
+        Case{90, 231423, "attention_bf16_d128"}, Case{90, 200 * 1024, "attention_bf16_d128"},
+        Case{80, 0, "attention_bf16_d128"}}) {
+    SCOPED_TRACE("sm_" + std::to_string(c.cc) + " shared " + std::to_string(c.shared));
+    Array<bfloat16> x(GetParam(), 64 * 128), o(GetParam(), 64 * 128);
+    x.upload();
+    LaunchRecord record;
+    Launch launch{
+        GetParam(), nullptr, {.compute_capability = c.cc, .shared_bytes_per_block = c.shared}};
+    launch.record = &record;
+    const TensorView<const bfloat16, 4> xv(x.data(), {1, 1, 64, 128});
+    const Status st = kernels::attention(
+        xv, xv, xv, TensorView<bfloat16, 4>(o.data(), {1, 1, 64, 128}), 0.125f, launch);
+    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_NE(record.instance, nullptr);
+    EXPECT_STREQ(record.instance, c.instance);
+  }
+  // The two-stage sm_90a form against the reference (the other tests run d128_deep there).
+  check_attention<bfloat16>(GetParam(), {1, 2, 129, 200, 128}, true, 0.125f, 90, 0, 200 * 1024);
+  check_attention<half>(GetParam(), {1, 1, 65, 130, 96}, false, 0.2f, 90, 0, 200 * 1024);
 }
 
 // The emulator's threads in random orders (EmulatorOptions::schedule_seed)

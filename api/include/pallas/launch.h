@@ -76,7 +76,7 @@ struct Launch {
   // clusters and runs without them says so on stderr.)
   int max_cluster = 0;
   // kCuda and kEmulator: the device's shared memory per block as the entry points' variant
-  // choosers see it is at most this (the matmul family's 128 x 256 tiles, a 144 KiB pipeline,
+  // choosers see it is at most this (the matmul family's 128 x 256 tiles, a 193 KiB pipeline,
   // give way to 128 x 128 below it); 0: the device's own. It steers the choice only: what
   // runs still needs the device's memory. For measuring the smaller instance on a device that
   // fits both; the results are the same either way.
