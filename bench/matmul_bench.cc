@@ -12,7 +12,8 @@
 // B [N, K], bf16 -> bf16; `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
 // N]) on the squares, `linear_bias_gelu` against
 // cuBLASLt's GELU_BIAS epilogue, and `gemm_bt` as a residual add (D = A B^T + C, beta 1; its
-// 128 x 128 tiles, those of every product with C or R, against cuBLASLt's beta = 1); then
+// 128 x 128 tiles, those of every product with C or R, against cuBLASLt's beta = 1; and
+// `gemm_bt/3stage`, its three-stage instance, against the six of `tiles_deep`); then
 // `attention` and `causal_attention` (16K tokens, 2048 wide: head dims 64 and 128), against the
 // run's best cuBLASLt GEMM rate (timed only: no peer computes them; tests/ops/attention_test.cc
 // checks them), d128 also in two stages (`attention/2stage`, what sm_90 parts with less shared
@@ -210,7 +211,17 @@ struct Buffer {
 // whether the entry point should choose by waves too (an H200: no, 128 x 128 ran at about
 // half the rate). (The 2-CTA clusters' rows, `matmul_bt/1cta`, went with the clusters: an
 // H200 ran every tiles shape faster without them; bench/RESULTS.md.)
-enum class Product { kMatmulBt, kMatmulBtTiles128, kMatmul, kLinearBiasGelu, kGemmBt };
+// kGemmBt3Stages: gemm_bt capped below its six-stage instance's shared memory (tiles_deep), so
+// that its three-stage `tiles` runs (what sm_80 / sm_86 / sm_89 run): the deeper pipeline's
+// gain, measured.
+enum class Product {
+  kMatmulBt,
+  kMatmulBtTiles128,
+  kMatmul,
+  kLinearBiasGelu,
+  kGemmBt,
+  kGemmBt3Stages
+};
 
 const char* product_name(Product p) {
   switch (p) {
@@ -224,6 +235,8 @@ const char* product_name(Product p) {
       return "linear_bias_gelu";
     case Product::kGemmBt:
       return "gemm_bt";
+    case Product::kGemmBt3Stages:
+      return "gemm_bt/3stage";
   }
   return "?";
 }
@@ -251,12 +264,13 @@ bool ends_with(const std::string& s, const std::string& tail) {
 bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l2, CublasLt* lt,
            void* workspace, size_t workspace_bytes, std::mt19937& rng, std::vector<Row>& rows) {
   const bool b_transposed = product != Product::kMatmul;
+  const bool with_c = product == Product::kGemmBt || product == Product::kGemmBt3Stages;
   // Weights (B, bias) rotate over copies that together exceed the L2 cache three times.
   const double weight_bytes = 2.0 * n * k;
   const int sets = static_cast<int>(std::clamp<double>(3.0 * l2 / weight_bytes + 1, 1, 8));
   const float scale = 1.0f / std::sqrt(static_cast<float>(k));  // keeps D near unit scale
   Buffer a(m * k, rng, 1.0f), d(m * n, rng, 1.0f), d_peer(m * n, rng, 1.0f),
-      c(product == Product::kGemmBt ? m * n : 0, rng, 1.0f);
+      c(with_c ? m * n : 0, rng, 1.0f);
   std::vector<Buffer> b, bias;
   for (int s = 0; s < sets; ++s) {
     b.emplace_back(n * k, rng, scale);
@@ -266,6 +280,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
   launch.record = &record;
   if (product == Product::kMatmulBtTiles128) launch.max_shared_bytes_per_block = 99 * 1024;
+  if (product == Product::kGemmBt3Stages) launch.max_shared_bytes_per_block = 150 * 1024;
   auto ours = [&](int i) {
     const bfloat16* bw = b[i % sets].data;
     TensorView<const bfloat16, 2> av(a.data, {m, k});
@@ -285,6 +300,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
             TensorView<const bfloat16, 1>(bias[i % sets].data, {n}), dv, launch);
         break;
       case Product::kGemmBt:
+      case Product::kGemmBt3Stages:
         s = pallas::kernels::gemm_bt(av, TensorView<const bfloat16, 2>(bw, {n, k}),
                                      TensorView<const bfloat16, 2>(c.data, {m, n}), dv, 1.0f, 1.0f,
                                      launch);
@@ -303,7 +319,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   auto theirs = [&](int i) {
     peer->run(a.data, b[i % sets].data,
               product == Product::kLinearBiasGelu ? bias[i % sets].data : nullptr, d_peer.data,
-              product == Product::kGemmBt ? c.data : nullptr);
+              with_c ? c.data : nullptr);
   };
   // Same inputs, then compare: |ours - theirs| <= 2^-6 (|theirs| + 1), bf16 outputs summed in
   // f32 in different orders.
@@ -461,6 +477,17 @@ int main(int argc, char** argv) {
   // KiB): the squares, and a residual down projection.
   for (int64_t s : squares) run(Product::kGemmBt, s, s, s);
   for (int64_t m : ms) run(Product::kGemmBt, m, 4096, 11008);
+  // The same in three stages where the entry point ran the tiles schedule (tiles_deep).
+  auto deep_ran = [&](int64_t m, int64_t n, int64_t k) {
+    for (const Row& r : rows)
+      if (r.op == "gemm_bt" && r.m == m && r.n == n && r.k == k)
+        return ends_with(r.instance, "_tiles_deep");
+    return false;
+  };
+  for (int64_t s : squares)
+    if (deep_ran(s, s, s)) run(Product::kGemmBt3Stages, s, s, s);
+  for (int64_t m : ms)
+    if (deep_ran(m, 4096, 11008)) run(Product::kGemmBt3Stages, m, 4096, 11008);
   // Attention (rows: m = batch x heads, n = seq, k = d): 16K tokens of 2048 x 8 batch entries
   // and less, head dims 64 and 128, as FlashAttention's benchmarks.
   double best_gemm = NAN;

@@ -97,8 +97,10 @@ using namespace pallas::edsl;
 namespace {
 
 constexpr int64_t kTileK = 64;
-/// Pipeline stages of the 128 x 256 tiles schedule (48 KiB each; see the stages below).
+/// Pipeline stages of the 128 x 256 tiles schedule (48 KiB each; see the stages below),
+/// and of the 128 x 128 `tiles_deep` instance (32 KiB each): both 193 KiB.
 constexpr int64_t kWideStages = 4;
+constexpr int64_t kDeepStages = 6;
 
 /// What the last K step does with the accumulator before D is stored.
 enum class Epilogue {
@@ -193,8 +195,15 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // its 128 x 128 is not measured. Its multiply is a quarter of sm_90's
   // rate, so its steps last longer than a stage's refill takes and three
   // stages keep it busy: reasoned, see the stages below.)
+  //
+  // The products whose tiles are 128 x 128 (with C or R: gemm, gemm_bt, linear_residual)
+  // have a third instance too, `tiles_deep`: the same tiles in six stages (193 KiB) for
+  // devices that hold them (sm_90), where three left a K step one refill-bound step of
+  // lead (see the stages below); `tiles`, three stages (96 KiB), serves the others, down to
+  // sm_86 / sm_89's 99 KiB.
   Schedule schedule = Schedule::kTiles;
   bool narrow = false;  // the tiles128 instance
+  bool deep = false;    // the tiles_deep instance
   if (!form.batched) {
     const bool has_wide = extra_operand(epilogue) != Extra::kMatrix;
     const DimExpr schedule_tiles = cdiv(m, 128) * cdiv(n, has_wide ? 256 : 128);
@@ -205,13 +214,19 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr half_idle = le(schedule_tiles, kSmCount / 2);
     const DimExpr split_wanted = long_k * fits_one_wave * max(splits, half_idle);
     const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
+    const int64_t kDeepPlanBytes = kDeepStages * (128 + 128) * kTileK * 2 + 1024;
     const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
+    const DimExpr deep_fits =
+        DimExpr(1) - le(KernelSpec::device_shared_bytes(), kDeepPlanBytes - 1);
     const int option =
-        has_wide ? spec.variant("schedule", {"tiles", "splitk", "tiles128"},
-                                split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted))
-                 : spec.variant("schedule", {"tiles", "splitk"}, split_wanted);
+        has_wide
+            ? spec.variant("schedule", {"tiles", "splitk", "tiles128"},
+                           split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted))
+            : spec.variant("schedule", {"tiles", "splitk", "tiles_deep"},
+                           split_wanted + DimExpr(2) * deep_fits * (DimExpr(1) - split_wanted));
     schedule = option == 1 ? Schedule::kSplitK : Schedule::kTiles;
-    narrow = option == 2;
+    narrow = has_wide && option == 2;
+    deep = !has_wide && option == 2;
   }
   const bool split = schedule == Schedule::kSplitK;
   // Split-K of a [N, K] B swaps the operands (cuBLAS's decode kernels do): it multiplies
@@ -354,8 +369,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // So 128 x 256 takes four stages (193 KiB of sm_90's 227; three steps,
     // ~1.8 us, to hide a refill in; CUTLASS's stage count for this tile on
     // sm_90). Reasoned from those measurements; four stages are not measured
-    // yet. The 128 x 128 instances keep three: they serve sm_86 / sm_89's
-    // 99 KiB (tiles128, gemm, linear_residual).
+    // yet. The 128 x 128 products with C or R take six where they fit
+    // (tiles_deep: five steps of 0.3 us to hide a refill in); tiles128, the
+    // three-stage `tiles` of gemm / linear_residual and batched keep three,
+    // for sm_86 / sm_89's 99 KiB (batched has no second instance yet).
     //
     // Split-K streams B from DRAM (a decode step's A is a few rows), so what
     // bounds it is the bytes in flight per SM: at ~3 TB/s over 132 SMs and
@@ -371,7 +388,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // DRAM, so the step waits for it (wgmma_wait(0)) and releases its stage at once: three
     // steps (48 KiB of B) ahead instead of two. (Measured on an H200 with the delayed release:
     // 2.46 TB/s at M = 1, N = 11008, where cuBLASLt kept 11 stages of 16 KiB in flight.)
-    spec.max_concurrent_steps(split ? 4 : wide ? kWideStages : 3);
+    spec.max_concurrent_steps(split ? 4 : wide ? kWideStages : deep ? kDeepStages : 3);
     spec.delay_release(swapped ? 0 : 1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = split ? 168 : 232});
   }

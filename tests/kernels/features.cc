@@ -413,6 +413,7 @@ PALLAS_KERNEL(pipelined_chunk_sum_d1) { pipelined_chunk_sum<1>(spec); }
 PALLAS_KERNEL(pipelined_chunk_sum_d2) { pipelined_chunk_sum<2>(spec); }
 PALLAS_KERNEL(pipelined_chunk_sum_d3) { pipelined_chunk_sum<3>(spec); }
 PALLAS_KERNEL(pipelined_chunk_sum_d4) { pipelined_chunk_sum<4>(spec); }
+PALLAS_KERNEL(pipelined_chunk_sum_d6) { pipelined_chunk_sum<6>(spec); }
 
 // y's even chunks of 512 copied from x's, the odd ones never read: a step
 // whose body reads its stage only under a `when` that it skips. Before the

@@ -32,6 +32,7 @@
 #include <pallas/kernels/pipelined_chunk_sum_d2.h>
 #include <pallas/kernels/pipelined_chunk_sum_d3.h>
 #include <pallas/kernels/pipelined_chunk_sum_d4.h>
+#include <pallas/kernels/pipelined_chunk_sum_d6.h>
 #include <pallas/kernels/pipelined_even_chunks_d2.h>
 #include <pallas/kernels/pipelined_even_chunks_ws.h>
 #include <pallas/kernels/pipelined_row_dots.h>
@@ -740,7 +741,7 @@ TEST_P(FeaturesTest, PipelinedArbitraryAxisDepths1To4) {
   check_pipelined_axpb(GetParam(), 4, [](auto... a) { return kernels::pipelined_axpb_d4(a...); });
 }
 
-// emit_pipeline at depths 1 to 4 over chunks of 2048 (8 TMA boxes each):
+// emit_pipeline at depths 1 to 4 and 6 over chunks of 2048 (8 TMA boxes each):
 // sum(x) and sum(i * x[i]) against float64, f32 and bf16, for lengths around
 // the chunk and box sizes; a misaligned start takes the direct twin.
 template <class T, class Kernel>
@@ -789,6 +790,7 @@ TEST_P(FeaturesTest, EmitPipelineDepths1To4) {
   both(2, [](auto... a) { return kernels::pipelined_chunk_sum_d2(a...); });
   both(3, [](auto... a) { return kernels::pipelined_chunk_sum_d3(a...); });
   both(4, [](auto... a) { return kernels::pipelined_chunk_sum_d4(a...); });
+  both(6, [](auto... a) { return kernels::pipelined_chunk_sum_d6(a...); });
 }
 
 // A pipeline whose body reads its stage on even steps only (under `when`):
@@ -893,6 +895,8 @@ TEST_P(FeaturesTest, CpAsyncFormsOfThePipelines) {
       e, 2, [](auto... a) { return kernels::pipelined_chunk_sum_d2(a...); }, 80);
   check_pipelined_chunk_sum<bfloat16>(
       e, 3, [](auto... a) { return kernels::pipelined_chunk_sum_d3(a...); }, 80);
+  check_pipelined_chunk_sum<float>(
+      e, 6, [](auto... a) { return kernels::pipelined_chunk_sum_d6(a...); }, 80);
 }
 
 // Ref::transposed (Pallas' TransposeTransform): stores through a view of

@@ -443,10 +443,12 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
     return argv(args, launch);
   };
   expect_refused(call_gemm(kernels::gemm_bt_bf16_bf16_splitk_argv, 8576), "67 gemm tiles");
-  expect_refused(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_argv, 8448), "66 gemm tiles");
+  // (The tiles schedule's instance here is tiles_deep: these backends stand for an sm_90
+  // device's shared memory.)
+  expect_refused(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_deep_argv, 8448), "66 gemm tiles");
   if (backend == Backend::kHost) {
     EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_splitk_argv, 8448).ok());
-    EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_argv, 8576).ok());
+    EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_deep_argv, 8576).ok());
   }
 }
 
@@ -696,6 +698,41 @@ TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
       EXPECT_NE(s.message().find("the entry point picks the instance"), std::string::npos)
           << s.message();
     }
+  }
+}
+
+// The products with C or R (128 x 128 tiles) run six stages (tiles_deep, 193 KiB) where a
+// block may have 197632 bytes of shared memory (sm_90), else three (tiles, 96 KiB: sm_80,
+// sm_86 / sm_89, an sm_90 part capped lower). Both sm_90a forms against the reference; the
+// instance the entry point records at the threshold.
+TEST_P(MatmulTest, ProductsWithCTakeSixStagesWhereTheyFit) {
+  if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the emulator stands for such devices";
+  const Backend e = Backend::kEmulator;
+  for (int64_t shared : {int64_t{0}, int64_t{150} * 1024}) {
+    check_product<bfloat16, bfloat16>(e, {true, Epilogue::kAlphaBetaC, 0.5f, 2.0f}, {300, 200, 520},
+                                      90, 2, shared);
+    check_product<bfloat16, bfloat16>(e, {true, Epilogue::kResidual}, {129, 130, 72}, 90, 2,
+                                      shared);
+  }
+  for (auto [shared, instance] :
+       {std::pair<int64_t, const char*>{197632, "gemm_bt_bf16_bf16_tiles_deep"},
+        {197631, "gemm_bt_bf16_bf16_tiles"},
+        {166912, "gemm_bt_bf16_bf16_tiles"}}) {
+    Array<bfloat16> a(e, 129 * 64), b(e, 300 * 64), c(e, 129 * 300), d(e, 129 * 300);
+    a.upload();
+    b.upload();
+    c.upload();
+    LaunchRecord record;
+    Launch launch{e, nullptr, {.shared_bytes_per_block = shared}};
+    launch.record = &record;
+    const Status st =
+        kernels::gemm_bt(TensorView<const bfloat16, 2>(a.data(), {129, 64}),
+                         TensorView<const bfloat16, 2>(b.data(), {300, 64}),
+                         TensorView<const bfloat16, 2>(c.data(), {129, 300}),
+                         TensorView<bfloat16, 2>(d.data(), {129, 300}), 1.0f, 1.0f, launch);
+    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_NE(record.instance, nullptr);
+    EXPECT_STREQ(record.instance, instance) << "at " << shared << " bytes";
   }
 }
 

@@ -122,8 +122,8 @@ LogicalResult BlockOp::verify() {
   }
   if (auto buffers = getBuffers()) {
     if (!getStaged()) return emitOpError() << "buffers are for staged blocks";
-    if (*buffers < 1 || *buffers > 4)
-      return emitOpError() << "has " << *buffers << " stage buffers; a pipeline keeps 1 to 4";
+    if (*buffers < 1 || *buffers > 8)
+      return emitOpError() << "has " << *buffers << " stage buffers; a pipeline keeps 1 to 8";
   }
   return success();
 }

@@ -396,9 +396,10 @@ void KernelSpec::check_staging(int index, const std::vector<BlockDim>& block_sha
       staging.swizzle != 128)
     fail("operand '" + d.name + "': swizzle " + std::to_string(staging.swizzle) +
          "; TMA swizzles 0, 32, 64 or 128 bytes");
-  if (staging.buffers < 0 || staging.buffers > 4)
+  if (staging.buffers < 0 || staging.buffers > kMaxPipelineDepth)
     fail("operand '" + d.name + "': " + std::to_string(staging.buffers) +
-         " stage buffers; a pipelined block has 1 to 4 (0: the pipeline's depth)");
+         " stage buffers; a pipelined block has 1 to " + std::to_string(kMaxPipelineDepth) +
+         " (0: the pipeline's depth)");
   if (block_shape.size() > 5)
     fail("operand '" + d.name + "': TMA copies arrays of rank 1 to 5, not " +
          std::to_string(block_shape.size()));
@@ -526,8 +527,9 @@ void KernelSpec::delay_release(int steps) {
 }
 
 void KernelSpec::max_concurrent_steps(int steps) {
-  if (steps < 1 || steps > 4)
-    fail("max_concurrent_steps(" + std::to_string(steps) + "): a pipeline keeps 1 to 4 steps");
+  if (steps < 1 || steps > kMaxPipelineDepth)
+    fail("max_concurrent_steps(" + std::to_string(steps) + "): a pipeline keeps 1 to " +
+         std::to_string(kMaxPipelineDepth) + " steps");
   max_concurrent_steps_ = steps;
 }
 

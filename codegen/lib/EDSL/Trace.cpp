@@ -450,9 +450,9 @@ std::vector<Value> emit_pipeline(
   Located here(where);
   Trace& t = trace();
   KernelSpec& spec = *t.spec;
-  if (max_concurrent_steps < 1 || max_concurrent_steps > 4)
+  if (max_concurrent_steps < 1 || max_concurrent_steps > kMaxPipelineDepth)
     fail("emit_pipeline with max_concurrent_steps " + std::to_string(max_concurrent_steps) +
-         "; a pipeline keeps 1 to 4 steps");
+         "; a pipeline keeps 1 to " + std::to_string(kMaxPipelineDepth) + " steps");
   if (operands.empty()) fail("emit_pipeline without operands (use fori)");
   std::vector<int> operand_index;
   bool pipelined = false;
