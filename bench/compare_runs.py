@@ -31,7 +31,14 @@ def read(path):
         kind = "pallas"
     else:
         sys.exit(f"{path}: neither a pallas_matmul_bench nor a pallas_bench csv")
-    return kind, {key(r): r for r in rows}
+    # A row may repeat (matmul_bt 4096^3 is both a square and an LLM shape): the n-th
+    # occurrence of a key pairs with the n-th in the other file.
+    keyed, seen = {}, {}
+    for r in rows:
+        k = key(r)
+        seen[k] = seen.get(k, 0) + 1
+        keyed[k + (seen[k],)] = r
+    return kind, keyed
 
 
 def main():
@@ -51,22 +58,24 @@ def main():
             peer0, peer1 = float(o["cublaslt_ms"]), float(n["cublaslt_ms"])
             vs0 = ours0 / peer0 if peer0 == peer0 and peer0 > 0 else float("nan")
             vs1 = ours1 / peer1 if peer1 == peer1 and peer1 > 0 else float("nan")
+            change = ours1 / ours0 if ours0 > 0 else float("nan")
             print(f"{k[0]:<20} {k[1]:>6} {k[2]:>6} {k[3]:>6} {ours0:>8.4f} -> {ours1:<8.4f}"
-                  f"{ours1 / ours0:>12.2f} {peer0:>8.4f} -> {peer1:<8.4f}"
+                  f"{change:>12.2f} {peer0:>8.4f} -> {peer1:<8.4f}"
                   f" {vs0:>5.2f} -> {vs1:<5.2f}  {n['instance']}")
     else:
         print(f"{'op':<20} {'dtype':<6} {'shape':<22} {'us':>20} {'after/before':>12}  instance "
               f"(after)")
         for k in both:
             us0, us1 = float(old[k]["us"]), float(new[k]["us"])
+            change = us1 / us0 if us0 > 0 else float("nan")
             print(f"{k[0]:<20} {k[1]:<6} {k[2]:<22} {us0:>9.2f} -> {us1:<9.2f}"
-                  f"{us1 / us0:>12.2f}  {new[k]['instance']}")
+                  f"{change:>12.2f}  {new[k]['instance']}")
     only_old = [k for k in old if k not in new]
     only_new = [k for k in new if k not in old]
     if only_old:
-        print("\nonly before:", ", ".join(",".join(map(str, k)) for k in only_old))
+        print("\nonly before:", ", ".join(",".join(map(str, k[:-1])) for k in only_old))
     if only_new:
-        print("\nonly after:", ", ".join(",".join(map(str, k)) for k in only_new))
+        print("\nonly after:", ", ".join(",".join(map(str, k[:-1])) for k in only_new))
 
 
 if __name__ == "__main__":

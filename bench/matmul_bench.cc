@@ -5,7 +5,9 @@
 //
 // --only runs the rows it names (repeat it for several; e.g. `--only matmul_bt,1,11008,4096`;
 // attention rows: `attention,B*H,SEQ,D`): a profiler (ncu) sees one kernel among few, and a
-// tuning run times a handful of shapes in seconds.
+// tuning run times a handful of shapes in seconds. A comparison row (`matmul_bt/tiles128`,
+// `gemm_bt/3stage`) runs only beside its base row (`matmul_bt`, `gemm_bt` of the same shape,
+// whose instance decides it): name both.
 //
 // Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 1024, 4096 with (N, K) in
 // (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)); products: `matmul_bt` (D = A B^T,
@@ -205,7 +207,7 @@ struct Buffer {
 };
 
 // kMatmulBtTiles128: matmul_bt's 128 x 128 instance (what sm_86 / sm_89 run;
-// Launch::max_shared_bytes_per_block below the 128 x 256 pipeline's 144 KiB), against the
+// Launch::max_shared_bytes_per_block below the 128 x 256 pipeline's 193 KiB), against the
 // 128 x 256 tiles: where more, smaller tiles fill the last wave better (M = 1024, N = 14336:
 // 448 tiles of 128 x 256 are 3.4 waves of 132 programs, 896 of 128 x 128 6.8), this says
 // whether the entry point should choose by waves too (an H200: no, 128 x 128 ran at about
@@ -473,8 +475,8 @@ int main(int argc, char** argv) {
     for (int64_t m : ms)
       if (tiles_ran(m, n, k)) run(Product::kMatmulBtTiles128, m, n, k);
   for (int64_t m : ms) run(Product::kLinearBiasGelu, m, 11008, 4096);
-  // The products with C or R tile 128 x 128 in three stages (they serve sm_86 / sm_89's 99
-  // KiB): the squares, and a residual down projection.
+  // The products with C or R tile 128 x 128: six stages where they fit (tiles_deep, sm_90),
+  // else three: the squares, and a residual down projection.
   for (int64_t s : squares) run(Product::kGemmBt, s, s, s);
   for (int64_t m : ms) run(Product::kGemmBt, m, 4096, 11008);
   // The same in three stages where the entry point ran the tiles schedule (tiles_deep).

@@ -64,11 +64,11 @@ void declare_attention(KernelSpec& spec, Mask mask) {
   //
   // d128_deep: the d128 program with three K/V stages (112 KiB) instead of two (80 KiB),
   // where two of its programs fit an SM (sm_90's 227 KiB a block; registers allow two
-  // either way, at 157 a thread): the same occupancy with two steps of copies ahead of the
+  // either way: 163 a thread, causal 168): the same occupancy with two steps of copies ahead of the
   // multiplies instead of one. On an H200 the matmul tiles schedule with one step ahead of
   // its refills waited on them (bench/RESULTS.md, twentieth session); a d128 step (2 MFLOP
   // of MMAs and 4096 exps per program) is shorter than a refill. Not measured: the bench
-  // times d128 with both (`attention/d128` caps the shared memory for the two-stage one).
+  // times d128 with both (`attention/2stage` caps the shared memory for the two-stage one).
   // Elsewhere (sm_80's 163 KiB: one program an SM instead of two; sm_86's 99 KiB: none)
   // d128 keeps two stages.
   const int64_t kDeepPlanBytes = (64 + 3 * 2 * 64) * 128 * 2 + 1024;  // Q, 3 x (K, V), barriers

@@ -225,7 +225,7 @@ const char* tma_path_unavailable(const KernelImage& image, const Launch& launch)
   if (select_cubin(image.cubins, 10 * major + minor) == nullptr)
     return "no staged cubin for the device's architecture";
   // A device with less shared memory than the staged instance's plan (sm_86 / sm_89:
-  // 99 KiB against a 144 KiB matmul pipeline) runs the direct instance instead.
+  // 99 KiB against a 193 KiB matmul pipeline) runs the direct instance instead.
   if (image.dynamic_shared_bytes > shared)
     return "the staged plan needs more shared memory per block than the GPU has";
   return nullptr;

@@ -291,7 +291,10 @@ TEST_P(AttentionTest, HeadDim128InstanceByDeviceSharedMemory) {
     ASSERT_NE(record.instance, nullptr);
     EXPECT_STREQ(record.instance, c.instance);
   }
-  // The two-stage sm_90a form against the reference (the other tests run d128_deep there).
+  // d128_deep over 5 key blocks (each of its three stages refilled) and the two-stage sm_90a
+  // form against the reference (the other emulator shapes have at most 2 key blocks).
+  check_attention<bfloat16>(GetParam(), {1, 1, 65, 257, 128}, true, 0.125f);
+  check_attention<half>(GetParam(), {1, 2, 64, 300, 96}, false, 0.2f);
   check_attention<bfloat16>(GetParam(), {1, 2, 129, 200, 128}, true, 0.125f, 90, 0, 200 * 1024);
   check_attention<half>(GetParam(), {1, 1, 65, 130, 96}, false, 0.2f, 90, 0, 200 * 1024);
 }
