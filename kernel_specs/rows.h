@@ -245,6 +245,12 @@ inline Value exp_minus(const Value& x, const Value& m) {
   return exp(x - select(m == constant(kNegInf, m.dtype()), 0.0, m));
 }
 
+/// The end of the segment's full chunks (those wholly inside a row of `cols`):
+/// its partial last chunk, if it has one, starts there.
+inline Value full_chunks_end(const Segment& seg, const Value& cols) {
+  return maximum(minimum(cols / kChunk, seg.end), seg.first);
+}
+
 /// `acc = f(c, acc, masked)` over the segment's chunks with [kChunk] f32
 /// accumulators: one partial per element, so nothing crosses threads inside
 /// the loop and the caller reduces the accumulators once, after it. Chunks
@@ -262,7 +268,7 @@ std::vector<Value> fold_segment_elements(const Segment& seg, const Value& cols,
                                          std::vector<int64_t> carry_shape = {kChunk}) {
   std::vector<Value> carry;
   for (double v : inits) carry.push_back(broadcast_to(constant(v, f32), carry_shape));
-  Value inside = maximum(minimum(cols / kChunk, seg.end), seg.first);  // end of the full chunks
+  Value inside = full_chunks_end(seg, cols);
   carry = fori(seg.first, inside, carry,
                [&](Value c, std::vector<Value> acc) { return f(c, acc, false); });
   return fori(inside, seg.end, carry,
@@ -321,7 +327,7 @@ std::vector<Value> fold_row_chunks(ChunkSource source, const Row& row, const Val
   Value r = row.index;
   // Where the pipeline stops: the segment's end, or with a non-zero fill the
   // end of its full chunks.
-  Value piped_end = fill == 0.0 ? seg.end : maximum(minimum(cols / kChunk, seg.end), seg.first);
+  Value piped_end = fill == 0.0 ? seg.end : full_chunks_end(seg, cols);
   carry = emit_pipeline(seg.first, piped_end,
                         {PipelineOperand{row.array,
                                          {squeezed, Blocked{kChunk}},
