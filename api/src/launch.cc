@@ -188,6 +188,52 @@ Status load_kernel(LoadCache& cache, const KernelImage& image, const Cubin& cubi
   return Status::Ok();
 }
 
+// A persistent kernel's programs per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor), asked
+// once into `loaded`. Called with the cache locked.
+Status resident_per_sm(const KernelImage& image, cudaKernel_t kernel, int threads, int device,
+                       LoadedKernel& loaded) {
+  if (loaded.resident_per_sm != 0) return Status::Ok();
+  const char* name = kernel_name(image);
+  int per_sm = 0;
+  if (const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, reinterpret_cast<const void*>(kernel), threads,
+          static_cast<size_t>(image.dynamic_shared_bytes));
+      err != cudaSuccess) {
+    return cuda_failure(name, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
+  }
+  if (per_sm < 1) {
+    return Status::Error(StatusCode::kNoBinaryForArch,
+                         std::string(name) + ": no program of " + std::to_string(threads) +
+                             " threads and " + std::to_string(image.dynamic_shared_bytes) +
+                             " bytes of dynamic shared memory fits an SM of " +
+                             device_name(device));
+  }
+  loaded.resident_per_sm = per_sm;
+  return Status::Ok();
+}
+
+// The programs launch_cuda gives a persistent grid of `tiles` without clusters: one per
+// resident CTA, at most one per tile.
+Status cuda_persistent_programs(const KernelImage& image, int64_t tiles, int64_t& programs) {
+  const char* name = kernel_name(image);
+  int device = -1;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess)
+    return cuda_failure(name, "cudaGetDevice", err);
+  LoadCache& cache = load_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  DeviceInfo info;
+  if (Status s = device_info(cache, name, device, info); !s.ok()) return s;
+  const Cubin* cubin = select_cubin(image.cubins, info.sm);
+  if (cubin == nullptr) return no_binary(image, device, info.sm);
+  cudaKernel_t kernel = nullptr;
+  if (Status s = load_kernel(cache, image, *cubin, device, info, kernel); !s.ok()) return s;
+  const int threads = cubin->threads > 0 && cubin->threads <= 1024 ? cubin->threads : image.threads;
+  LoadedKernel& loaded = cache.kernels[{cubin->data, image.symbol, device}];
+  if (Status s = resident_per_sm(image, kernel, threads, device, loaded); !s.ok()) return s;
+  programs = std::min<int64_t>(tiles, int64_t{loaded.resident_per_sm} * info.sms);
+  return Status::Ok();
+}
+
 Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
                    Stream stream, int cluster) {
   const char* name = kernel_name(image);
@@ -242,23 +288,7 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
     if (cubin->threads != 0) threads = cubin->threads;  // e.g. no producer warpgroup on sm_80
     if (image.persistent) {  // one program per resident CTA, at most one per tile
       LoadedKernel& loaded = cache.kernels[{cubin->data, image.symbol, device}];
-      if (loaded.resident_per_sm == 0) {
-        int per_sm = 0;
-        if (const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                &per_sm, reinterpret_cast<const void*>(kernel), threads,
-                static_cast<size_t>(image.dynamic_shared_bytes));
-            err != cudaSuccess) {
-          return cuda_failure(name, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
-        }
-        if (per_sm < 1) {
-          return Status::Error(StatusCode::kNoBinaryForArch,
-                               std::string(name) + ": no program of " + std::to_string(threads) +
-                                   " threads and " + std::to_string(image.dynamic_shared_bytes) +
-                                   " bytes of dynamic shared memory fits an SM of " +
-                                   device_name(device));
-        }
-        loaded.resident_per_sm = per_sm;
-      }
+      if (Status s = resident_per_sm(image, kernel, threads, device, loaded); !s.ok()) return s;
       grid[0] = std::min<int64_t>(grid[0], int64_t{loaded.resident_per_sm} * info.sms);
       // Clusters need sm_90 (a form that reads %cluster_*: not the sm_80 cubin) and the
       // device's word on how many fit at once; else clusters of 1.
@@ -488,6 +518,23 @@ Status launch_on_backend(const KernelImage& image, void** args, std::array<int64
 }
 
 }  // namespace
+
+Status persistent_programs(const KernelImage& image, int64_t tiles, const Launch& launch,
+                           int64_t& programs) {
+  programs = std::max<int64_t>(tiles, 0);
+  if (tiles <= 0) return Status::Ok();  // nothing launches
+  switch (launch.backend) {
+    case Backend::kHost:
+      programs = 1;
+      return Status::Ok();
+    case Backend::kEmulator:  // launch_kernel refuses fewer than 1
+      programs = std::min<int64_t>(tiles, std::max(launch.emulator.concurrent_programs, 1));
+      return Status::Ok();
+    case Backend::kCuda:
+      return cuda_persistent_programs(image, tiles, programs);
+  }
+  return Status::Ok();  // launch_kernel names the unknown backend
+}
 
 Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
                      const Launch& launch, int cluster) {

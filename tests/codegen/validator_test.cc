@@ -532,6 +532,56 @@ TEST(Validator, PersistentGridsHaveOneArbitraryAxis) {
             "rows, whose tiles a cluster splits, and columns); the grid has 1");
 }
 
+// A stream-K walk runs without clusters; tile_run() needs one; only a
+// workspace's or semaphores' count may read persistent_programs(), and only in
+// a persistent grid.
+template <bool kStreamK, int kCluster, bool kTileRun>
+void declare_stream_k(KernelSpec& spec) {
+  DimExpr m = spec.dim("m");
+  Operand x = spec.input("x", f32, {m, m});
+  Operand out = spec.output("out", f32, {m, m});
+  spec.grid({cdiv(m, 16), cdiv(m, 16), cdiv(m, 16)});
+  spec.dimension_semantics({parallel, parallel, arbitrary});
+  spec.persistent({.group_rows = 2, .cluster = kCluster, .stream_k = kStreamK});
+  auto tile = [](const ProgramIds& p) { return at(p[0], p[1]); };
+  spec.block(x, {Blocked{16}, Blocked{16}}, tile);
+  spec.block(out, {Blocked{16}, Blocked{16}}, tile);
+  spec.body([](Ref x, Ref out) {
+    if (kTileRun) when(tile_run().last_step, [&] { out.store(x.load()); });
+    if (!kTileRun) out.store(x.load());
+  });
+}
+
+TEST(Validator, StreamKWalksAndTheirProgramCount) {
+  EXPECT_EQ(trace_error("walk", declare_stream_k<true, 1, true>), "<no error>");
+  EXPECT_EQ(trace_error("cluster", declare_stream_k<true, 2, true>),
+            "spec 'cluster': persistent: stream_k with cluster 2; a stream-K walk runs without "
+            "clusters (the CTAs of a cluster share their copies, so they must walk the same "
+            "steps)");
+  EXPECT_EQ(trace_error("plain", declare_stream_k<false, 1, true>),
+            "spec 'plain': tile_run() needs a stream-K persistent grid (spec.persistent with "
+            "stream_k)");
+  EXPECT_EQ(
+      trace_error("grid", [](KernelSpec& spec) { spec.grid({KernelSpec::persistent_programs()}); }),
+      "spec 'grid': grid axis 0 is 'persistent_programs'; persistent_programs() may only "
+      "count a workspace's elements or semaphores (a persistent grid's slots per program)");
+  EXPECT_EQ(trace_error("chooser",
+                        [](KernelSpec& spec) {
+                          spec.variant("v", {"a", "b"}, KernelSpec::persistent_programs());
+                        }),
+            "spec 'chooser': variant 'v' chooser is 'persistent_programs'; persistent_programs() "
+            "may only count a workspace's elements or semaphores (a persistent grid's slots per "
+            "program)");
+  EXPECT_EQ(trace_error("unpersistent",
+                        [](KernelSpec& spec) {
+                          declare_x_out(spec);
+                          spec.workspace("w", f32, KernelSpec::persistent_programs() * 4);
+                          spec.body([](Ref x, Ref out, Ref) { out.store(x.load()); });
+                        }),
+            "spec 'unpersistent': operand 'w' has a dim '(persistent_programs * 4)' that reads "
+            "persistent_programs(), but the grid is not persistent (spec.persistent)");
+}
+
 TEST(Validator, WorkspacesHaveDims) {
   EXPECT_EQ(trace_error("nodims",
                         [](KernelSpec& spec) { spec.workspace("w", f32, std::vector<DimExpr>{}); }),

@@ -24,6 +24,7 @@
 #include <pallas/kernels/math_zoo.h>
 #include <pallas/kernels/persistent_wgmma.h>
 #include <pallas/kernels/persistent_wgmma_cluster.h>
+#include <pallas/kernels/persistent_wgmma_stream_k.h>
 #include <pallas/kernels/pipelined_axpb_d1.h>
 #include <pallas/kernels/pipelined_axpb_d2.h>
 #include <pallas/kernels/pipelined_axpb_d3.h>
@@ -1199,6 +1200,62 @@ TEST_P(FeaturesTest, PersistentWgmmaWalksEveryTileOnce) {
               [&](int64_t kk, int64_t j) { return b.host()[j * sh.stride + kk]; }, &c);
         }
     }
+}
+
+// persistent_wgmma in a stream-K walk (persistent_wgmma_stream_k): on the
+// emulator W = 2..5 programs cut the last tiles' K steps between them, so
+// tiles run in two parts meet at a semaphore and the second adds the other's
+// partial tile. E.g. [300, 330] in 128 x 64 tiles with K = 130 (3 steps):
+// 18 tiles; W = 4 runs 3 rounds of whole tiles, then 18 steps cut at 4, 9,
+// 13 (tiles 13 and 16 in two parts); W = 5: 2 rounds, then 24 steps cut at
+// 4, 9, 14, 19. [129, 200] with K = 640 (10 steps), W = 3: 8 tiles, one
+// round, then 50 steps cut at 16 and 33. One K step (K = 64): every cut is
+// between tiles. The host runs one program (whole tiles). A part summed
+// twice or never, or a tile done twice, shows in d (d += a @ b^T in place);
+// a semaphore left non-zero fails the emulator's check. sm_80: the cp.async
+// form; stride 139: the direct twin, stream-K too.
+TEST_P(FeaturesTest, PersistentStreamKSumsEachTilesPartsOnce) {
+  struct Shape {
+    int64_t m, n, k, stride;
+  };
+  for (int cc : {90, 80}) {
+    if (cc == 80 && GetParam() != Backend::kEmulator) continue;
+    for (Shape sh : {Shape{300, 330, 130, 130}, Shape{129, 200, 640, 640}, Shape{400, 70, 64, 64},
+                     Shape{200, 130, 130, 139}})
+      for (int programs : {2, 3, 4, 5}) {
+        if (GetParam() != Backend::kEmulator && programs != 2) continue;
+        const uint64_t schedule = programs == 4 ? 7 : 0;  // one random thread order
+        const uint32_t seed = fresh_seed();
+        SCOPED_TRACE("programs " + std::to_string(programs) + " sm_" + std::to_string(cc) + " m " +
+                     std::to_string(sh.m) + " n " + std::to_string(sh.n) + " k " +
+                     std::to_string(sh.k) + " stride " + std::to_string(sh.stride) + " seed " +
+                     std::to_string(seed));
+        std::mt19937 rng(seed);
+        Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
+        Array<float> d(GetParam(), sh.m * sh.n);
+        a.fill_random(rng, -2, 2);
+        b.fill_random(rng, -2, 2);
+        d.fill_random(rng, -4, 4);
+        const std::vector<float> c(d.host().begin(), d.host().end());
+        a.upload();
+        b.upload();
+        d.upload();
+        const Launch launch{
+            GetParam(),
+            nullptr,
+            {.concurrent_programs = programs, .schedule_seed = schedule, .compute_capability = cc}};
+        const TensorView<const bfloat16, 2> av(a.data(), {sh.m, sh.k}, {sh.stride, 1});
+        const TensorView<const bfloat16, 2> bv(b.data(), {sh.n, sh.k}, {sh.stride, 1});
+        const TensorView<float, 2> dv(d.data(), {sh.m, sh.n}, {sh.n, 1});
+        Status st = kernels::persistent_wgmma_stream_k(av, bv, dv, launch);
+        ASSERT_TRUE(st.ok()) << st.message();
+        d.download();
+        expect_product(
+            d, sh.m, sh.n, sh.k,
+            [&](int64_t i, int64_t kk) { return a.host()[i * sh.stride + kk]; },
+            [&](int64_t kk, int64_t j) { return b.host()[j * sh.stride + kk]; }, &c);
+      }
+  }
 }
 
 // The planted twins without delay_release refill a stage while the wgmma of

@@ -602,7 +602,40 @@ TEST_P(MatmulTest, SchedulesInRandomOrders) {
   for (uint64_t schedule : {7u, 1234u}) {
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600}, 90, 4, 0, true, schedule);
     check_product<bfloat16, bfloat16>(backend, {true}, {512, 300, 130}, 90, 2, 0, true, schedule);
+    // Stream-K: 8 tiles of 3 steps on 3 programs, one round, then 15 steps cut at 5 and 10.
+    check_product<bfloat16, bfloat16>(backend, {true}, {512, 300, 130}, 90, 3, 0, true, schedule);
   }
+}
+
+// The tiles schedule's stream-K walk (spec.persistent's stream_k): the last rounds' K steps
+// cut evenly between the programs, a tile cut in two finished by whichever part arrives second
+// from its own accumulator and the other's partial tile. On the emulator 4 programs walk 6
+// tiles of 3 K steps (K = 192): 18 steps cut at 4, 9 and 13, so tiles 1 and 4 run in two parts
+// (tile 3 starts at 9: whole); 5 programs: cuts at 3, 7, 10, 14 (tiles 2, 3 and 4 in two). Every
+// epilogue family: none (128 x 256 tiles), bias + gelu (32-column chunks), C (128 x 128, six
+// stages and, capped at 150 KiB, three), the residual; the sm_80 form; the direct twin (a
+// padded row stride of 3 elements breaks TMA's 16-byte rule). On CUDA 176 tiles of 4 steps on
+// an H100's or H200's 132 SMs: 704 steps, 5 or 6 a program, most tiles in two parts.
+TEST_P(MatmulTest, StreamKFinishesTilesRunInTwoParts) {
+  const Backend backend = GetParam();
+  if (backend == Backend::kHost) GTEST_SKIP() << "the host runs one program: whole tiles";
+  if (backend == Backend::kCuda) {
+    check_product<bfloat16, bfloat16>(backend, {true}, {1024, 5632, 256});
+    check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, {1024, 5632, 256});
+    check_product<bfloat16, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, 2.0f},
+                                   {1024, 2816, 256});
+    return;
+  }
+  for (int programs : {4, 5}) {
+    check_product<bfloat16, bfloat16>(backend, {true}, {300, 300, 192}, 90, programs);
+    check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, {300, 300, 192}, 90, programs);
+  }
+  for (int64_t shared : {int64_t{0}, int64_t{150} * 1024})
+    check_product<bfloat16, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, 2.0f},
+                                   {300, 200, 192}, 90, 4, shared);
+  check_product<half, half>(backend, {true, Epilogue::kResidual}, {300, 200, 192}, 90, 4);
+  check_product<bfloat16, bfloat16>(backend, {true}, {300, 300, 192}, 80, 4);
+  check_product<bfloat16, bfloat16>(backend, {false}, {300, 300, 192, 3}, 90, 4);
 }
 
 // Broadcast inputs (a stride of 0): a batch sharing one weight matrix, or

@@ -249,6 +249,16 @@ int codegenMain(int argc, char** argv) {
         std::cerr << "pallas-codegen: " << k.instance << " (cp.async): " << error << "\n";
         return 1;
       }
+      // A cp.async form that needs more shared memory per block than any sm_8x part has
+      // (sm_80 / sm_87: 163 KiB; sm_86 / sm_89: 99 KiB) could never launch (a generic sm_80
+      // cubin runs on sm_8x only): it is dropped, cubin and emulator form, and such a device
+      // runs the direct twin (tma_path_unavailable). E.g. matmul's 128 x 256 tiles in four
+      // stages (196704 bytes), which the entry point gives sm_8x parts no shapes for.
+      constexpr int kLargestSm8xBlockShared = 163 * 1024;
+      if (std::erase_if(inst.gpu, [](const GpuBinary& bin) {
+            return bin.sm < 90 && bin.shared_bytes > kLargestSm8xBlockShared;
+          }) != 0)
+        inst.sm80_form = false;
     }
     // The lowering's block size (read from each cubin) and the spec's, which
     // the emulator's sm_80 form launches with, must agree.
@@ -277,7 +287,7 @@ int codegenMain(int argc, char** argv) {
       std::cerr << "pallas-codegen: " << k.instance << ": emulator form: " << error << "\n";
       return 1;
     }
-    if (staged) {  // the sm_80 (cp.async) form too: pallas_emu_kernel_<instance>_cp_async
+    if (inst.sm80_form) {  // the sm_80 (cp.async) form too: pallas_emu_kernel_<instance>_cp_async
       mlir::OwningOpRef<mlir::ModuleOp> emuCpAsync(mlir::ModuleOp(*k.module).clone());
       emuCpAsync->walk([](mlir::func::FuncOp f) {
         if (f->hasAttr(mlir::pallas::kKernelAttrName))

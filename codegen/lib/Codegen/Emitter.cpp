@@ -342,7 +342,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
         if (std::find(dims.begin(), dims.end(), e.dim_index()) == dims.end())
           dims.push_back(e.dim_index());
       } else if (e.kind() != edsl::DimExpr::Kind::kConst &&
-                 e.kind() != edsl::DimExpr::Kind::kDeviceSharedBytes) {
+                 e.kind() != edsl::DimExpr::Kind::kDeviceSharedBytes &&
+                 e.kind() != edsl::DimExpr::Kind::kPrograms) {
         collect(e.lhs());
         collect(e.rhs());
       }
@@ -395,32 +396,43 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
         ops[i].role == Role::kErrors)
       pooled.push_back(static_cast<int>(i));
   }
+  // (Emitted after a staged instance's fallback to its direct twin, which asks for its own.)
+  std::ostringstream rs;
+  // A count that reads persistent_programs(): the programs the launch will have.
+  bool reads_programs = false;
+  for (int i : pooled)
+    for (const edsl::DimExpr& e : ops[i].shape) reads_programs |= e.reads_programs();
+  if (reads_programs)
+    rs << "  int64_t programs = 0;\n"
+       << "  if (pallas::Status s = pallas::detail::persistent_programs(" << name << "_image, "
+       << launchedExtent(spec, 0) << ", launch, programs); !s.ok())\n    return s;\n";
   if (!pooled.empty()) {
-    os << "  pallas::detail::LaunchResources resources;\n";
+    rs << "  pallas::detail::LaunchResources resources;\n";
     for (int i : pooled) {
       // A workspace of several dims: the product of its extents (row-major).
-      os << "  const int64_t count_" << ops[i].name << " = ";
+      rs << "  const int64_t count_" << ops[i].name << " = ";
       for (size_t k = 0; k < ops[i].shape.size(); ++k)
-        os << (k ? " * " : "") << "int64_t{" << ops[i].shape[k].to_cpp() << "}";
+        rs << (k ? " * " : "") << "int64_t{" << ops[i].shape[k].to_cpp() << "}";
       if (ops[i].role == Role::kSemaphores &&
           ops[i].semaphore_scope == edsl::SemaphoreScope::kProgram)  // a slice per program
-        for (size_t a = 0; a < 3; ++a) os << " * (" << launchedExtent(spec, a) << ")";
-      os << ";\n";
+        for (size_t a = 0; a < 3; ++a) rs << " * (" << launchedExtent(spec, a) << ")";
+      rs << ";\n";
     }
-    os << "  const pallas::detail::ResourceRequest requests[] = {";
+    rs << "  const pallas::detail::ResourceRequest requests[] = {";
     for (int i : pooled)
-      os << "{static_cast<uint64_t>(count_" << ops[i].name << ") * sizeof(" << cppType(ops[i].dtype)
+      rs << "{static_cast<uint64_t>(count_" << ops[i].name << ") * sizeof(" << cppType(ops[i].dtype)
          << "), pallas::detail::ResourceKind::"
          << (ops[i].role == Role::kSemaphores ? "kSemaphores"
              : ops[i].role == Role::kErrors   ? "kErrors"
                                               : "kWorkspace")
          << "}, ";
-    os << "};\n";
-    os << "  if (pallas::Status s = pallas::detail::acquire_resources(" << name
+    rs << "};\n";
+    rs << "  if (pallas::Status s = pallas::detail::acquire_resources(" << name
        << "_image, launch, requests, resources); !s.ok())\n    return s;\n";
   }
   // Staged blocks: the TMA descriptors, or the direct twin when TMA cannot run here.
   std::string tmaArgs;
+  if (!spec.has_staged_blocks()) os << rs.str();
   if (spec.has_staged_blocks()) {
     std::string params;
     for (int i : entryParams(spec)) params += ops[i].name + ", ";
@@ -454,6 +466,7 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
        << "      launch.record->fallback = fallback;\n"
        << "      launch.record->fallback_operand = fallback_operand;\n    }\n"
        << "    return s;\n  }\n";
+    os << rs.str();
     for (size_t i = 0; i < ops.size(); ++i) {
       const OperandDecl& d = ops[i];
       if (!d.staged) continue;

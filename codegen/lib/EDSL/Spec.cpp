@@ -53,9 +53,19 @@ DimExpr DimExpr::device_shared_bytes() {
       Node{Kind::kDeviceSharedBytes, 0, -1, "device_shared_bytes", nullptr, nullptr}));
 }
 
+DimExpr DimExpr::persistent_programs() {
+  return DimExpr(std::make_shared<const Node>(
+      Node{Kind::kPrograms, 0, -1, "persistent_programs", nullptr, nullptr}));
+}
+
 bool DimExpr::reads_device() const {
   if (node_->kind == Kind::kDeviceSharedBytes) return true;
   return node_->lhs && (lhs().reads_device() || rhs().reads_device());
+}
+
+bool DimExpr::reads_programs() const {
+  if (node_->kind == Kind::kPrograms) return true;
+  return node_->lhs && (lhs().reads_programs() || rhs().reads_programs());
 }
 
 DimExpr DimExpr::binary(Kind kind, const DimExpr& a, const DimExpr& b) {
@@ -93,6 +103,8 @@ std::string DimExpr::print(bool cpp) const {
       return n.name;
     case Kind::kDeviceSharedBytes:
       return cpp ? "pallas::detail::device_shared_bytes(launch)" : "device_shared_bytes";
+    case Kind::kPrograms:  // the entry point's count (Emitter.cpp), before it asks for memory
+      return cpp ? "programs" : "persistent_programs";
     case Kind::kAdd:
       return "(" + sub(n.lhs, cpp) + " + " + sub(n.rhs, cpp) + ")";
     case Kind::kSub:
@@ -163,6 +175,7 @@ std::vector<DType> KernelSpec::dtype_params(const std::vector<std::string>& name
 int KernelSpec::variant(const std::string& name, std::vector<std::string> options, DimExpr choose) {
   if (options.empty()) fail("variant '" + name + "' has no options");
   if (variant_chooser_) fail("variant '" + name + "': a spec has at most one variant");
+  require_no_programs(choose, "variant '" + name + "' chooser");
   int slot = params_seen_++;
   int choice = slot < static_cast<int>(instance_choice_.size()) ? instance_choice_[slot] : 0;
   num_instances_ *= static_cast<int>(options.size());
@@ -239,7 +252,10 @@ Check KernelSpec::check(const std::string& message) {
 }
 
 Semaphores KernelSpec::semaphores(const std::string& name, DimExpr count, SemaphoreScope scope) {
-  require_no_device(count, "semaphores '" + name + "' count");
+  if (count.reads_device())
+    fail("semaphores '" + name + "' count is '" + count.to_string() +
+         "'; device_shared_bytes() may only choose a variant (spec.variant): a kernel and its "
+         "launch are shaped by the arrays alone");
   Operand op = add_operand(name, Role::kSemaphores, DType::i32, {std::move(count)});
   operands_[op.index].semaphore_scope = scope;
   return Semaphores(op.index, scope);
@@ -294,7 +310,10 @@ Operand KernelSpec::workspace(const std::string& name, DType dtype, DimExpr coun
 Operand KernelSpec::workspace(const std::string& name, DType dtype, std::vector<DimExpr> shape) {
   if (shape.empty()) fail("workspace '" + name + "' has no dims");
   for (size_t d = 0; d < shape.size(); ++d)
-    require_no_device(shape[d], "workspace '" + name + "' dim " + std::to_string(d));
+    if (shape[d].reads_device())
+      fail("workspace '" + name + "' dim " + std::to_string(d) + " is '" + shape[d].to_string() +
+           "'; device_shared_bytes() may only choose a variant (spec.variant): a kernel and its "
+           "launch are shaped by the arrays alone");
   const size_t rank = shape.size();
   Operand op = add_operand(name, Role::kWorkspace, dtype, std::move(shape));
   operands_[op.index].block = std::vector<BlockDim>(rank, BlockDim(full));
@@ -341,6 +360,14 @@ void KernelSpec::require_no_device(const DimExpr& e, const std::string& what) co
     fail(what + " is '" + e.to_string() +
          "'; device_shared_bytes() may only choose a variant (spec.variant): a kernel and its "
          "launch are shaped by the arrays alone");
+  require_no_programs(e, what);
+}
+
+void KernelSpec::require_no_programs(const DimExpr& e, const std::string& what) const {
+  if (e.reads_programs())
+    fail(what + " is '" + e.to_string() +
+         "'; persistent_programs() may only count a workspace's elements or semaphores (a "
+         "persistent grid's slots per program)");
 }
 
 void KernelSpec::grid(std::vector<DimExpr> axes) {
@@ -517,6 +544,10 @@ void KernelSpec::persistent(Persistent p) {
     fail("persistent: cluster " + std::to_string(p.cluster) +
          "; clusters of 1, 2 or 4 CTAs (at most 8 are portable, and the tile rows must "
          "divide by it)");
+  if (p.stream_k && p.cluster != 1)
+    fail("persistent: stream_k with cluster " + std::to_string(p.cluster) +
+         "; a stream-K walk runs without clusters (the CTAs of a cluster share their copies, "
+         "so they must walk the same steps)");
   persistent_ = p;
 }
 

@@ -553,6 +553,12 @@ mlir::MemRefType array_type(const OperandDecl& d, mlir::MLIRContext& ctx) {
 ///   rows = min(R - first, G), q = p - band G C,
 ///   row = first + q % rows, col = q / rows.
 ///
+/// A stream-K walk (Persistent::stream_k) numbers its tiles t the same way:
+/// its whole-tile rounds take u in [0, D K), tile w + (u / K) W, and its run
+/// the line's steps v = a_w + u - D K, tile D W + v / K, step v % K (Spec.h's
+/// Persistent has the cut and a worked example). tile_run()'s values come
+/// from the tile's line steps [q K, q K + K), q = v / K, against the run's.
+///
 /// In clusters of S = cluster_size CTAs (S divides R; the entry point asks
 /// for clusters only then) the walk above runs per cluster over a plane of
 /// R / S rows, with w the cluster's index (program / S), W the clusters,
@@ -630,10 +636,50 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
   for (int axis : parallel) tiles = mlir::arith::MulIOp::create(b, loc, tiles, walked[axis]);
   mlir::Value steps = extents[static_cast<size_t>(sequential)];
   mlir::Value zero = mlir::arith::ConstantIndexOp::create(b, loc, 0);
-  mlir::Value left = mlir::arith::MaxSIOp::create(
-      b, loc, mlir::arith::SubIOp::create(b, loc, tiles, worker), zero);
-  mlir::Value mine = mlir::arith::CeilDivSIOp::create(b, loc, left, workers);
-  mlir::Value total = mlir::arith::MulIOp::create(b, loc, mine, steps);
+  mlir::Value one = mlir::arith::ConstantIndexOp::create(b, loc, 1);
+  const bool stream_k = spec.persistence()->stream_k;
+  mlir::Value total;                   // this program's steps
+  mlir::Value whole_steps32;           // stream-K: D K, the steps of whole-tile rounds
+  mlir::Value run_begin32, run_end32;  // stream-K: its run [a_w, a_w+1) of the last T' K steps
+  mlir::Value rounds_tiles32;          // stream-K: D W, the tiles of the whole-tile rounds
+  if (!stream_k) {
+    mlir::Value left = mlir::arith::MaxSIOp::create(
+        b, loc, mlir::arith::SubIOp::create(b, loc, tiles, worker), zero);
+    mlir::Value mine = mlir::arith::CeilDivSIOp::create(b, loc, left, workers);
+    total = mlir::arith::MulIOp::create(b, loc, mine, steps);
+  } else {
+    // D = max(T / W - 1, 0) rounds of whole tiles, then T' = T - D W tiles
+    // as one line of T' K steps cut into runs: program w's is
+    // [a_w, a_w+1), a_w = min(w, V) T' K / V with V = min(W, T') runners
+    // (V = W unless a launch has more programs than tiles), so that every
+    // run is at least K steps and a tile has at most two parts. 64-bit, once.
+    mlir::Value workers1 = mlir::arith::MaxSIOp::create(b, loc, workers, one);
+    mlir::Value rounds = mlir::arith::MaxSIOp::create(
+        b, loc,
+        mlir::arith::SubIOp::create(b, loc, mlir::arith::DivUIOp::create(b, loc, tiles, workers1),
+                                    one),
+        zero);
+    mlir::Value rounds_tiles = mlir::arith::MulIOp::create(b, loc, rounds, workers);
+    mlir::Value last_tiles = mlir::arith::SubIOp::create(b, loc, tiles, rounds_tiles);
+    mlir::Value line = mlir::arith::MulIOp::create(b, loc, last_tiles, steps);
+    mlir::Value runners = mlir::arith::MaxSIOp::create(
+        b, loc, mlir::arith::MinSIOp::create(b, loc, workers, last_tiles), one);
+    auto run_start = [&](mlir::Value w) {
+      mlir::Value at = mlir::arith::MinSIOp::create(b, loc, w, runners);
+      return mlir::arith::DivUIOp::create(b, loc, mlir::arith::MulIOp::create(b, loc, at, line),
+                                          runners)
+          .getResult();
+    };
+    mlir::Value begin = run_start(worker);
+    mlir::Value end = run_start(mlir::arith::AddIOp::create(b, loc, worker, one));
+    mlir::Value whole_steps = mlir::arith::MulIOp::create(b, loc, rounds, steps);
+    total = mlir::arith::AddIOp::create(b, loc, whole_steps,
+                                        mlir::arith::SubIOp::create(b, loc, end, begin));
+    whole_steps32 = to32(whole_steps);
+    run_begin32 = to32(begin);
+    run_end32 = to32(end);
+    rounds_tiles32 = to32(rounds_tiles);
+  }
   const int64_t group = spec.persistence()->group_rows;
   mlir::Value steps32 = at_least_1(to32(steps)), worker32 = to32(worker),
               workers32 = at_least_1(to32(workers));
@@ -649,16 +695,51 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
     band_tiles = mul(group32, extents32[n - 1]);
   }
   mlir::Value size32 = to32(size), rank32 = to32(rank);
-  mlir::Value one = mlir::arith::ConstantIndexOp::create(b, loc, 1);
   auto loop = mlir::scf::ForOp::create(b, loc, zero, total, one);
   b.setInsertionPoint(loop.getBody()->getTerminator());
 
   // In the loop: step u's tile and indices.
   mlir::Value u = to32(loop.getInductionVar());
-  mlir::Value tile = add(worker32, mul(div(u, steps32), workers32));
+  mlir::Value tile, k_step;
+  if (!stream_k) {
+    tile = add(worker32, mul(div(u, steps32), workers32));
+    k_step = rem(u, steps32);
+  } else {
+    // A whole-tile round's step u: tile w + (u / K) W; a run's: the line's
+    // step v = a_w + u - D K, tile D W + v / K. One division either way.
+    auto cmp = [&](mlir::arith::CmpIPredicate p, mlir::Value x, mlir::Value y) {
+      return mlir::arith::CmpIOp::create(b, loc, p, x, y).getResult();
+    };
+    auto select = [&](mlir::Value c, mlir::Value x, mlir::Value y) {
+      return mlir::arith::SelectOp::create(b, loc, c, x, y).getResult();
+    };
+    using P = mlir::arith::CmpIPredicate;
+    mlir::Value whole = cmp(P::ult, u, whole_steps32);
+    mlir::Value v = add(run_begin32, sub(u, whole_steps32));
+    mlir::Value q = div(select(whole, u, v), steps32);
+    k_step = rem(select(whole, u, v), steps32);
+    tile = select(whole, add(worker32, mul(q, workers32)), add(rounds_tiles32, q));
+    // The tile's steps on the line, [q K, q K + K): begun before the run
+    // (this program runs the later part) or ending after it (the earlier).
+    mlir::Value tile_begin = mul(q, steps32);
+    mlir::Value in_run = mlir::arith::XOrIOp::create(
+        b, loc, whole, mlir::arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1));
+    mlir::Value begun_before =
+        mlir::arith::AndIOp::create(b, loc, in_run, cmp(P::ult, tile_begin, run_begin32));
+    mlir::Value ends_after = mlir::arith::AndIOp::create(
+        b, loc, in_run, cmp(P::ugt, add(tile_begin, steps32), run_end32));
+    mlir::Value last_u = sub(to32(total), c32(1));
+    t.tile_run_last_step = mlir::arith::OrIOp::create(
+        b, loc, cmp(P::eq, k_step, sub(steps32, c32(1))), cmp(P::eq, u, last_u));
+    t.tile_run_shared = mlir::arith::OrIOp::create(b, loc, begun_before, ends_after);
+    t.tile_run_later = begun_before;
+    // The split at a_w (the later part's program w) is number w - 1; the
+    // earlier part's program is w - 1 and its run ends there.
+    t.tile_run_split = to_index(select(begun_before, sub(worker32, c32(1)), worker32));
+  }
   t.sequential_ids.assign(static_cast<size_t>(t.grid_rank), mlir::Value());
   t.sequential_extents = extents;
-  t.sequential_ids[static_cast<size_t>(sequential)] = to_index(rem(u, steps32));
+  t.sequential_ids[static_cast<size_t>(sequential)] = to_index(k_step);
   mlir::Value inner = tile;  // the tile's index within its R x C plane (or line)
   if (n > 2) {               // the outer axes, row-major, then the plane
     mlir::Value outer = div(tile, plane);
@@ -723,6 +804,12 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     if (!bound[i])
       spec.fail("dim '" + spec.dim_names()[i] +
                 "' is not the dim of any operand, so no run-time value binds it");
+  for (const auto& d : ops)
+    for (const DimExpr& e : d.shape)
+      if (e.reads_programs() && !spec.persistence())
+        spec.fail("operand '" + d.name + "' has a dim '" + e.to_string() +
+                  "' that reads persistent_programs(), but the grid is not persistent "
+                  "(spec.persistent)");
   std::vector<std::string> ref_names;
   for (const auto& d : ops) {
     if (d.role == Role::kScalar || d.role == Role::kSemaphores || d.role == Role::kErrors) continue;

@@ -65,6 +65,9 @@ struct Trace {
   // index, which the CTAs of a cluster differ in; blocks whose indices do
   // not depend on it are multicast.
   mlir::Value cluster_row_id;
+  // A stream-K persistent grid (Persistent::stream_k): the current step's
+  // TileRun (i1, i1, i1, index), set by its loop.
+  mlir::Value tile_run_last_step, tile_run_shared, tile_run_later, tile_run_split;
 };
 
 inline thread_local Trace* current_trace = nullptr;

@@ -39,6 +39,8 @@ Value Value::cast(DType to, std::source_location where) const {
     if (width(from) < width(to)) return wrap(mlir::arith::ExtFOp::create(bd, l, target, v));
     return wrap(mlir::arith::TruncFOp::create(bd, l, target, v));
   }
+  if (from == DType::i1 && to == DType::index)  // 0 or 1 (a signed cast would give -1)
+    return wrap(mlir::arith::IndexCastUIOp::create(bd, l, target, v));
   if (from == DType::index || to == DType::index) {
     if (is_float(to)) {
       mlir::Value i =
@@ -390,6 +392,16 @@ Value num_programs(int axis, std::source_location where) {
                                                   b().getI32IntegerAttr(t.launched_axis[axis])));
 }
 
+TileRun tile_run(std::source_location where) {
+  Located here(where);
+  Trace& t = trace();
+  if (!t.spec->persistence() || !t.spec->persistence()->stream_k)
+    fail("tile_run() needs a stream-K persistent grid (spec.persistent with stream_k)");
+  if (!t.tile_run_last_step) fail("tile_run() outside the body");
+  return TileRun{wrap(t.tile_run_last_step), wrap(t.tile_run_shared), wrap(t.tile_run_later),
+                 wrap(t.tile_run_split)};
+}
+
 mlir::Value trace_state::materialize(const DimExpr& e) {
   Trace& t = trace();
   auto& bd = b();
@@ -409,6 +421,11 @@ mlir::Value trace_state::materialize(const DimExpr& e) {
     }
     case DimExpr::Kind::kDeviceSharedBytes:
       fail("a kernel reads device_shared_bytes(); it may only choose a variant (spec.variant)");
+    case DimExpr::Kind::kPrograms:  // the launched programs: CUDA's x
+      if (!t.spec->persistence())
+        fail("persistent_programs() in a grid that is not persistent (spec.persistent)");
+      return mlir::pallas::NumProgramsOp::create(bd, loc(), bd.getIndexType(),
+                                                 bd.getI32IntegerAttr(0));
     default:
       break;
   }

@@ -238,6 +238,14 @@ struct TmaOperand {
   bool written = false;
 };
 
+// The programs launch_kernel launches for a persistent `image` (KernelImage::persistent) of
+// `tiles` tiles without clusters, into `programs` (DimExpr::persistent_programs(), which an
+// entry point evaluates before it asks for the launch's memory): CUDA, min(tiles, SMs x the
+// programs an SM keeps resident); the emulator, min(tiles, EmulatorOptions::concurrent_programs);
+// the host, 1; 0 for no tiles. Errors as launch_kernel's (no cubin for the device, ...).
+Status persistent_programs(const KernelImage& image, int64_t tiles, const Launch& launch,
+                           int64_t& programs);
+
 // Why the TMA instance `image` cannot run for `launch`, or null when it can: CUDA when the
 // current device has one of its cubins (sm_90a, or its cp.async form) and the shared memory
 // its pipeline needs, the emulator when the GPU it stands for has that shared memory, the

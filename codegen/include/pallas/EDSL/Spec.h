@@ -68,7 +68,19 @@ class SpecError : public std::runtime_error {
 /// A variant's chooser may also read device_shared_bytes().
 class DimExpr {
  public:
-  enum class Kind { kDim, kConst, kDeviceSharedBytes, kAdd, kSub, kMul, kCdiv, kMax, kMin, kLe };
+  enum class Kind {
+    kDim,
+    kConst,
+    kDeviceSharedBytes,
+    kPrograms,
+    kAdd,
+    kSub,
+    kMul,
+    kCdiv,
+    kMax,
+    kMin,
+    kLe
+  };
   DimExpr(int64_t value);  // NOLINT: constants convert implicitly
   static DimExpr dim(int index, std::string name);
   /// The bytes of shared memory one program may have on the device the
@@ -77,8 +89,14 @@ class DimExpr {
   /// read it (the entry point evaluates it; kernels cannot): e.g. a tile too
   /// big for sm_86 / sm_89's 99 KiB gives way to a smaller one.
   static DimExpr device_shared_bytes();
-  /// Whether the expression reads device_shared_bytes().
+  /// The programs a persistent grid launches (KernelSpec::persistent: at most
+  /// its tiles, as many as the device keeps resident). Only the count of a
+  /// workspace or of semaphores may read it, e.g. a stream-K grid's slots
+  /// for partial tiles, one pair per program.
+  static DimExpr persistent_programs();
+  /// Whether the expression reads device_shared_bytes() / persistent_programs().
   bool reads_device() const;
+  bool reads_programs() const;
 
   Kind kind() const { return node_->kind; }
   int dim_index() const { return node_->dim_index; }
@@ -387,9 +405,29 @@ struct WarpSpecialization {
 /// cluster plane is [2, 3]; cluster 0 walks its tiles 0, 2, 4 = (0,0) (0,2)
 /// (1,1), so program 0 (rank 0) does tiles (0,0) (0,2) (2,1) and program 1
 /// (rank 1) does (1,0) (1,2) (3,1).
+///
+/// `stream_k` (CUTLASS's stream-K, its data-parallel + stream-K hybrid; no
+/// clusters) splits the last tiles' K steps evenly between the programs, so
+/// that a last wave of tiles that would keep only some SMs busy is shared by
+/// all: with T tiles, K steps a tile and W programs, the first D = T / W - 1
+/// rounds (none when T < 2 W) are whole tiles as above (program w: tiles w,
+/// w + W, ...), and the T' = T - D W tiles left (W <= T' < 2 W) are one
+/// line of T' K steps cut into W runs, program w's steps
+/// [w T' K / W, (w + 1) T' K / W). A run is at least K steps long, so a
+/// tile is run whole by one program or in two parts by two (the earlier
+/// part by program w - 1 at the end of its run, the later one by program w
+/// at its start); tile_run() tells the body which (the two parts' sum is
+/// the body's to make: matmul stores its partial accumulators and the second
+/// to arrive adds the other's). Worked example, T = 5 tiles of K = 4 steps,
+/// W = 3: D = 0, 20 steps cut at 6 and 13: program 0 runs tile 0 and steps
+/// 0-1 of tile 1; program 1 steps 2-3 of tile 1, tile 2, step 0 of tile 3;
+/// program 2 steps 1-3 of tile 3 and tile 4. Two rounds of whole tiles would
+/// take 8 steps of time; these runs take at most 7. When W divides T every
+/// run is one whole tile: the plain walk.
 struct Persistent {
   int group_rows = 1;
   int cluster = 1;
+  bool stream_k = false;
 };
 
 /// How dot multiplies: `b` given as [N, K] (its rows are the columns of the
@@ -415,6 +453,25 @@ Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype = i32,
 /// The current program's index along a grid axis, and the grid extent.
 Value program_id(int axis, std::source_location where = std::source_location::current());
 Value num_programs(int axis, std::source_location where = std::source_location::current());
+
+/// In a stream-K persistent grid (Persistent::stream_k), how this program
+/// runs the tile of the current step (program_id gives the tile and its K
+/// step as in any grid):
+struct TileRun {
+  /// i1: the last step this program runs of the tile: its last K step, or
+  /// (the earlier part of a shared tile) the program's last step.
+  Value last_step;
+  /// i1: two programs run the tile's K steps, each a part of them.
+  Value shared;
+  /// i1: of a shared tile, this program runs the later part (the one that
+  /// ends with the tile's last K step).
+  Value later;
+  /// index: of a shared tile, which of the at most programs - 1 shared tiles
+  /// it is (both parts get the same id): a slot for partial results, a
+  /// semaphore to meet at. Worked example (Persistent's): tile 1 is 0, tile 3 is 1.
+  Value split;
+};
+TileRun tile_run(std::source_location where = std::source_location::current());
 
 // Reductions. Without an axis they reduce every element to a scalar; with one,
 // they reduce that axis (kept as extent 1 with keepdims). Floats: sum adds in
@@ -848,6 +905,8 @@ class KernelSpec {
   int variant(const std::string& name, std::vector<std::string> options, DimExpr choose);
   /// DimExpr::device_shared_bytes(), for a variant's chooser.
   static DimExpr device_shared_bytes() { return DimExpr::device_shared_bytes(); }
+  /// DimExpr::persistent_programs(), for a workspace's or semaphores' count.
+  static DimExpr persistent_programs() { return DimExpr::persistent_programs(); }
   /// A run-time array dim, bound by the first operand using it.
   DimExpr dim(const std::string& name);
   Operand input(const std::string& name, DType dtype, std::vector<DimExpr> shape);
@@ -1032,8 +1091,10 @@ class KernelSpec {
   [[noreturn]] void fail(const std::string& message) const;
 
  private:
-  /// Fails naming `what` when `e` reads device_shared_bytes().
+  /// Fails naming `what` when `e` reads device_shared_bytes() or persistent_programs().
   void require_no_device(const DimExpr& e, const std::string& what) const;
+  /// Fails naming `what` when `e` reads persistent_programs().
+  void require_no_programs(const DimExpr& e, const std::string& what) const;
   template <class F, size_t... I>
   static void call_with_refs(F& f, std::span<const Ref> refs, std::index_sequence<I...>) {
     f(refs[I]...);
