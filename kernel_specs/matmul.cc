@@ -300,8 +300,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     alpha = spec.scalar("alpha", f32);
     beta = spec.scalar("beta", f32);
   }
-  // Split-K: the partial tiles (S per tile of D) and a semaphore per tile;
-  // empty for the other schedule (every instance declares the same operands).
+  // Every instance declares the same operands: partial tiles in a workspace and semaphores,
+  // split-K's (S per tile of D, a semaphore per tile) or the stream-K walk's (below).
   DimExpr tiles = cdiv(m, kTileM) * cdiv(n, kTileN);
   Splits splits = splits_for(tiles, cdiv(k, kTileK));
   // The partial tiles side by side, [min(M, 128), S tiles x 128 x 64 ... ]: tile t's split s
@@ -313,16 +313,21 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // 16 bytes wide instead of one float each.
   // The tiles schedule's stream-K walk (see spec.persistent below): a pair of partial tiles
   // per program, [programs x 2 x kTileM, kTileN], split j's earlier part rows
-  // [2 j kTileM, + kTileM), its later part the next kTileM, and a semaphore per split.
+  // [2 j kTileM, + kTileM), its later part the next kTileM, and a semaphore per split; no
+  // slots where the programs divide the tiles (T <= W too), so that no tile is cut (on 132
+  // SMs the slots of 128 x 256 tiles are 33 MiB).
   const DimExpr programs = KernelSpec::persistent_programs();
-  if (!form.batched && swapped)
+  const DimExpr walked_tiles = form.batched ? batch[0] * tiles : tiles;
+  const DimExpr w = max(programs, 1);
+  const DimExpr tiles_past_rounds = walked_tiles - w * (cdiv(walked_tiles + 1, w) - 1);
+  const DimExpr cut = DimExpr(1) - le(tiles_past_rounds, 0);
+  if (swapped)
     spec.workspace("partials", f32, {splits.count * tiles * kTileN, min(cdiv(m, 4) * 4, kTileM)});
-  else if (!form.batched)
+  else
     spec.workspace("partials", f32,
-                   {split ? min(m, kTileM) : programs * 2 * kTileM,
+                   {split ? min(m, kTileM) : programs * 2 * kTileM * cut,
                     split ? splits.count * tiles * kTileN : DimExpr(kTileN)});
-  Semaphores arrived;
-  if (!form.batched) arrived = spec.semaphores("arrived", split ? tiles : programs);
+  Semaphores arrived = spec.semaphores("arrived", split ? tiles : programs);
   // With K = 0 the product is zero and D is still its epilogue (BLAS's
   // D = beta C): the direct twin, which the entry point runs then (TMA needs
   // positive extents), takes one K step of blocks past the array. (The TMA
@@ -366,8 +371,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // rounds (the last with 80 of 132 SMs busy), this one 2.61 (166.8 steps a program against
   // 192: 13 % less time if a step costs the same; a cut tile adds a 128 KiB store and load of
   // partials, a fence and an atomic to its two programs). When W divides the tiles it is the
-  // plain walk. (Batched products keep the plain walk: they have no workspace yet.)
-  if (!split) spec.persistent({.group_rows = wide ? 16 : 8, .stream_k = !form.batched});
+  // plain walk. Batched products walk their batch entries' tiles as one line (the batch
+  // index outermost), so the cut may fall in any entry.
+  if (!split) spec.persistent({.group_rows = wide ? 16 : 8, .stream_k = true});
   if (in_place) {
     // Pallas' pipelined wgmma: step k's multiply stays in flight while step
     // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
@@ -476,8 +482,6 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // (16 values a thread), 32 with a bias (whose values and masks ride
   // beside them) spill nothing (sass.no_spills checks every instance).
   const int64_t kEpilogueCols = !two_consumers ? kTileN : extra == Extra::kBiasRow ? 32 : 64;
-  // The tile's product r is complete: D = epilogue(r), or with split-K this
-  // split's part of it, summed by the split that completes the tile.
   // D = epilogue(acc [+ other(c0)]), chunk by chunk: `other`, where given, loads the same
   // chunk of the other part's partial tile (a stream-K tile cut in two).
   auto store_tile = [=](const Ref& acc, const Ref* e, const Ref& d,
@@ -507,11 +511,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
       });
     });
   };
+  // Split-K: the tile's product r is complete for this split, whose part is summed by the
+  // split that completes the tile.
   auto finish = [=](const Ref& acc, const Ref* e, const Ref& d, const Ref* partials) {
-    if (!split) {
-      store_tile(acc, e, d, nullptr);
-      return;
-    }
     const int64_t slab = 16;
     Value tile = program_id(0) * num_programs(1) + program_id(1);
     Value count = num_programs(2);
@@ -615,8 +617,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     when(run.last_step, [&] { finish_run(acc, e, d, partials, run); });
   };
   if (form.batched) {  // no epilogue operand, no split
-    spec.body([=](Ref a, Ref b, Ref d, Ref acc) {
-      step(a, b, acc, [&](const Ref& r) { finish(r, nullptr, d, nullptr); });
+    spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref partials) {
+      run_step(a, b, acc, nullptr, d, partials);
     });
   } else if (extra == Extra::kNone) {
     spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref partials) {

@@ -693,6 +693,26 @@ void persistent_wgmma(KernelSpec& spec, int cluster) {
 PALLAS_KERNEL(persistent_wgmma) { persistent_wgmma(spec, 1); }
 PALLAS_KERNEL(persistent_wgmma_cluster) { persistent_wgmma(spec, 2); }
 
+// The stream-K walk itself (Persistent::stream_k, tile rows in bands of 1):
+// each step writes what tile_run() says of it into out[row, col, k]:
+// last_step + 2 shared + 4 later + 8 (split + 1) where the tile is shared
+// (features_test.cc computes the same from Spec.h's description of the walk).
+PALLAS_KERNEL(stream_k_walk) {
+  DimExpr rows = spec.dim("rows"), cols = spec.dim("cols"), steps = spec.dim("steps");
+  Operand out = spec.output("out", i32, {rows, cols, steps});
+  spec.grid({rows, cols, steps});
+  spec.dimension_semantics({parallel, parallel, arbitrary});
+  spec.persistent({.group_rows = 1, .stream_k = true});
+  spec.block(out, {full, full, full}, [](const ProgramIds&) { return at(0, 0, 0); });
+  spec.body([](Ref out) {
+    const TileRun run = tile_run();
+    const Value shared = run.shared.cast(i32);
+    const Value what = run.last_step.cast(i32) + shared * 2 + run.later.cast(i32) * 4 +
+                       (run.split.cast(i32) + 1) * 8 * shared;
+    out.store_at(what, {program_id(0), program_id(1), program_id(2)});
+  });
+}
+
 // persistent_wgmma in a stream-K walk (Persistent::stream_k): the last tiles'
 // K steps are cut evenly between the programs, so a tile may be run in two
 // parts. Each part ends by storing its partial accumulator in its slot (a

@@ -46,6 +46,7 @@
 #include <pallas/kernels/power.h>
 #include <pallas/kernels/row_sums_sequential.h>
 #include <pallas/kernels/scratch_and_while.h>
+#include <pallas/kernels/stream_k_walk.h>
 #include <pallas/kernels/swap_halves.h>
 #include <pallas/kernels/tile_column_softmax_16x128.h>
 #include <pallas/kernels/tile_column_softmax_8x256.h>
@@ -1202,6 +1203,53 @@ TEST_P(FeaturesTest, PersistentWgmmaWalksEveryTileOnce) {
     }
 }
 
+// The stream-K walk step by step (stream_k_walk): every (tile, k) step is run
+// (out starts at -1) and says what Spec.h's Persistent describes: T tiles, K
+// steps, W programs; D = max(T / W - 1, 0) rounds of whole tiles, then the
+// line of the last T' = T - D W tiles' steps cut at a_w = w T' K / W (W <= T').
+// Emulator: W = 1..7 on 1..23 tiles of 1..5 steps (W == T, W dividing T, one
+// step, more rounds); the host: one program.
+TEST_P(FeaturesTest, StreamKWalkCutsTheLastRoundsEvenly) {
+  if (GetParam() == Backend::kCuda) GTEST_SKIP() << "the program count is the device's";
+  struct Case {
+    int64_t rows, cols, steps;
+  };
+  for (Case c :
+       {Case{1, 1, 1}, Case{3, 5, 4}, Case{2, 3, 5}, Case{4, 5, 3}, Case{1, 23, 2}, Case{3, 4, 1}})
+    for (int programs : {1, 2, 3, 4, 5, 7}) {
+      if (GetParam() == Backend::kHost && programs != 1) continue;
+      const int64_t tiles = c.rows * c.cols, k = c.steps;
+      SCOPED_TRACE("tiles " + std::to_string(c.rows) + " x " + std::to_string(c.cols) + " steps " +
+                   std::to_string(k) + " programs " + std::to_string(programs));
+      Array<int32_t> out(GetParam(), tiles * k);
+      for (int32_t& v : out.host()) v = -1;
+      out.upload();
+      const Launch launch{GetParam(), nullptr, {.concurrent_programs = programs}};
+      Status st =
+          kernels::stream_k_walk(TensorView<int32_t, 3>(out.data(), {c.rows, c.cols, k}), launch);
+      ASSERT_TRUE(st.ok()) << st.message();
+      out.download();
+      const int64_t w_count = std::min<int64_t>(tiles, programs);
+      const int64_t rounds = std::max<int64_t>(tiles / w_count - 1, 0);
+      const int64_t last = tiles - rounds * w_count, line = last * k;
+      auto cut = [&](int64_t w) { return std::min<int64_t>(w, w_count) * line / w_count; };
+      for (int64_t t = 0; t < tiles; ++t)
+        for (int64_t s = 0; s < k; ++s) {
+          int64_t want = s == k - 1 ? 1 : 0;  // a whole tile's step
+          if (t >= rounds * w_count) {        // on the line: the run holding step v
+            const int64_t v = (t - rounds * w_count) * k + s, begin = v - s, end = begin + k;
+            int64_t w = 0;
+            while (cut(w + 1) <= v) ++w;
+            const bool later = begin<cut(w), earlier = end> cut(w + 1);
+            const bool last_step = s == k - 1 || v == cut(w + 1) - 1;
+            want = (last_step ? 1 : 0) + (later || earlier ? 2 : 0) + (later ? 4 : 0) +
+                   (later || earlier ? 8 * ((later ? w - 1 : w) + 1) : 0);
+          }
+          EXPECT_EQ(out.host()[t * k + s], want) << "tile " << t << " step " << s;
+        }
+    }
+}
+
 // persistent_wgmma in a stream-K walk (persistent_wgmma_stream_k): on the
 // emulator W = 2..5 programs cut the last tiles' K steps between them, so
 // tiles run in two parts meet at a semaphore and the second adds the other's
@@ -1213,7 +1261,9 @@ TEST_P(FeaturesTest, PersistentWgmmaWalksEveryTileOnce) {
 // between tiles. The host runs one program (whole tiles). A part summed
 // twice or never, or a tile done twice, shows in d (d += a @ b^T in place);
 // a semaphore left non-zero fails the emulator's check. sm_80: the cp.async
-// form; stride 139: the direct twin, stream-K too.
+// form; stride 139: the direct twin, stream-K too. On CUDA the device's
+// program count rules: [1408, 832] (143 tiles of 3 steps) on 132 SMs cuts
+// 429 steps into runs of 3 or 4.
 TEST_P(FeaturesTest, PersistentStreamKSumsEachTilesPartsOnce) {
   struct Shape {
     int64_t m, n, k, stride;
@@ -1221,9 +1271,12 @@ TEST_P(FeaturesTest, PersistentStreamKSumsEachTilesPartsOnce) {
   for (int cc : {90, 80}) {
     if (cc == 80 && GetParam() != Backend::kEmulator) continue;
     for (Shape sh : {Shape{300, 330, 130, 130}, Shape{129, 200, 640, 640}, Shape{400, 70, 64, 64},
-                     Shape{200, 130, 130, 139}})
+                     Shape{200, 130, 130, 139}, Shape{1408, 832, 192, 192}})
       for (int programs : {2, 3, 4, 5}) {
         if (GetParam() != Backend::kEmulator && programs != 2) continue;
+        // 143 tiles: on a GPU of 132 (or 114) SMs, one program each, most of the line cut; too
+        // many for the emulator and the host to be quick.
+        if ((GetParam() == Backend::kCuda) != (sh.m == 1408)) continue;
         const uint64_t schedule = programs == 4 ? 7 : 0;  // one random thread order
         const uint32_t seed = fresh_seed();
         SCOPED_TRACE("programs " + std::to_string(programs) + " sm_" + std::to_string(cc) + " m " +

@@ -615,7 +615,8 @@ TEST_P(MatmulTest, SchedulesInRandomOrders) {
 // epilogue family: none (128 x 256 tiles), bias + gelu (32-column chunks), C (128 x 128, six
 // stages and, capped at 150 KiB, three), the residual; the sm_80 form; the direct twin (a
 // padded row stride of 3 elements breaks TMA's 16-byte rule). On CUDA 176 tiles of 4 steps on
-// an H100's or H200's 132 SMs: 704 steps, 5 or 6 a program, most tiles in two parts.
+// an H100's or H200's 132 SMs: 704 steps, 5 or 6 a program, 88 of the 176 tiles in two parts.
+// Batched products walk every entry's tiles as one line.
 TEST_P(MatmulTest, StreamKFinishesTilesRunInTwoParts) {
   const Backend backend = GetParam();
   if (backend == Backend::kHost) GTEST_SKIP() << "the host runs one program: whole tiles";
@@ -636,6 +637,10 @@ TEST_P(MatmulTest, StreamKFinishesTilesRunInTwoParts) {
   check_product<half, half>(backend, {true, Epilogue::kResidual}, {300, 200, 192}, 90, 4);
   check_product<bfloat16, bfloat16>(backend, {true}, {300, 300, 192}, 80, 4);
   check_product<bfloat16, bfloat16>(backend, {false}, {300, 300, 192, 3}, 90, 4);
+  // Batched: 3 entries of 2 x 2 tiles of 128 x 128, one line of 12 tiles (the batch index
+  // outermost); 5 programs: a round of 5, then 21 steps cut at 4, 8, 12 and 16 (tiles 6, 7
+  // and 10 in two parts, tiles 6 and 7 in the second entry, 10 in the third).
+  check_product<half, float>(backend, {true}, {200, 130, 192, 0, 3, 8}, 90, 5);
 }
 
 // Broadcast inputs (a stride of 0): a batch sharing one weight matrix, or
