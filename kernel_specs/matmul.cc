@@ -311,11 +311,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // [(t S + s) 128, + 128). Rounded up, a row is whole 16-byte runs (M = 1: 4 floats, the
   // last three zero, since A's rows past M are TMA's zero fill), so the sum's loads are
   // 16 bytes wide instead of one float each.
-  // The tiles schedule's stream-K walk (see spec.persistent below): a pair of partial tiles
-  // per program, [programs x 2 x kTileM, kTileN], split j's earlier part rows
-  // [2 j kTileM, + kTileM), its later part the next kTileM, and a semaphore per split; no
-  // slots where the programs divide the tiles (T <= W too), so that no tile is cut (on 132
-  // SMs the slots of 128 x 256 tiles are 33 MiB).
+  // The tiles schedule's stream-K walk (see spec.persistent below): a partial tile per
+  // program, [programs x kTileM, kTileN], split j's rows [j kTileM, + kTileM) (the part that
+  // finishes first stores it), and a semaphore per split; no slots where the programs divide
+  // the tiles (T <= W too), so that no tile is cut (on 132 SMs the slots of 128 x 256 tiles
+  // are 16.5 MiB).
   const DimExpr programs = KernelSpec::persistent_programs();
   const DimExpr walked_tiles = form.batched ? batch[0] * tiles : tiles;
   const DimExpr w = max(programs, 1);
@@ -325,7 +325,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     spec.workspace("partials", f32, {splits.count * tiles * kTileN, min(cdiv(m, 4) * 4, kTileM)});
   else
     spec.workspace("partials", f32,
-                   {split ? min(m, kTileM) : programs * 2 * kTileM * cut,
+                   {split ? min(m, kTileM) : programs * kTileM * cut,
                     split ? splits.count * tiles * kTileN : DimExpr(kTileN)});
   Semaphores arrived = spec.semaphores("arrived", split ? tiles : programs);
   // With K = 0 the product is zero and D is still its epilogue (BLAS's
@@ -365,12 +365,12 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // The walk is stream-K (CUTLASS's data-parallel + stream-K hybrid, Spec.h's Persistent):
   // whole tiles in rounds of W (one program an SM) but for the last 1 to 2 rounds' worth,
   // whose K steps are cut evenly between the programs, so that no round runs with SMs idle.
-  // A tile cut in two ends in both programs with a partial tile in the workspace; the second
-  // to arrive adds the other's to its accumulator and writes D. E.g. 1024 x 11008 x 4096 in
-  // 128 x 256 tiles on 132 SMs: 344 tiles of 64 K steps, 2.6 rounds: the plain walk takes 3
+  // A tile cut in two meets at a semaphore: the part that finishes first leaves its partial
+  // tile in the workspace, the second adds it to its accumulator and writes D. E.g. 1024 x 11008 x
+  // 4096 in 128 x 256 tiles on 132 SMs: 344 tiles of 64 K steps, 2.6 rounds: the plain walk takes 3
   // rounds (the last with 80 of 132 SMs busy), this one 2.61 (166.8 steps a program against
   // 192: 13 % less time if a step costs the same; a cut tile adds a 128 KiB store and load of
-  // partials, a fence and an atomic to its two programs). When W divides the tiles it is the
+  // a partial, fences and atomics to its two programs). When W divides the tiles it is the
   // plain walk. Batched products walk their batch entries' tiles as one line (the batch
   // index outermost), so the cut may fall in any entry.
   if (!split) spec.persistent({.group_rows = wide ? 16 : 8, .stream_k = true});
@@ -492,22 +492,31 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     }
   };
   // The tiles schedule's end of a run of a tile (stream-K, TileRun): a whole tile's epilogue,
-  // or a part's partial tile stored in its slot and the meeting at the split's semaphore,
-  // where the second to arrive adds the other part's partial (a + b: the same sum whichever
-  // arrives second) and puts the semaphore back to zero.
+  // or the meeting of a cut tile's two parts at its split's semaphore. The first to finish its
+  // part (ticket 0: the old count) stores its partial tile in the split's slot and signals;
+  // the second waits for that signal (the first is running: it has taken its ticket) and adds the
+  // partial to its accumulator for the epilogue (a + b: the same sum whichever part came second),
+  // leaving the semaphore at zero. Only the first stores: the second, usually the program whose run
+  // ends the kernel, writes no partial it would not read. (Last-arriver-sums, split-K's way,
+  // would have both store: 128 KiB more at the tail of the kernel.)
   auto finish_run = [=](const Ref& acc, const Ref* e, const Ref& d, const Ref& partials,
                         const TileRun& run) {
     const Value shared = run.shared.cast(DType::index);
     when(shared == index(0), [&] { store_tile(acc, e, d, nullptr); });
     when(shared == index(1), [&] {
-      const Value later = run.later.cast(DType::index);
-      partials.store_at(acc.load(), {(run.split * index(2) + later) * index(kTileM), index(0)});
-      when(arrived.add(run.split, constant(1, i32)) == constant(1, i32), [&] {
-        const Value other_row = (run.split * index(2) + index(1) - later) * index(kTileM);
+      const Value slot = run.split * index(kTileM);
+      const Value ticket = arrived.add(run.split, constant(1, i32));
+      when(ticket == constant(0, i32), [&] {
+        partials.store_at(acc.load(), {slot, index(0)});
+        arrived.signal(run.split, constant(1, i32));  // the partial is there
+      });
+      // The second's ticket is 1, or 2 if the first has signalled already: either way 3 is
+      // both arrivals and the signal.
+      when(ticket != constant(0, i32), [&] {
+        arrived.wait(run.split, constant(3, i32));  // and back to 0
         store_tile(acc, e, d, [&](int64_t c0) {
-          return partials.load_at({other_row, index(c0)}, {kTileM, kEpilogueCols});
+          return partials.load_at({slot, index(c0)}, {kTileM, kEpilogueCols});
         });
-        arrived.add(run.split, constant(-2, i32));
       });
     });
   };
