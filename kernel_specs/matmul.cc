@@ -304,6 +304,12 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // split-K's (S per tile of D, a semaphore per tile) or the stream-K walk's (below).
   DimExpr tiles = cdiv(m, kTileM) * cdiv(n, kTileN);
   Splits splits = splits_for(tiles, cdiv(k, kTileK));
+  // With K = 0 the product is zero and D is still its epilogue (BLAS's
+  // D = beta C): the direct twin, which the entry point runs then (TMA needs
+  // positive extents), takes one K step of blocks past the array. (The TMA
+  // instances keep cdiv: one more max in their index math made the 128 x 128
+  // sm_80 forms spill.)
+  const DimExpr k_steps = spec.direct() ? max(cdiv(k, kTileK), 1) : cdiv(k, kTileK);
   // The partial tiles side by side, [min(M, 128), S tiles x 128 x 64 ... ]: tile t's split s
   // is columns [(t S + s) 64, + 64). Rows past M (a decode step's M of 1..127) are past the
   // workspace's first extent: stores skip them and loads read 0, so they cost no traffic.
@@ -314,13 +320,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // The tiles schedule's stream-K walk (see spec.persistent below): a partial tile per
   // program, [programs x kTileM, kTileN], split j's rows [j kTileM, + kTileM) (the part that
   // finishes first stores it), and a semaphore per split; no slots where the programs divide
-  // the tiles (T <= W too), so that no tile is cut (on 132 SMs the slots of 128 x 256 tiles
-  // are 16.5 MiB).
+  // the tiles (T <= W too) or a tile is one K step, so that no tile is cut (on 132 SMs the
+  // slots of 128 x 256 tiles are 16.5 MiB).
   const DimExpr programs = KernelSpec::persistent_programs();
   const DimExpr walked_tiles = form.batched ? batch[0] * tiles : tiles;
   const DimExpr w = max(programs, 1);
   const DimExpr tiles_past_rounds = walked_tiles - w * (cdiv(walked_tiles + 1, w) - 1);
-  const DimExpr cut = DimExpr(1) - le(tiles_past_rounds, 0);
+  const DimExpr cut = (DimExpr(1) - le(tiles_past_rounds, 0)) * (DimExpr(1) - le(k_steps, 1));
   if (swapped)
     spec.workspace("partials", f32, {splits.count * tiles * kTileN, min(cdiv(m, 4) * 4, kTileM)});
   else
@@ -328,12 +334,6 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
                    {split ? min(m, kTileM) : programs * kTileM * cut,
                     split ? splits.count * tiles * kTileN : DimExpr(kTileN)});
   Semaphores arrived = spec.semaphores("arrived", split ? tiles : programs);
-  // With K = 0 the product is zero and D is still its epilogue (BLAS's
-  // D = beta C): the direct twin, which the entry point runs then (TMA needs
-  // positive extents), takes one K step of blocks past the array. (The TMA
-  // instances keep cdiv: one more max in their index math made the 128 x 128
-  // sm_80 forms spill.)
-  const DimExpr k_steps = spec.direct() ? max(cdiv(k, kTileK), 1) : cdiv(k, kTileK);
   std::vector<DimExpr> grid = mat({cdiv(m, kTileM), cdiv(n, kTileN), k_steps});
   if (split) grid = {cdiv(m, kTileM), cdiv(n, kTileN), splits.count, splits.per};
   std::vector<Semantics> semantics(grid.size(), parallel);

@@ -417,8 +417,8 @@ struct WarpSpecialization {
 /// tile is run whole by one program or in two parts by two (the earlier
 /// part by program w - 1 at the end of its run, the later one by program w
 /// at its start); tile_run() tells the body which (the two parts' sum is
-/// the body's to make: matmul stores its partial accumulators and the second
-/// to arrive adds the other's). Worked example, T = 5 tiles of K = 4 steps,
+/// the body's to make: in matmul the part that finishes first stores its
+/// partial accumulator and the second adds it). Worked example, T = 5 tiles of K = 4 steps,
 /// W = 3: D = 0, 20 steps cut at 6 and 13: program 0 runs tile 0 and steps
 /// 0-1 of tile 1; program 1 steps 2-3 of tile 1, tile 2, step 0 of tile 3;
 /// program 2 steps 1-3 of tile 3 and tile 4. Two rounds of whole tiles would
