@@ -212,6 +212,16 @@ Status resident_per_sm(const KernelImage& image, cudaKernel_t kernel, int thread
   return Status::Ok();
 }
 
+// The device's info, the image's cubin for it and its kernel, loaded once. Called with the
+// cache locked.
+Status kernel_for_device(LoadCache& cache, const KernelImage& image, int device, DeviceInfo& info,
+                         const Cubin*& cubin, cudaKernel_t& kernel) {
+  if (Status s = device_info(cache, kernel_name(image), device, info); !s.ok()) return s;
+  cubin = select_cubin(image.cubins, info.sm);
+  if (cubin == nullptr) return no_binary(image, device, info.sm);
+  return load_kernel(cache, image, *cubin, device, info, kernel);
+}
+
 // The programs launch_cuda gives a persistent grid of `tiles` without clusters: one per
 // resident CTA, at most one per tile.
 Status cuda_persistent_programs(const KernelImage& image, int64_t tiles, int64_t& programs) {
@@ -222,11 +232,9 @@ Status cuda_persistent_programs(const KernelImage& image, int64_t tiles, int64_t
   LoadCache& cache = load_cache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   DeviceInfo info;
-  if (Status s = device_info(cache, name, device, info); !s.ok()) return s;
-  const Cubin* cubin = select_cubin(image.cubins, info.sm);
-  if (cubin == nullptr) return no_binary(image, device, info.sm);
+  const Cubin* cubin = nullptr;
   cudaKernel_t kernel = nullptr;
-  if (Status s = load_kernel(cache, image, *cubin, device, info, kernel); !s.ok()) return s;
+  if (Status s = kernel_for_device(cache, image, device, info, cubin, kernel); !s.ok()) return s;
   const int threads = cubin->threads > 0 && cubin->threads <= 1024 ? cubin->threads : image.threads;
   LoadedKernel& loaded = cache.kernels[{cubin->data, image.symbol, device}];
   if (Status s = resident_per_sm(image, kernel, threads, device, loaded); !s.ok()) return s;
@@ -274,10 +282,8 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
     LoadCache& cache = load_cache();
     std::lock_guard<std::mutex> lock(cache.mutex);
     DeviceInfo info;
-    if (Status s = device_info(cache, name, device, info); !s.ok()) return s;
-    const Cubin* cubin = select_cubin(image.cubins, info.sm);
-    if (cubin == nullptr) return no_binary(image, device, info.sm);
-    if (Status s = load_kernel(cache, image, *cubin, device, info, kernel); !s.ok()) return s;
+    const Cubin* cubin = nullptr;
+    if (Status s = kernel_for_device(cache, image, device, info, cubin, kernel); !s.ok()) return s;
     if (cubin->threads < 0 || cubin->threads > 1024) {
       return Status::Error(StatusCode::kInvalidArgument,
                            std::string(name) + ": its " +

@@ -653,7 +653,7 @@ PALLAS_KERNEL(pipelined_wgmma_ws2) { pipelined_wgmma<true, true, 2>(spec); }
 // even): the CTAs of a cluster take tiles of rows 2 r and 2 r + 1 of a
 // column, whose b block is the same, and load it once, multicast, each CTA
 // one of its two copies (tiling [32, 64]).
-void persistent_wgmma(KernelSpec& spec, int cluster) {
+void persistent_wgmma(KernelSpec& spec, int cluster, bool stream_k = false) {
   constexpr int64_t kTileM = 128, kTileN = 64;
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
   Operand a = spec.input("a", bf16, {m, k});
@@ -661,11 +661,16 @@ void persistent_wgmma(KernelSpec& spec, int cluster) {
   Operand c = spec.input("c", f32, {m, n});
   Operand d = spec.output("d", f32, {m, n});
   spec.alias(c, d);
+  Semaphores met;  // stream-K (persistent_wgmma_stream_k, below): a pair of slots per split
+  if (stream_k) {
+    spec.workspace("partials", f32, {KernelSpec::persistent_programs() * 2 * kTileM, kTileN});
+    met = spec.semaphores("met", KernelSpec::persistent_programs());
+  }
   spec.threads(256);
   spec.accumulator("acc", {kTileM, kTileN});
   spec.grid({cdiv(m, kTileM), cdiv(n, kTileN), cdiv(k, 64)});
   spec.dimension_semantics({parallel, parallel, arbitrary});
-  spec.persistent({.group_rows = 2, .cluster = cluster});
+  spec.persistent({.group_rows = 2, .cluster = cluster, .stream_k = stream_k});
   spec.max_concurrent_steps(3);
   spec.delay_release(1);
   spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
@@ -680,14 +685,40 @@ void persistent_wgmma(KernelSpec& spec, int cluster) {
   spec.block(c, {Blocked{kTileM}, Blocked{kTileN}}, tile);
   spec.block(d, {Blocked{kTileM}, Blocked{kTileN}}, tile);
   const bool staged = !spec.direct();
-  spec.body([staged](Ref a, Ref b, Ref c, Ref d, Ref acc) {
+  auto multiply = [staged](Ref& a, Ref& b, Ref& acc) {
     if (staged) {
       wgmma(acc, a, b, {.transpose_b = true});
       wgmma_wait(1);
     } else {
       acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = true}));
     }
-    when(program_id(2) == num_programs(2) - index(1), [&] { d.store(c.load() + acc.load()); });
+  };
+  if (!stream_k) {
+    spec.body([multiply](Ref a, Ref b, Ref c, Ref d, Ref acc) {
+      multiply(a, b, acc);
+      when(program_id(2) == num_programs(2) - index(1), [&] { d.store(c.load() + acc.load()); });
+    });
+    return;
+  }
+  // Stream-K: a cut tile's two parts meet (persistent_wgmma_stream_k's comment).
+  spec.body([multiply, met](Ref a, Ref b, Ref c, Ref d, Ref partials, Ref acc) {
+    multiply(a, b, acc);
+    const TileRun run = tile_run();
+    const Value shared = run.shared.cast(DType::index);
+    when(run.last_step, [&] {
+      when(shared == index(0), [&] { d.store(c.load() + acc.load()); });
+      when(shared == index(1), [&] {
+        const Value later = run.later.cast(DType::index);
+        partials.store_at(acc.load(), {(run.split * index(2) + later) * index(kTileM), index(0)});
+        when(met.add(run.split, constant(1, i32)) == constant(1, i32), [&] {
+          const Value other = partials.load_at(
+              {(run.split * index(2) + index(1) - later) * index(kTileM), index(0)},
+              {kTileM, kTileN});
+          d.store(c.load() + (acc.load() + other));
+          met.add(run.split, constant(-2, i32));
+        });
+      });
+    });
   });
 }
 PALLAS_KERNEL(persistent_wgmma) { persistent_wgmma(spec, 1); }
@@ -721,62 +752,7 @@ PALLAS_KERNEL(stream_k_walk) {
 // and finishes the tile, and puts the semaphore back to zero. (The sum of two
 // floats does not depend on which came second.) A part summed twice or never
 // shows in d, as does a tile done twice.
-PALLAS_KERNEL(persistent_wgmma_stream_k) {
-  constexpr int64_t kTileM = 128, kTileN = 64;
-  DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
-  Operand a = spec.input("a", bf16, {m, k});
-  Operand b = spec.input("b", bf16, {n, k});
-  Operand c = spec.input("c", f32, {m, n});
-  Operand d = spec.output("d", f32, {m, n});
-  spec.alias(c, d);
-  Operand partials =
-      spec.workspace("partials", f32, {KernelSpec::persistent_programs() * 2 * kTileM, kTileN});
-  (void)partials;
-  Semaphores met = spec.semaphores("met", KernelSpec::persistent_programs());
-  spec.threads(256);
-  spec.accumulator("acc", {kTileM, kTileN});
-  spec.grid({cdiv(m, kTileM), cdiv(n, kTileN), cdiv(k, 64)});
-  spec.dimension_semantics({parallel, parallel, arbitrary});
-  spec.persistent({.group_rows = 2, .stream_k = true});
-  spec.max_concurrent_steps(3);
-  spec.delay_release(1);
-  spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
-  const InShared swizzled{.swizzle = 128};
-  auto tile = [](const ProgramIds& p) { return at(p[0], p[1]); };
-  spec.block(
-      a, {Blocked{kTileM}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[2]); },
-      swizzled);
-  spec.block(
-      b, {Blocked{kTileN}, Blocked{64}}, [](const ProgramIds& p) { return at(p[1], p[2]); },
-      swizzled);
-  spec.block(c, {Blocked{kTileM}, Blocked{kTileN}}, tile);
-  spec.block(d, {Blocked{kTileM}, Blocked{kTileN}}, tile);
-  const bool staged = !spec.direct();
-  spec.body([staged, met](Ref a, Ref b, Ref c, Ref d, Ref partials, Ref acc) {
-    if (staged) {
-      wgmma(acc, a, b, {.transpose_b = true});
-      wgmma_wait(1);
-    } else {
-      acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = true}));
-    }
-    const TileRun run = tile_run();
-    const Value shared = run.shared.cast(DType::index);
-    when(run.last_step, [&] {
-      when(shared == index(0), [&] { d.store(c.load() + acc.load()); });
-      when(shared == index(1), [&] {
-        const Value later = run.later.cast(DType::index);
-        partials.store_at(acc.load(), {(run.split * index(2) + later) * index(kTileM), index(0)});
-        when(met.add(run.split, constant(1, i32)) == constant(1, i32), [&] {
-          const Value other = partials.load_at(
-              {(run.split * index(2) + index(1) - later) * index(kTileM), index(0)},
-              {kTileM, kTileN});
-          d.store(c.load() + (acc.load() + other));
-          met.add(run.split, constant(-2, i32));
-        });
-      });
-    });
-  });
-}
+PALLAS_KERNEL(persistent_wgmma_stream_k) { persistent_wgmma(spec, 1, true); }
 
 // Two products chained through registers, wgmma's `a` a value (attention's
 // P @ V, a fused MLP's down-projection): for each chunk c of 64 hidden units,
