@@ -1141,6 +1141,35 @@ TEST_P(FeaturesTest, PipelinedWgmmaMatchesTheReference) {
     }
 }
 
+// d += a @ b^T in place (d is also c) by a persistent wgmma kernel `run` (a, b [rows, k], row
+// stride `stride`) on fresh random data from `seed`, against the reference.
+struct PersistentShape {
+  int64_t m, n, k, stride;
+};
+template <class Run>
+void check_persistent_wgmma(Backend backend, PersistentShape sh, uint32_t seed,
+                            const Launch& launch, Run run) {
+  std::mt19937 rng(seed);
+  Array<bfloat16> a(backend, sh.m * sh.stride), b(backend, sh.n * sh.stride);
+  Array<float> d(backend, sh.m * sh.n);
+  a.fill_random(rng, -2, 2);
+  b.fill_random(rng, -2, 2);
+  d.fill_random(rng, -4, 4);
+  const std::vector<float> c(d.host().begin(), d.host().end());
+  a.upload();
+  b.upload();
+  d.upload();
+  const TensorView<const bfloat16, 2> av(a.data(), {sh.m, sh.k}, {sh.stride, 1});
+  const TensorView<const bfloat16, 2> bv(b.data(), {sh.n, sh.k}, {sh.stride, 1});
+  const TensorView<float, 2> dv(d.data(), {sh.m, sh.n}, {sh.n, 1});
+  const Status st = run(av, bv, dv, launch);
+  ASSERT_TRUE(st.ok()) << st.message();
+  d.download();
+  expect_product(
+      d, sh.m, sh.n, sh.k, [&](int64_t i, int64_t kk) { return a.host()[i * sh.stride + kk]; },
+      [&](int64_t kk, int64_t j) { return b.host()[j * sh.stride + kk]; }, &c);
+}
+
 // A persistent grid (persistent_wgmma: d += a @ b^T in place, two consumer
 // warpgroups, tiles in bands of 2 rows): on the emulator 3 programs walk up
 // to 18 tiles (uneven shares, a partial last band), one pipeline across each
@@ -1156,9 +1185,7 @@ TEST_P(FeaturesTest, PipelinedWgmmaMatchesTheReference) {
 // that missed a CTA, shows in d; a release that did not wait for the peer's
 // consumers fails the emulator's overwrite checks.
 TEST_P(FeaturesTest, PersistentWgmmaWalksEveryTileOnce) {
-  struct Shape {
-    int64_t m, n, k, stride;
-  };
+  using Shape = PersistentShape;
   for (int cluster : {1, 2})
     for (int cc : {90, 80}) {
       if (cc == 80 && GetParam() != Backend::kEmulator) continue;
@@ -1173,32 +1200,15 @@ TEST_P(FeaturesTest, PersistentWgmmaWalksEveryTileOnce) {
                        std::to_string(sh.m) + " n " + std::to_string(sh.n) + " k " +
                        std::to_string(sh.k) + " stride " + std::to_string(sh.stride) +
                        " schedule " + std::to_string(schedule) + " seed " + std::to_string(seed));
-          std::mt19937 rng(seed);
-          Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
-          Array<float> d(GetParam(), sh.m * sh.n);
-          a.fill_random(rng, -2, 2);
-          b.fill_random(rng, -2, 2);
-          d.fill_random(rng, -4, 4);
-          const std::vector<float> c(d.host().begin(), d.host().end());
-          a.upload();
-          b.upload();
-          d.upload();
           const Launch launch{GetParam(),
                               nullptr,
                               {.concurrent_programs = programs,
                                .schedule_seed = schedule,
                                .compute_capability = cc}};
-          const TensorView<const bfloat16, 2> av(a.data(), {sh.m, sh.k}, {sh.stride, 1});
-          const TensorView<const bfloat16, 2> bv(b.data(), {sh.n, sh.k}, {sh.stride, 1});
-          const TensorView<float, 2> dv(d.data(), {sh.m, sh.n}, {sh.n, 1});
-          Status st = cluster == 1 ? kernels::persistent_wgmma(av, bv, dv, launch)
-                                   : kernels::persistent_wgmma_cluster(av, bv, dv, launch);
-          ASSERT_TRUE(st.ok()) << st.message();
-          d.download();
-          expect_product(
-              d, sh.m, sh.n, sh.k,
-              [&](int64_t i, int64_t kk) { return a.host()[i * sh.stride + kk]; },
-              [&](int64_t kk, int64_t j) { return b.host()[j * sh.stride + kk]; }, &c);
+          check_persistent_wgmma(GetParam(), sh, seed, launch, [&](auto... args) {
+            return cluster == 1 ? kernels::persistent_wgmma(args...)
+                                : kernels::persistent_wgmma_cluster(args...);
+          });
         }
     }
 }
@@ -1265,9 +1275,7 @@ TEST_P(FeaturesTest, StreamKWalkCutsTheLastRoundsEvenly) {
 // program count rules: [1408, 832] (143 tiles of 3 steps) on 132 SMs cuts
 // 429 steps into runs of 3 or 4.
 TEST_P(FeaturesTest, PersistentStreamKSumsEachTilesPartsOnce) {
-  struct Shape {
-    int64_t m, n, k, stride;
-  };
+  using Shape = PersistentShape;
   for (int cc : {90, 80}) {
     if (cc == 80 && GetParam() != Backend::kEmulator) continue;
     for (Shape sh : {Shape{300, 330, 130, 130}, Shape{129, 200, 640, 640}, Shape{400, 70, 64, 64},
@@ -1283,30 +1291,13 @@ TEST_P(FeaturesTest, PersistentStreamKSumsEachTilesPartsOnce) {
                      std::to_string(sh.m) + " n " + std::to_string(sh.n) + " k " +
                      std::to_string(sh.k) + " stride " + std::to_string(sh.stride) + " seed " +
                      std::to_string(seed));
-        std::mt19937 rng(seed);
-        Array<bfloat16> a(GetParam(), sh.m * sh.stride), b(GetParam(), sh.n * sh.stride);
-        Array<float> d(GetParam(), sh.m * sh.n);
-        a.fill_random(rng, -2, 2);
-        b.fill_random(rng, -2, 2);
-        d.fill_random(rng, -4, 4);
-        const std::vector<float> c(d.host().begin(), d.host().end());
-        a.upload();
-        b.upload();
-        d.upload();
         const Launch launch{
             GetParam(),
             nullptr,
             {.concurrent_programs = programs, .schedule_seed = schedule, .compute_capability = cc}};
-        const TensorView<const bfloat16, 2> av(a.data(), {sh.m, sh.k}, {sh.stride, 1});
-        const TensorView<const bfloat16, 2> bv(b.data(), {sh.n, sh.k}, {sh.stride, 1});
-        const TensorView<float, 2> dv(d.data(), {sh.m, sh.n}, {sh.n, 1});
-        Status st = kernels::persistent_wgmma_stream_k(av, bv, dv, launch);
-        ASSERT_TRUE(st.ok()) << st.message();
-        d.download();
-        expect_product(
-            d, sh.m, sh.n, sh.k,
-            [&](int64_t i, int64_t kk) { return a.host()[i * sh.stride + kk]; },
-            [&](int64_t kk, int64_t j) { return b.host()[j * sh.stride + kk]; }, &c);
+        check_persistent_wgmma(GetParam(), sh, seed, launch, [](auto... args) {
+          return kernels::persistent_wgmma_stream_k(args...);
+        });
       }
   }
 }
