@@ -10,7 +10,8 @@
 // whose instance decides it): name both.
 //
 // Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 1024, 4096 with (N, K) in
-// (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)); products: `matmul_bt` (D = A B^T,
+// (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), and 1024 x N x 4096 whose 128 x 256
+// tiles are whole rounds of the SMs, N = 8448 on 132); products: `matmul_bt` (D = A B^T,
 // B [N, K], bf16 -> bf16; `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
 // N]) on the squares, `linear_bias_gelu` against
 // cuBLASLt's GELU_BIAS epilogue, and `gemm_bt` as a residual add (D = A B^T + C, beta 1; its
@@ -23,6 +24,9 @@
 // (the same inputs: a wrong kernel is reported, not timed). Weights rotate over enough copies that
 // they are read from HBM, not L2, as in a model. cuBLASLt is loaded at run time (dlopen), so the
 // program runs where the library is missing and says so. Without a device it exits 0.
+// A persistent row (the tiles schedule) also says how many programs walked its tiles, their K
+// steps (the stream-K walk's longest program, and the plain walk's for comparison) and the time
+// of a step: the measure of what the walk gains (walk_steps).
 
 #include <pallas/kernels.h>
 #include "cuda_check.h"
@@ -40,6 +44,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -250,7 +255,27 @@ struct Row {
   std::string instance;  // what the entry point launched (Launch::record), e.g. ..._splitk
   std::string why;       // why a direct twin ran instead, if one did
   std::array<int64_t, 3> grid;
+  int64_t programs;  // a persistent grid's programs (Launch::record), else 0
 };
+
+/// A persistent tiles-schedule row's K steps per program: its longest program's under the
+/// stream-K walk (Spec.h's Persistent: D = max(T / W - 1, 0) rounds of whole tiles, then the
+/// T' = T - D W tiles left as one line of T' x steps cut into V = min(W, T') even runs) and
+/// under the plain walk (cdiv(T, W) whole tiles), for T tiles of `steps` K steps and W
+/// programs. E.g. 1024 x 11008 x 4096 in 128 x 256 tiles on 132 SMs: T = 344, 64 steps:
+/// 167 against 192. Time over the first is the rate of a K step, which a walk that loses
+/// nothing to its last round keeps from shape to shape.
+struct WalkSteps {
+  int64_t stream_k, plain;
+};
+WalkSteps walk_steps(int64_t tiles, int64_t programs, int64_t steps) {
+  if (tiles <= 0 || programs <= 0) return {0, 0};
+  const int64_t rounds = std::max<int64_t>(tiles / programs - 1, 0);
+  const int64_t last = tiles - rounds * programs;
+  const int64_t runners = std::min(programs, last);
+  return {rounds * steps + (last * steps + runners - 1) / runners,
+          (tiles + programs - 1) / programs * steps};
+}
 
 /// The instance matmul_bt's entry point chose for a shape already benchmarked ("" if none).
 std::string chosen(const std::vector<Row>& rows, int64_t m, int64_t n, int64_t k) {
@@ -344,16 +369,27 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   const double peer_ms = peer ? median_ms(theirs, reps) : NAN;
   const std::string instance = record.instance ? record.instance : "?";
   const std::string why = fallback_text(record);  // a direct twin ran: say why
-  rows.push_back(
-      {product_name(product), m, n, k, ours_ms, peer_ms, max_error, instance, why, record.grid});
+  rows.push_back({product_name(product), m, n, k, ours_ms, peer_ms, max_error, instance, why,
+                  record.grid, record.programs});
   const double flop = 2.0 * m * n * k;
+  // A persistent row: its programs, their K steps (the stream-K walk's longest, the plain
+  // walk's) and the time of one.
+  std::string walk;
+  if (record.persistent && record.programs > 0) {
+    const WalkSteps w = walk_steps(record.grid[0], record.programs, (k + 63) / 64);
+    walk = "  " + std::to_string(record.programs) + " programs x " + std::to_string(w.stream_k) +
+           " steps (plain walk " + std::to_string(w.plain) + "), " +
+           std::to_string(static_cast<int>(ours_ms * 1e6 / std::max<int64_t>(w.stream_k, 1))) +
+           " ns a step";
+  }
   std::printf(
       "%-18s %6lld %6lld %6lld  ours %8.1f TFLOP/s  cuBLASLt %8.1f TFLOP/s  ours/theirs "
-      "time %.2fx  %s [%lld, %lld, %lld]%s\n",
+      "time %.2fx  %s [%lld, %lld, %lld]%s%s\n",
       product_name(product), static_cast<long long>(m), static_cast<long long>(n),
       static_cast<long long>(k), flop / (ours_ms * 1e9), flop / (peer_ms * 1e9), ours_ms / peer_ms,
       instance.c_str(), static_cast<long long>(record.grid[0]),
-      static_cast<long long>(record.grid[1]), static_cast<long long>(record.grid[2]), why.c_str());
+      static_cast<long long>(record.grid[1]), static_cast<long long>(record.grid[2]), why.c_str(),
+      walk.c_str());
   std::fflush(stdout);
   return true;
 }
@@ -391,7 +427,8 @@ void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int
       std::string(causal ? "causal_attention" : "attention") + (two_stages ? "/2stage" : "");
   const std::string instance = record.instance ? record.instance : "?";
   rows.push_back(
-      {op, batch * heads, seq, d, ms, NAN, NAN, instance, fallback_text(record), record.grid});
+      {op, batch * heads, seq, d, ms, NAN, NAN, instance, fallback_text(record), record.grid,
+       record.programs});
   std::printf(
       "%-18s b*h %4lld seq %6lld d %4lld  ours %8.1f TFLOP/s  %.2f of the best GEMM's "
       "%.1f  %s [%lld, %lld, %lld]\n",
@@ -464,6 +501,17 @@ int main(int argc, char** argv) {
       {4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
   for (auto [n, k] : llm)
     for (int64_t m : ms) run(Product::kMatmulBt, m, n, k);
+  // Whole rounds: 1024 x N x 4096 with N near 11008 such that the 128 x 256 tiles (8 rows of
+  // them) are a multiple of the SMs (132: N = 8448, 264 tiles, two rounds), where the stream-K
+  // walk cuts no tile: its time a K step is the plain walk's, which the ragged shapes' (1024 x
+  // 11008: 344 tiles, 2.6 rounds) keep if the cut tiles cost nothing, and exceed by up to
+  // plain / stream-K steps (192 / 167) if the walk gained nothing.
+  if (!quick) {
+    const int64_t sms = prop.multiProcessorCount, tile_rows = 1024 / 128;
+    const int64_t columns = sms / std::gcd(sms, tile_rows);  // the least whole-round count
+    const int64_t whole_n = 256 * columns * std::max<int64_t>((43 + columns / 2) / columns, 1);
+    run(Product::kMatmulBt, 1024, whole_n, 4096);
+  }
   // tiles128 against tiles only where the entry point ran the tiles schedule above
   // (elsewhere it runs split-K, whatever the shared memory).
   auto tiles_ran = [&](int64_t m, int64_t n, int64_t k) {
@@ -529,18 +577,24 @@ int main(int argc, char** argv) {
   if (!csv.empty()) {
     if (FILE* f = std::fopen(csv.c_str(), "w")) {
       std::fprintf(
-          f, "op,m,n,k,ours_ms,cublaslt_ms,ours_tflops,cublaslt_tflops,max_error,instance,grid\n");
+          f,
+          "op,m,n,k,ours_ms,cublaslt_ms,ours_tflops,cublaslt_tflops,max_error,instance,grid,"
+          "programs,walk_steps,plain_walk_steps\n");
       for (const Row& r : rows) {
         // Attention rows: m = batch x heads, n = seq, k = d.
         const bool attention = r.op.find("attention") != std::string::npos;
         const double flop = attention ? 4.0 * r.m * r.n * r.n * r.k * (r.op[0] == 'c' ? 0.5 : 1.0)
                                       : 2.0 * r.m * r.n * r.k;
-        std::fprintf(f, "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld\n",
+        const WalkSteps w =
+            attention ? WalkSteps{0, 0} : walk_steps(r.grid[0], r.programs, (r.k + 63) / 64);
+        std::fprintf(f,
+                     "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld,%lld,%lld,%lld\n",
                      r.op.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
                      static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
                      flop / (r.peer_ms * 1e9), r.max_error, (r.instance + r.why).c_str(),
                      static_cast<long long>(r.grid[0]), static_cast<long long>(r.grid[1]),
-                     static_cast<long long>(r.grid[2]));
+                     static_cast<long long>(r.grid[2]), static_cast<long long>(r.programs),
+                     static_cast<long long>(w.stream_k), static_cast<long long>(w.plain));
       }
       std::fclose(f);
     }

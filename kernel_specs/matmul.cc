@@ -592,36 +592,34 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     });
   };
 
-  // One K step: acc += a @ b; at the last step the tile is finished
-  // (loading the accumulator waits for every multiply in flight; `done`
-  // reads it). The accumulator starts every tile at zero (spec.accumulator;
-  // a persistent program's is reset after each tile's epilogue, where its
-  // registers die, and on sm_90a no zeros are written: the tile's first
-  // wgmma ignores the accumulator (scale-d 0, MatmulRules.cpp). A zeroing
-  // branch at each tile's first step instead kept the registers live beside
-  // the epilogue, and the sm_80 forms spilled).
-  auto step = [=](Ref a, Ref b, Ref acc, auto&& done) {
-    if (in_place && swapped) {  // acc (D^T's tile) += B's block @ A's block^T
-      wgmma(acc, b, a, {.transpose_b = true});
-      wgmma_wait(0);        // done reading the stage: it is released at once
-    } else if (in_place) {  // both tiles are read where TMA put them
-      wgmma(acc, a, b, {.transpose_b = b_transposed});
-      wgmma_wait(1);  // the previous step's multiply is done: its buffers may be refilled
-    } else if (swapped) {
-      acc.store(dot(b.load(), a.load(), acc.load(), {.transpose_b = true}));
+  // One K step's multiply, acc += a @ b (swapped: acc, D^T's tile, += B's block @ A's
+  // block^T; a swapped product's B is [N, K], so both read their second operand transposed).
+  // The accumulator starts every tile at zero (spec.accumulator; a persistent program's is
+  // reset after each tile's epilogue, where its registers die, and on sm_90a no zeros are
+  // written: the tile's first wgmma ignores the accumulator (scale-d 0, MatmulRules.cpp). A
+  // zeroing branch at each tile's first step instead kept the registers live beside the
+  // epilogue, and the sm_80 forms spilled).
+  auto multiply = [=](const Ref& a, const Ref& b, const Ref& acc) {
+    const Ref& lhs = swapped ? b : a;
+    const Ref& rhs = swapped ? a : b;
+    if (in_place) {  // both tiles are read where TMA put them
+      wgmma(acc, lhs, rhs, {.transpose_b = b_transposed});
+      // Swapped: done reading the stage, which is released at once. Otherwise the previous
+      // step's multiply is done: its buffers may be refilled.
+      wgmma_wait(swapped ? 0 : 1);
     } else {
-      acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));
+      acc.store(dot(lhs.load(), rhs.load(), acc.load(), {.transpose_b = b_transposed}));
     }
+  };
+  // Split-K's step: at the split's last step its part of the tile is finished (loading the
+  // accumulator waits for every multiply in flight; `done` reads it).
+  auto step = [=](Ref a, Ref b, Ref acc, auto&& done) {
+    multiply(a, b, acc);
     when(program_id(k_axis) == num_programs(k_axis) - index(1), [&] { done(acc); });
   };
   // The tiles schedule's step (stream-K): a run of a tile may end before its last K step.
   auto run_step = [=](Ref a, Ref b, Ref acc, const Ref* e, const Ref& d, const Ref& partials) {
-    if (in_place) {
-      wgmma(acc, a, b, {.transpose_b = b_transposed});
-      wgmma_wait(1);
-    } else {
-      acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));
-    }
+    multiply(a, b, acc);
     const TileRun run = tile_run();
     when(run.last_step, [&] { finish_run(acc, e, d, partials, run); });
   };

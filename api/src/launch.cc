@@ -242,7 +242,8 @@ Status cuda_persistent_programs(const KernelImage& image, int64_t tiles, int64_t
   return Status::Ok();
 }
 
-Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
+// `grid` becomes the grid launched (a persistent grid: its programs, not its tiles).
+Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>& grid,
                    Stream stream, int cluster) {
   const char* name = kernel_name(image);
   static constexpr const char* kAxisNames[3] = {"x", "y", "z"};
@@ -455,7 +456,8 @@ Status launch_host(const KernelImage& image, void** args, std::array<int64_t, 3>
           "programs can signal it");
 }
 
-Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
+// `grid` becomes the grid launched, as launch_cuda's.
+Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t, 3>& grid,
                        const EmulatorOptions& options, int cluster) {
   const char* name = image.metadata ? image.metadata->name : image.symbol;
   if (image.emulator_entry == nullptr || image.metadata == nullptr) {
@@ -496,8 +498,9 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
   return Status::Ok();
 }
 
-/// launch_kernel's launch, its arguments checked: on the backend `launch` names.
-Status launch_on_backend(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
+/// launch_kernel's launch, its arguments checked: on the backend `launch` names. `grid`
+/// becomes the grid launched (a persistent grid's x: the programs that walk its tiles).
+Status launch_on_backend(const KernelImage& image, void** args, std::array<int64_t, 3>& grid,
                          const Launch& launch, int cluster, const char* name) {
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return Status::Ok();
   // A persistent grid's programs walk its grid[0] tiles: as many as run at once (CUDA: the
@@ -586,11 +589,13 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
     }
   }
   // What the call launched, for Launch::record once the launch succeeded.
-  const LaunchRecord record{image.metadata != nullptr && image.metadata->name != nullptr
-                                ? image.metadata->name
-                                : image.symbol,
-                            grid, cluster, image.persistent};
-  Status status = launch_on_backend(image, args, grid, launch, cluster, name);
+  LaunchRecord record{image.metadata != nullptr && image.metadata->name != nullptr
+                          ? image.metadata->name
+                          : image.symbol,
+                      grid, cluster, image.persistent};
+  std::array<int64_t, 3> launched = grid;
+  Status status = launch_on_backend(image, args, launched, launch, cluster, name);
+  if (image.persistent && grid[0] > 0 && grid[1] > 0 && grid[2] > 0) record.programs = launched[0];
   if (status.ok() && launch.record != nullptr) *launch.record = record;
   return status;
 }

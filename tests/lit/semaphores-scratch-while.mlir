@@ -1,7 +1,8 @@
 // RUN: pallas-opt %s --split-input-file --pallas-assign-layouts --convert-pallas-to-gpu | FileCheck %s --check-prefix=GPU
 // RUN: pallas-opt %s --split-input-file --convert-pallas-to-loops | FileCheck %s --check-prefix=HOST
 
-// A wait is one thread spinning on an atomic load and a compare-and-swap,
+// A wait is one thread spinning on an atomic load and a compare-and-swap (GPU
+// scope, as every semaphore access: PTX's default scope is the system's),
 // then a barrier; a signal whose old value is unused is a barrier, a release
 // fence (NVPTX emits atomicrmw relaxed, whatever its ordering) and one atomic
 // add (no broadcast of the old value).
@@ -9,9 +10,9 @@
 // GPU-LABEL: gpu.func @wait_then_signal
 // GPU:         scf.if
 // GPU:           scf.while
-// GPU:             llvm.load {{.*}} atomic monotonic
+// GPU:             llvm.load {{.*}} atomic syncscope("device") monotonic
 // GPU:             arith.cmpi sge
-// GPU:             llvm.cmpxchg {{.*}} acq_rel monotonic
+// GPU:             llvm.cmpxchg {{.*}} syncscope("device") acq_rel monotonic
 // GPU:             scf.condition
 // GPU:         gpu.barrier
 // GPU:         gpu.barrier
@@ -100,7 +101,7 @@ func.func @doubling(%x: memref<?xf32>, %out: memref<?xf32>) attributes {pallas.k
 // GPU-LABEL: gpu.func @read_counter
 // GPU:         gpu.barrier
 // GPU:         scf.if
-// GPU:           llvm.load {{.*}} atomic acquire {alignment = 4 : i64} : !llvm.ptr -> i32
+// GPU:           llvm.load {{.*}} atomic syncscope("device") acquire {alignment = 4 : i64} : !llvm.ptr -> i32
 // GPU:           memref.store
 // GPU:         gpu.barrier
 // GPU:         memref.load

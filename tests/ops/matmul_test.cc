@@ -498,6 +498,12 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
     EXPECT_EQ(record.grid, w.grid);
     EXPECT_EQ(record.cluster, w.cluster);
     EXPECT_EQ(record.persistent, std::string(w.instance).find("tiles") != std::string::npos);
+    // The programs that walked the tiles: the host's one, the emulator's resident programs.
+    const int64_t programs =
+        backend == Backend::kHost
+            ? 1
+            : std::min<int64_t>(w.grid[0], launch.emulator.concurrent_programs);
+    EXPECT_EQ(record.programs, record.persistent ? programs : 0);
     // The host runs direct twins because it has no TMA, and says so.
     if (backend == Backend::kHost) {
       ASSERT_NE(record.fallback, nullptr);

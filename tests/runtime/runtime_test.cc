@@ -852,14 +852,17 @@ TEST_F(LaunchKernel, RecordSaysWhatWasLaunched) {
   EXPECT_EQ(record.grid, (std::array<int64_t, 3>{3, 2, 1}));
   EXPECT_EQ(record.cluster, 1);
   EXPECT_FALSE(record.persistent);
+  EXPECT_EQ(record.programs, 0);  // not a persistent grid
   image.persistent = true;
   launch.max_cluster = 2;
   ASSERT_TRUE(launch_kernel(image, args_, {40, 1, 1}, launch, 4).ok());
   EXPECT_EQ(record.grid, (std::array<int64_t, 3>{40, 1, 1}));  // tiles, not the 1 program
+  EXPECT_EQ(record.programs, 1);                               // the host walks them in one
   EXPECT_EQ(record.cluster, 2);
   EXPECT_TRUE(record.persistent);
   ASSERT_TRUE(launch_kernel(image, args_, {0, 1, 1}, launch).ok());
   EXPECT_EQ(record.grid, (std::array<int64_t, 3>{0, 1, 1}));
+  EXPECT_EQ(record.programs, 0);  // nothing ran
   // A call that fails, refused or on its backend, leaves the record as it was.
   record = {};
   EXPECT_FALSE(launch_kernel(image, args_, {-1, 1, 1}, launch).ok());

@@ -14,6 +14,12 @@
 namespace mlir::pallas::gpu_lowering {
 namespace {
 
+/// The scope of every semaphore access: the programs of one launch share a
+/// device, so their ordering needs no more than `.gpu` (LLVM's "device"
+/// sync scope). An atomic or fence without a scope is `.sys` in PTX, which
+/// also orders against the host and peer devices (a wider, slower fence).
+constexpr StringLiteral kDeviceScope = "device";
+
 /// Pointer to element `index` of a 1-D memref, for LLVM atomics.
 Value elementPointer(OpBuilder& b, Location loc, Value memref, Value index) {
   auto meta = memref::ExtractStridedMetadataOp::create(b, loc, memref);
@@ -57,11 +63,11 @@ Value onceInThreadZero(GpuLowering& g, OpBuilder& b, Location loc, bool wantResu
 Value semaphoreAdd(GpuLowering& g, OpBuilder& b, Location loc, Value semaphores, Value index,
                    Value value, bool wantOld = true) {
   return onceInThreadZero(g, b, loc, wantOld, [&](OpBuilder& tb, Location l) {
-    LLVM::FenceOp::create(tb, l, LLVM::AtomicOrdering::release, StringRef("device"));
+    LLVM::FenceOp::create(tb, l, LLVM::AtomicOrdering::release, kDeviceScope);
     Value old =
         memref::AtomicRMWOp::create(tb, l, arith::AtomicRMWKind::addi, value,
                                     g.map.lookup(semaphores), ValueRange{g.map.lookup(index)});
-    if (wantOld) LLVM::FenceOp::create(tb, l, LLVM::AtomicOrdering::acquire, StringRef("device"));
+    if (wantOld) LLVM::FenceOp::create(tb, l, LLVM::AtomicOrdering::acquire, kDeviceScope);
     return old;
   });
 }
@@ -74,7 +80,7 @@ Value semaphoreRead(GpuLowering& g, OpBuilder& b, Location loc, Value semaphores
     return LLVM::LoadOp::create(tb, l, tb.getI32Type(), ptr, /*alignment=*/4,
                                 /*isVolatile=*/false, /*isNonTemporal=*/false,
                                 /*isInvariant=*/false, /*isInvariantGroup=*/false,
-                                LLVM::AtomicOrdering::acquire)
+                                LLVM::AtomicOrdering::acquire, kDeviceScope)
         .getResult();
   });
 }
@@ -99,7 +105,8 @@ void semaphoreWait(GpuLowering& g, OpBuilder& b, Location loc, Value semaphores,
     Type i32 = wb.getI32Type();
     Value have = LLVM::LoadOp::create(wb, l, i32, ptr, /*alignment=*/4, /*isVolatile=*/false,
                                       /*isNonTemporal=*/false, /*isInvariant=*/false,
-                                      /*isInvariantGroup=*/false, LLVM::AtomicOrdering::monotonic);
+                                      /*isInvariantGroup=*/false, LLVM::AtomicOrdering::monotonic,
+                                      kDeviceScope);
     Value enough = arith::CmpIOp::create(wb, l, arith::CmpIPredicate::sge, have, value);
     auto take = scf::IfOp::create(
         wb, l, enough,
@@ -107,7 +114,7 @@ void semaphoreWait(GpuLowering& g, OpBuilder& b, Location loc, Value semaphores,
           Value rest = arith::SubIOp::create(ib, il, have, value);
           auto cas =
               LLVM::AtomicCmpXchgOp::create(ib, il, ptr, have, rest, LLVM::AtomicOrdering::acq_rel,
-                                            LLVM::AtomicOrdering::monotonic);
+                                            LLVM::AtomicOrdering::monotonic, kDeviceScope);
           scf::YieldOp::create(
               ib, il, LLVM::ExtractValueOp::create(ib, il, cas, ArrayRef<int64_t>{1}).getResult());
         },
