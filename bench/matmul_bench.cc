@@ -426,9 +426,8 @@ void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int
   const std::string op =
       std::string(causal ? "causal_attention" : "attention") + (two_stages ? "/2stage" : "");
   const std::string instance = record.instance ? record.instance : "?";
-  rows.push_back(
-      {op, batch * heads, seq, d, ms, NAN, NAN, instance, fallback_text(record), record.grid,
-       record.programs});
+  rows.push_back({op, batch * heads, seq, d, ms, NAN, NAN, instance, fallback_text(record),
+                  record.grid, record.programs});
   std::printf(
       "%-18s b*h %4lld seq %6lld d %4lld  ours %8.1f TFLOP/s  %.2f of the best GEMM's "
       "%.1f  %s [%lld, %lld, %lld]\n",
@@ -587,14 +586,14 @@ int main(int argc, char** argv) {
                                       : 2.0 * r.m * r.n * r.k;
         const WalkSteps w =
             attention ? WalkSteps{0, 0} : walk_steps(r.grid[0], r.programs, (r.k + 63) / 64);
-        std::fprintf(f,
-                     "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld,%lld,%lld,%lld\n",
-                     r.op.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
-                     static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
-                     flop / (r.peer_ms * 1e9), r.max_error, (r.instance + r.why).c_str(),
-                     static_cast<long long>(r.grid[0]), static_cast<long long>(r.grid[1]),
-                     static_cast<long long>(r.grid[2]), static_cast<long long>(r.programs),
-                     static_cast<long long>(w.stream_k), static_cast<long long>(w.plain));
+        std::fprintf(
+            f, "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld,%lld,%lld,%lld\n",
+            r.op.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
+            static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
+            flop / (r.peer_ms * 1e9), r.max_error, (r.instance + r.why).c_str(),
+            static_cast<long long>(r.grid[0]), static_cast<long long>(r.grid[1]),
+            static_cast<long long>(r.grid[2]), static_cast<long long>(r.programs),
+            static_cast<long long>(w.stream_k), static_cast<long long>(w.plain));
       }
       std::fclose(f);
     }
