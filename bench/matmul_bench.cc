@@ -9,7 +9,7 @@
 // `gemm_bt/3stage`) runs only beside its base row (`matmul_bt`, `gemm_bt` of the same shape,
 // whose instance decides it): name both.
 //
-// Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 1024, 4096 with (N, K) in
+// Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 256, 1024, 4096 with (N, K) in
 // (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), and 1024 x N x 4096 whose 128 x 256
 // tiles are whole rounds of the SMs, N = 8448 on 132); products: `matmul_bt` (D = A B^T,
 // B [N, K], bf16 -> bf16; `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
@@ -494,7 +494,7 @@ int main(int argc, char** argv) {
   if (quick) squares = {1024, 4096};
   for (int64_t s : squares) run(Product::kMatmulBt, s, s, s);
   for (int64_t s : squares) run(Product::kMatmul, s, s, s);
-  std::vector<int64_t> ms = {1, 16, 64, 128, 1024, 4096};
+  std::vector<int64_t> ms = {1, 16, 64, 128, 256, 1024, 4096};
   if (quick) ms = {16, 4096};
   const std::pair<int64_t, int64_t> llm[] = {
       {4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};

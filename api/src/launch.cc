@@ -222,8 +222,14 @@ Status kernel_for_device(LoadCache& cache, const KernelImage& image, int device,
   return load_kernel(cache, image, *cubin, device, info, kernel);
 }
 
+// The most programs a persistent grid of `tiles` launches, however many are resident: one
+// per tile, or two for a stream-K walk (KernelImage::programs_per_tile).
+int64_t most_programs(const KernelImage& image, int64_t tiles) {
+  return tiles * std::max(image.programs_per_tile, 1);
+}
+
 // The programs launch_cuda gives a persistent grid of `tiles` without clusters: one per
-// resident CTA, at most one per tile.
+// resident CTA, at most most_programs.
 Status cuda_persistent_programs(const KernelImage& image, int64_t tiles, int64_t& programs) {
   const char* name = kernel_name(image);
   int device = -1;
@@ -238,7 +244,8 @@ Status cuda_persistent_programs(const KernelImage& image, int64_t tiles, int64_t
   const int threads = cubin->threads > 0 && cubin->threads <= 1024 ? cubin->threads : image.threads;
   LoadedKernel& loaded = cache.kernels[{cubin->data, image.symbol, device}];
   if (Status s = resident_per_sm(image, kernel, threads, device, loaded); !s.ok()) return s;
-  programs = std::min<int64_t>(tiles, int64_t{loaded.resident_per_sm} * info.sms);
+  programs =
+      std::min<int64_t>(most_programs(image, tiles), int64_t{loaded.resident_per_sm} * info.sms);
   return Status::Ok();
 }
 
@@ -296,7 +303,8 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
     if (image.persistent) {  // one program per resident CTA, at most one per tile
       LoadedKernel& loaded = cache.kernels[{cubin->data, image.symbol, device}];
       if (Status s = resident_per_sm(image, kernel, threads, device, loaded); !s.ok()) return s;
-      grid[0] = std::min<int64_t>(grid[0], int64_t{loaded.resident_per_sm} * info.sms);
+      grid[0] = std::min<int64_t>(most_programs(image, grid[0]),
+                                  int64_t{loaded.resident_per_sm} * info.sms);
       // Clusters need sm_90 (a form that reads %cluster_*: not the sm_80 cubin) and the
       // device's word on how many fit at once; else clusters of 1.
       if (cluster > 1 && (info.sm < 90 || cubin->sm < 90)) cluster = 1;
@@ -507,7 +515,7 @@ Status launch_on_backend(const KernelImage& image, void** args, std::array<int64
   // device's count, in launch_cuda), so that each walks several on the emulator too.
   if (image.persistent && launch.backend == Backend::kHost) grid[0] = 1;
   if (image.persistent && launch.backend == Backend::kEmulator)
-    grid[0] = std::min<int64_t>(grid[0], launch.emulator.concurrent_programs);
+    grid[0] = std::min<int64_t>(most_programs(image, grid[0]), launch.emulator.concurrent_programs);
 
   switch (launch.backend) {
     case Backend::kHost:
@@ -537,7 +545,8 @@ Status persistent_programs(const KernelImage& image, int64_t tiles, const Launch
       programs = 1;
       return Status::Ok();
     case Backend::kEmulator:  // launch_kernel refuses fewer than 1
-      programs = std::min<int64_t>(tiles, std::max(launch.emulator.concurrent_programs, 1));
+      programs = std::min<int64_t>(most_programs(image, tiles),
+                                   std::max(launch.emulator.concurrent_programs, 1));
       return Status::Ok();
     case Backend::kCuda:
       return cuda_persistent_programs(image, tiles, programs);

@@ -535,14 +535,15 @@ TEST(Validator, PersistentGridsHaveOneArbitraryAxis) {
 // A stream-K walk runs without clusters; tile_run() needs one; only a
 // workspace's or semaphores' count may read persistent_programs(), and only in
 // a persistent grid.
-template <bool kStreamK, int kCluster, bool kTileRun>
+template <bool kStreamK, int kCluster, bool kTileRun, int kParts = 2>
 void declare_stream_k(KernelSpec& spec) {
   DimExpr m = spec.dim("m");
   Operand x = spec.input("x", f32, {m, m});
   Operand out = spec.output("out", f32, {m, m});
   spec.grid({cdiv(m, 16), cdiv(m, 16), cdiv(m, 16)});
   spec.dimension_semantics({parallel, parallel, arbitrary});
-  spec.persistent({.group_rows = 2, .cluster = kCluster, .stream_k = kStreamK});
+  spec.persistent(
+      {.group_rows = 2, .cluster = kCluster, .stream_k = kStreamK, .stream_k_parts = kParts});
   auto tile = [](const ProgramIds& p) { return at(p[0], p[1]); };
   spec.block(x, {Blocked{16}, Blocked{16}}, tile);
   spec.block(out, {Blocked{16}, Blocked{16}}, tile);
@@ -554,6 +555,10 @@ void declare_stream_k(KernelSpec& spec) {
 
 TEST(Validator, StreamKWalksAndTheirProgramCount) {
   EXPECT_EQ(trace_error("walk", declare_stream_k<true, 1, true>), "<no error>");
+  EXPECT_EQ(trace_error("thirds", declare_stream_k<true, 1, true, 3>), "<no error>");
+  EXPECT_EQ(trace_error("quarters", declare_stream_k<true, 1, true, 4>),
+            "spec 'quarters': persistent: stream_k_parts 4; a stream-K walk cuts a tile into at "
+            "most 2 or 3 parts");
   EXPECT_EQ(trace_error("cluster", declare_stream_k<true, 2, true>),
             "spec 'cluster': persistent: stream_k with cluster 2; a stream-K walk runs without "
             "clusters (the CTAs of a cluster share their copies, so they must walk the same "

@@ -661,7 +661,7 @@ void persistent_wgmma(KernelSpec& spec, int cluster, bool stream_k = false) {
   Operand c = spec.input("c", f32, {m, n});
   Operand d = spec.output("d", f32, {m, n});
   spec.alias(c, d);
-  Semaphores met;  // stream-K (persistent_wgmma_stream_k, below): a pair of slots per split
+  Semaphores met;  // stream-K (persistent_wgmma_stream_k, below): two slots per program
   if (stream_k) {
     spec.workspace("partials", f32, {KernelSpec::persistent_programs() * 2 * kTileM, kTileN});
     met = spec.semaphores("met", KernelSpec::persistent_programs());
@@ -670,7 +670,10 @@ void persistent_wgmma(KernelSpec& spec, int cluster, bool stream_k = false) {
   spec.accumulator("acc", {kTileM, kTileN});
   spec.grid({cdiv(m, kTileM), cdiv(n, kTileN), cdiv(k, 64)});
   spec.dimension_semantics({parallel, parallel, arbitrary});
-  spec.persistent({.group_rows = 2, .cluster = cluster, .stream_k = stream_k});
+  spec.persistent({.group_rows = 2,
+                   .cluster = cluster,
+                   .stream_k = stream_k,
+                   .stream_k_parts = stream_k ? 3 : 2});
   spec.max_concurrent_steps(3);
   spec.delay_release(1);
   spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
@@ -700,22 +703,30 @@ void persistent_wgmma(KernelSpec& spec, int cluster, bool stream_k = false) {
     });
     return;
   }
-  // Stream-K: a cut tile's two parts meet (persistent_wgmma_stream_k's comment).
+  // Stream-K: a cut tile's parts meet (persistent_wgmma_stream_k's comment).
   spec.body([multiply, met](Ref a, Ref b, Ref c, Ref d, Ref partials, Ref acc) {
     multiply(a, b, acc);
     const TileRun run = tile_run();
-    const Value shared = run.shared.cast(DType::index);
+    // Part p's slot: its run's (split + p) end, 2 (split + p) + 1 for part 0 (the run's last
+    // tile), 2 (split + p) for a later part (the run's first).
+    auto slot = [&](const Value& part) {
+      return (index(2) * (run.split + part) + (part == index(0)).cast(DType::index)) *
+             index(kTileM);
+    };
     when(run.last_step, [&] {
-      when(shared == index(0), [&] { d.store(c.load() + acc.load()); });
-      when(shared == index(1), [&] {
-        const Value later = run.later.cast(DType::index);
-        partials.store_at(acc.load(), {(run.split * index(2) + later) * index(kTileM), index(0)});
-        when(met.add(run.split, constant(1, i32)) == constant(1, i32), [&] {
-          const Value other = partials.load_at(
-              {(run.split * index(2) + index(1) - later) * index(kTileM), index(0)},
-              {kTileM, kTileN});
-          d.store(c.load() + (acc.load() + other));
-          met.add(run.split, constant(-2, i32));
+      when(run.parts == index(1), [&] { d.store(c.load() + acc.load()); });
+      when(run.parts != index(1), [&] {
+        partials.store_at(acc.load(), {slot(run.part), index(0)});
+        const Value last = run.parts.cast(i32) - constant(1, i32);
+        when(met.add(run.split, constant(1, i32)) == last, [&] {
+          const Value sum =
+              fori(index(0), run.parts, {broadcast_to(constant(-0.0, f32), {kTileM, kTileN})},
+                   [&](Value part, std::vector<Value> s) {
+                     s[0] = s[0] + partials.load_at({slot(part), index(0)}, {kTileM, kTileN});
+                     return s;
+                   })[0];
+          d.store(c.load() + sum);
+          met.add(run.split, constant(0, i32) - run.parts.cast(i32));
         });
       });
     });
@@ -724,34 +735,38 @@ void persistent_wgmma(KernelSpec& spec, int cluster, bool stream_k = false) {
 PALLAS_KERNEL(persistent_wgmma) { persistent_wgmma(spec, 1); }
 PALLAS_KERNEL(persistent_wgmma_cluster) { persistent_wgmma(spec, 2); }
 
-// The stream-K walk itself (Persistent::stream_k, tile rows in bands of 1):
+// The stream-K walk itself (Persistent::stream_k in up to three parts a tile,
+// tile rows in bands of 1):
 // each step writes what tile_run() says of it into out[row, col, k]:
-// last_step + 2 shared + 4 later + 8 (split + 1) where the tile is shared
-// (features_test.cc computes the same from Spec.h's description of the walk).
+// last_step + 2 (parts - 1) + 8 part + 32 (split + 1) where the tile is in
+// parts (features_test.cc computes the same from Spec.h's description of the
+// walk).
 PALLAS_KERNEL(stream_k_walk) {
   DimExpr rows = spec.dim("rows"), cols = spec.dim("cols"), steps = spec.dim("steps");
   Operand out = spec.output("out", i32, {rows, cols, steps});
   spec.grid({rows, cols, steps});
   spec.dimension_semantics({parallel, parallel, arbitrary});
-  spec.persistent({.group_rows = 1, .stream_k = true});
+  spec.persistent({.group_rows = 1, .stream_k = true, .stream_k_parts = 3});
   spec.block(out, {full, full, full}, [](const ProgramIds&) { return at(0, 0, 0); });
   spec.body([](Ref out) {
     const TileRun run = tile_run();
-    const Value shared = run.shared.cast(i32);
-    const Value what = run.last_step.cast(i32) + shared * 2 + run.later.cast(i32) * 4 +
-                       (run.split.cast(i32) + 1) * 8 * shared;
+    const Value parts = run.parts.cast(i32) - constant(1, i32);  // 0: whole
+    const Value in_parts = (run.parts != index(1)).cast(i32);
+    const Value what = run.last_step.cast(i32) + parts * 2 + run.part.cast(i32) * 8 +
+                       (run.split.cast(i32) + 1) * 32 * in_parts;
     out.store_at(what, {program_id(0), program_id(1), program_id(2)});
   });
 }
 
-// persistent_wgmma in a stream-K walk (Persistent::stream_k): the last tiles'
-// K steps are cut evenly between the programs, so a tile may be run in two
-// parts. Each part ends by storing its partial accumulator in its slot (a
-// pair per split: [split, earlier / later]) and meeting the other at the
-// split's semaphore; the second to arrive adds the other's partial to its own
-// and finishes the tile, and puts the semaphore back to zero. (The sum of two
-// floats does not depend on which came second.) A part summed twice or never
-// shows in d, as does a tile done twice.
+// persistent_wgmma in a stream-K walk (Persistent::stream_k, up to three
+// parts a tile): the last tiles' K steps are cut evenly between the
+// programs, so a tile may be run in two or three parts. Each part ends by
+// storing its partial accumulator in its slot (two per program: one for each
+// end of its run) and meeting the others at the tile's first cut's
+// semaphore; the last to arrive sums every part's partial in part order (the
+// same bits whichever came last), finishes the tile, and puts the semaphore
+// back to zero. A part summed twice or never shows in d, as does a tile done
+// twice.
 PALLAS_KERNEL(persistent_wgmma_stream_k) { persistent_wgmma(spec, 1, true); }
 
 // Two products chained through registers, wgmma's `a` a value (attention's

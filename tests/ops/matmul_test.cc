@@ -620,7 +620,8 @@ TEST_P(MatmulTest, SchedulesInRandomOrders) {
 // (tile 3 starts at 9: whole); 5 programs: cuts at 3, 7, 10, 14 (tiles 2, 3 and 4 in two). Every
 // epilogue family: none (128 x 256 tiles), bias + gelu (32-column chunks), C (128 x 128, six
 // stages and, capped at 150 KiB, three), the residual; the sm_80 form; the direct twin (a
-// padded row stride of 3 elements breaks TMA's 16-byte rule). On CUDA 176 tiles of 4 steps on
+// padded row stride of 3 elements breaks TMA's 16-byte rule); 7 programs on 13 tiles of 4
+// steps cut nothing (8 steps a program either way). On CUDA 176 tiles of 4 steps on
 // an H100's or H200's 132 SMs: 704 steps, 5 or 6 a program, 88 of the 176 tiles in two parts.
 // Batched products walk every entry's tiles as one line.
 TEST_P(MatmulTest, StreamKFinishesTilesRunInTwoParts) {
@@ -631,6 +632,9 @@ TEST_P(MatmulTest, StreamKFinishesTilesRunInTwoParts) {
     check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, {1024, 5632, 256});
     check_product<bfloat16, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, 2.0f},
                                    {1024, 2816, 256});
+    // 256 tiles of 4 steps: on 132 SMs a cut would save nothing (8 steps a program either
+    // way), so no tile is cut (on 114, 2.2 rounds, it is).
+    check_product<bfloat16, bfloat16>(backend, {true}, {1024, 8192, 256});
     return;
   }
   for (int programs : {4, 5}) {
@@ -643,6 +647,7 @@ TEST_P(MatmulTest, StreamKFinishesTilesRunInTwoParts) {
   check_product<half, half>(backend, {true, Epilogue::kResidual}, {300, 200, 192}, 90, 4);
   check_product<bfloat16, bfloat16>(backend, {true}, {300, 300, 192}, 80, 4);
   check_product<bfloat16, bfloat16>(backend, {false}, {300, 300, 192, 3}, 90, 4);
+  check_product<bfloat16, bfloat16>(backend, {true}, {128, 3328, 256}, 90, 7);
   // Batched: 3 entries of 2 x 2 tiles of 128 x 128, one line of 12 tiles (the batch index
   // outermost); 5 programs: a round of 5, then 21 steps cut at 4, 8, 12 and 16 (tiles 6, 7
   // and 10 in two parts, tiles 6 and 7 in the second entry, 10 in the third).

@@ -243,7 +243,12 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
        << "_cp_async_shared_bytes, " << spec.launch_threads(/*tma_copies=*/false);
   else
     os << ", nullptr, nullptr, 0";
-  os << ", " << (spec.persistence() ? "true" : "false") << "};\n\n}  // namespace\n\n";
+  // A stream-K walk of three parts a tile cuts runs down to half a tile: up to two programs
+  // per tile.
+  const bool half_tiles =
+      spec.persistence() && spec.persistence()->stream_k && spec.persistence()->stream_k_parts == 3;
+  os << ", " << (spec.persistence() ? "true" : "false") << ", " << (half_tiles ? 2 : 1)
+     << "};\n\n}  // namespace\n\n";
 
   // The typed entry point.
   // An instance of a variant is launched by the op's entry point (emitDispatch).

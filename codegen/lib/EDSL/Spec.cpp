@@ -548,6 +548,9 @@ void KernelSpec::persistent(Persistent p) {
     fail("persistent: stream_k with cluster " + std::to_string(p.cluster) +
          "; a stream-K walk runs without clusters (the CTAs of a cluster share their copies, "
          "so they must walk the same steps)");
+  if (p.stream_k_parts != 2 && p.stream_k_parts != 3)
+    fail("persistent: stream_k_parts " + std::to_string(p.stream_k_parts) +
+         "; a stream-K walk cuts a tile into at most 2 or 3 parts");
   persistent_ = p;
 }
 

@@ -556,8 +556,11 @@ mlir::MemRefType array_type(const OperandDecl& d, mlir::MLIRContext& ctx) {
 /// A stream-K walk (Persistent::stream_k) numbers its tiles t the same way:
 /// its whole-tile rounds take u in [0, D K), tile w + (u / K) W, and its run
 /// the line's steps v = a_w + u - D K, tile D W + v / K, step v % K (Spec.h's
-/// Persistent has the cut and a worked example). tile_run()'s values come
-/// from the tile's line steps [q K, q K + K), q = v / K, against the run's.
+/// Persistent has the cut and worked examples; where it does not cut, every
+/// step is a whole round's). tile_run()'s values come from the runs holding
+/// the tile's first and last line steps, q K and q K + K - 1 (q = v / K): the
+/// program's own run but in its first and last tiles, whose runs are found
+/// before the loop (two more divisions each), so the loop adds no division.
 ///
 /// In clusters of S = cluster_size CTAs (S divides R; the entry point asks
 /// for clusters only then) the walk above runs per cluster over a plane of
@@ -638,46 +641,71 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
   mlir::Value zero = mlir::arith::ConstantIndexOp::create(b, loc, 0);
   mlir::Value one = mlir::arith::ConstantIndexOp::create(b, loc, 1);
   const bool stream_k = spec.persistence()->stream_k;
-  mlir::Value total;                   // this program's steps
-  mlir::Value whole_steps32;           // stream-K: D K, the steps of whole-tile rounds
-  mlir::Value run_begin32, run_end32;  // stream-K: its run [a_w, a_w+1) of the last T' K steps
-  mlir::Value rounds_tiles32;          // stream-K: D W, the tiles of the whole-tile rounds
+  mlir::Value total;           // this program's steps
+  mlir::Value whole_steps32;   // stream-K: the steps of whole tiles (D K, or all)
+  mlir::Value run_begin32;     // stream-K: a_w, its run's first step on the line
+  mlir::Value rounds_tiles32;  // stream-K: D W, the tiles of the whole-tile rounds
+  // stream-K: the run's first and last tiles' runs (the only tiles of a run that may be in
+  // parts): the run holding the tile's first step, r, and the runs past it holding its steps
+  // (parts - 1), packed as r + (parts - 1) 2^16 (r < W < 2^16).
+  mlir::Value first_tile_runs32, last_tile_runs32;
   if (!stream_k) {
     mlir::Value left = mlir::arith::MaxSIOp::create(
         b, loc, mlir::arith::SubIOp::create(b, loc, tiles, worker), zero);
     mlir::Value mine = mlir::arith::CeilDivSIOp::create(b, loc, left, workers);
     total = mlir::arith::MulIOp::create(b, loc, mine, steps);
   } else {
-    // D = max(T / W - 1, 0) rounds of whole tiles, then T' = T - D W tiles
-    // as one line of T' K steps cut into runs: program w's is
-    // [a_w, a_w+1), a_w = min(w, V) T' K / V with V = min(W, T') runners
-    // (V = W unless a launch has more programs than tiles), so that every
-    // run is at least K steps and a tile has at most two parts. 64-bit, once.
-    mlir::Value workers1 = mlir::arith::MaxSIOp::create(b, loc, workers, one);
-    mlir::Value rounds = mlir::arith::MaxSIOp::create(
-        b, loc,
-        mlir::arith::SubIOp::create(b, loc, mlir::arith::DivUIOp::create(b, loc, tiles, workers1),
-                                    one),
-        zero);
-    mlir::Value rounds_tiles = mlir::arith::MulIOp::create(b, loc, rounds, workers);
-    mlir::Value last_tiles = mlir::arith::SubIOp::create(b, loc, tiles, rounds_tiles);
-    mlir::Value line = mlir::arith::MulIOp::create(b, loc, last_tiles, steps);
-    mlir::Value runners = mlir::arith::MaxSIOp::create(
-        b, loc, mlir::arith::MinSIOp::create(b, loc, workers, last_tiles), one);
-    auto run_start = [&](mlir::Value w) {
-      mlir::Value at = mlir::arith::MinSIOp::create(b, loc, w, runners);
-      return mlir::arith::DivUIOp::create(b, loc, mlir::arith::MulIOp::create(b, loc, at, line),
-                                          runners)
-          .getResult();
+    // Spec.h's Persistent: D = max(T / W - 1, 0) rounds of whole tiles, then
+    // the T' = T - D W tiles left as one line of L = T' K steps cut into V =
+    // min(W, T' min(K, P - 1)) runs (P = stream_k_parts), program w's
+    // [a_w, a_w+1), a_w = min(w, V) L /
+    // V, where that saves at least an eighth of the plain walk's cdiv(T', W) K
+    // steps; else every program walks whole tiles (all its steps "whole").
+    // 64-bit, once; divisors at least 1.
+    auto max64 = [&](mlir::Value x, mlir::Value y) {
+      return mlir::arith::MaxSIOp::create(b, loc, x, y).getResult();
     };
-    mlir::Value begin = run_start(worker);
-    mlir::Value end = run_start(mlir::arith::AddIOp::create(b, loc, worker, one));
-    mlir::Value whole_steps = mlir::arith::MulIOp::create(b, loc, rounds, steps);
-    total = mlir::arith::AddIOp::create(b, loc, whole_steps,
-                                        mlir::arith::SubIOp::create(b, loc, end, begin));
+    auto min64 = [&](mlir::Value x, mlir::Value y) {
+      return mlir::arith::MinSIOp::create(b, loc, x, y).getResult();
+    };
+    auto cdiv64 = [&](mlir::Value x, mlir::Value y) {
+      return mlir::arith::CeilDivUIOp::create(b, loc, x, y).getResult();
+    };
+    auto select64 = [&](mlir::Value c, mlir::Value x, mlir::Value y) {
+      return mlir::arith::SelectOp::create(b, loc, c, x, y).getResult();
+    };
+    auto c64 = [&](int64_t v) { return mlir::arith::ConstantIndexOp::create(b, loc, v); };
+    mlir::Value workers1 = max64(workers, one), steps1 = max64(steps, one);
+    mlir::Value rounds = max64(sub(div(tiles, workers1), one), zero);
+    mlir::Value rounds_tiles = mul(rounds, workers);
+    mlir::Value last_tiles = sub(tiles, rounds_tiles);
+    mlir::Value line = mul(last_tiles, steps), line1 = max64(line, one);
+    // Runs of at least K / (parts - 1) steps: a tile in at most `parts` parts.
+    const int64_t parts = spec.persistence()->stream_k_parts;
+    mlir::Value runners = max64(min64(workers, mul(last_tiles, min64(steps, c64(parts - 1)))), one);
+    mlir::Value cut_run = cdiv64(line, runners);
+    mlir::Value plain_run = mul(cdiv64(last_tiles, workers1), steps);
+    mlir::Value cutting =
+        mlir::arith::CmpIOp::create(b, loc, mlir::arith::CmpIPredicate::uge,
+                                    mul(sub(plain_run, cut_run), c64(8)), max64(plain_run, one));
+    auto run_start = [&](mlir::Value w) { return div(mul(min64(w, runners), line), runners); };
+    mlir::Value begin = select64(cutting, run_start(worker), zero);
+    mlir::Value end = select64(cutting, run_start(add(worker, one)), zero);
+    mlir::Value plain_total = mul(cdiv64(max64(sub(tiles, worker), zero), workers1), steps);
+    mlir::Value whole_steps = select64(cutting, mul(rounds, steps), plain_total);
+    total = add(whole_steps, sub(end, begin));
+    // The run holding line step s: the w with a_w <= s < a_w+1, i.e. w L < (s + 1) V.
+    auto run_of = [&](mlir::Value s) { return div(sub(mul(add(s, one), runners), one), line1); };
+    auto runs_of_tile = [&](mlir::Value q) {
+      mlir::Value first_step = mul(q, steps);
+      mlir::Value first = run_of(first_step);
+      mlir::Value more = sub(run_of(sub(add(first_step, steps1), one)), first);
+      return to32(add(first, mul(more, c64(1 << 16))));
+    };
+    first_tile_runs32 = runs_of_tile(div(begin, steps1));
+    last_tile_runs32 = runs_of_tile(div(sub(max64(end, one), one), steps1));
     whole_steps32 = to32(whole_steps);
     run_begin32 = to32(begin);
-    run_end32 = to32(end);
     rounds_tiles32 = to32(rounds_tiles);
   }
   const int64_t group = spec.persistence()->group_rows;
@@ -719,23 +747,30 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
     mlir::Value q = div(select(whole, u, v), steps32);
     k_step = rem(select(whole, u, v), steps32);
     tile = select(whole, add(worker32, mul(q, workers32)), add(rounds_tiles32, q));
-    // The tile's steps on the line, [q K, q K + K): begun before the run
-    // (this program runs the later part) or ending after it (the earlier).
-    mlir::Value tile_begin = mul(q, steps32);
+    // The runs holding the tile's steps: the run's own (w) but for its first
+    // tile (the run began after the tile did: v - k_step < a_w) and its last
+    // (the tile ends after the run: u - k_step + K > the program's steps),
+    // whose are known before the loop. Only the tile's last step reads them
+    // (in matmul, under when(last_step)), so they cost no register in the
+    // main loop but the two packed values.
+    auto and1 = [&](mlir::Value x, mlir::Value y) {
+      return mlir::arith::AndIOp::create(b, loc, x, y).getResult();
+    };
     mlir::Value in_run = mlir::arith::XOrIOp::create(
         b, loc, whole, mlir::arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1));
-    mlir::Value begun_before =
-        mlir::arith::AndIOp::create(b, loc, in_run, cmp(P::ult, tile_begin, run_begin32));
-    mlir::Value ends_after = mlir::arith::AndIOp::create(
-        b, loc, in_run, cmp(P::ugt, add(tile_begin, steps32), run_end32));
-    mlir::Value last_u = sub(to32(total), c32(1));
+    mlir::Value total32 = to32(total);
+    mlir::Value is_first = and1(in_run, cmp(P::ult, sub(v, k_step), run_begin32));
+    mlir::Value is_last = and1(in_run, cmp(P::ugt, add(sub(u, k_step), steps32), total32));
+    mlir::Value runs =
+        select(is_first, first_tile_runs32, select(is_last, last_tile_runs32, worker32));
+    mlir::Value first_run = mlir::arith::AndIOp::create(b, loc, runs, c32(0xffff));
+    mlir::Value parts = add(mlir::arith::ShRUIOp::create(b, loc, runs, c32(16)), c32(1));
+    mlir::Value last_u = sub(total32, c32(1));
     t.tile_run_last_step = mlir::arith::OrIOp::create(
         b, loc, cmp(P::eq, k_step, sub(steps32, c32(1))), cmp(P::eq, u, last_u));
-    t.tile_run_shared = mlir::arith::OrIOp::create(b, loc, begun_before, ends_after);
-    t.tile_run_later = begun_before;
-    // The split at a_w (the later part's program w) is number w - 1; the
-    // earlier part's program is w - 1 and its run ends there.
-    t.tile_run_split = to_index(select(begun_before, sub(worker32, c32(1)), worker32));
+    t.tile_run_parts = to_index(parts);
+    t.tile_run_part = to_index(sub(worker32, first_run));
+    t.tile_run_split = to_index(select(cmp(P::ugt, parts, c32(1)), first_run, c32(0)));
   }
   t.sequential_ids.assign(static_cast<size_t>(t.grid_rank), mlir::Value());
   t.sequential_extents = extents;

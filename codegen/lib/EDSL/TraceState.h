@@ -66,8 +66,8 @@ struct Trace {
   // not depend on it are multicast.
   mlir::Value cluster_row_id;
   // A stream-K persistent grid (Persistent::stream_k): the current step's
-  // TileRun (i1, i1, i1, index), set by its loop.
-  mlir::Value tile_run_last_step, tile_run_shared, tile_run_later, tile_run_split;
+  // TileRun (i1, index, index, index), set by its loop.
+  mlir::Value tile_run_last_step, tile_run_parts, tile_run_part, tile_run_split;
 };
 
 inline thread_local Trace* current_trace = nullptr;

@@ -398,7 +398,7 @@ TileRun tile_run(std::source_location where) {
   if (!t.spec->persistence() || !t.spec->persistence()->stream_k)
     fail("tile_run() needs a stream-K persistent grid (spec.persistent with stream_k)");
   if (!t.tile_run_last_step) fail("tile_run() outside the body");
-  return TileRun{wrap(t.tile_run_last_step), wrap(t.tile_run_shared), wrap(t.tile_run_later),
+  return TileRun{wrap(t.tile_run_last_step), wrap(t.tile_run_parts), wrap(t.tile_run_part),
                  wrap(t.tile_run_split)};
 }
 

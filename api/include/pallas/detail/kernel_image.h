@@ -53,9 +53,13 @@ struct KernelImage {
   // The sm_80 form's block size (no producer warpgroup); 0: threads.
   int cp_async_threads = 0;
   // A persistent grid (KernelSpec::persistent): grid[0] is its tile count, and launch_kernel
-  // launches min(tiles, resident programs) programs that walk the tiles (CUDA: SMs x the
-  // blocks per SM occupancy allows; emulator: EmulatorOptions::concurrent_programs; host: 1).
+  // launches min(programs_per_tile x tiles, resident programs) programs that walk the tiles
+  // (resident: CUDA, SMs x the blocks per SM occupancy allows; emulator,
+  // EmulatorOptions::concurrent_programs; host: 1).
   bool persistent = false;
+  // 1, or 2 for a stream-K walk in up to three parts a tile (Persistent::stream_k_parts),
+  // whose runs may be half a tile: 86 tiles on 132 SMs launch 132 programs, not 86.
+  int programs_per_tile = 1;
 };
 
 // The cubin to run on a device of compute capability sm / 10 . sm % 10, or null when there is

@@ -89,10 +89,11 @@ class DimExpr {
   /// read it (the entry point evaluates it; kernels cannot): e.g. a tile too
   /// big for sm_86 / sm_89's 99 KiB gives way to a smaller one.
   static DimExpr device_shared_bytes();
-  /// The programs a persistent grid launches (KernelSpec::persistent: at most
-  /// its tiles, as many as the device keeps resident). Only the count of a
-  /// workspace or of semaphores may read it, e.g. a stream-K grid's slots
-  /// for partial tiles, one pair per program.
+  /// The programs a persistent grid launches (KernelSpec::persistent: as many
+  /// as the device keeps resident, at most its tiles, or twice its tiles for a
+  /// stream-K walk of three parts a tile, whose runs may be half a tile). Only
+  /// the count of a workspace or of semaphores may read it, e.g. a stream-K
+  /// grid's slots for partial tiles.
   static DimExpr persistent_programs();
   /// Whether the expression reads device_shared_bytes() / persistent_programs().
   bool reads_device() const;
@@ -409,25 +410,43 @@ struct WarpSpecialization {
 /// `stream_k` (CUTLASS's stream-K, its data-parallel + stream-K hybrid; no
 /// clusters) splits the last tiles' K steps evenly between the programs, so
 /// that a last wave of tiles that would keep only some SMs busy is shared by
-/// all: with T tiles, K steps a tile and W programs, the first D = T / W - 1
-/// rounds (none when T < 2 W) are whole tiles as above (program w: tiles w,
-/// w + W, ...), and the T' = T - D W tiles left (W <= T' < 2 W) are one
-/// line of T' K steps cut into W runs, program w's steps
-/// [w T' K / W, (w + 1) T' K / W). A run is at least K steps long, so a
-/// tile is run whole by one program or in two parts by two (the earlier
-/// part by program w - 1 at the end of its run, the later one by program w
-/// at its start); tile_run() tells the body which (the two parts' sum is
-/// the body's to make: in matmul the part that finishes first stores its
-/// partial accumulator and the second adds it). Worked example, T = 5 tiles of K = 4 steps,
-/// W = 3: D = 0, 20 steps cut at 6 and 13: program 0 runs tile 0 and steps
-/// 0-1 of tile 1; program 1 steps 2-3 of tile 1, tile 2, step 0 of tile 3;
-/// program 2 steps 1-3 of tile 3 and tile 4. Two rounds of whole tiles would
-/// take 8 steps of time; these runs take at most 7. When W divides T every
-/// run is one whole tile: the plain walk.
+/// all. With T tiles, K steps a tile and W programs:
+///  - the first D = max(T / W - 1, 0) rounds are whole tiles as above
+///    (program w: tiles w, w + W, ...);
+///  - the T' = T - D W tiles left (T' < 2 W) are one line of L = T' K steps
+///    cut into V = min(W, T' min(K, P - 1)) runs, program w's steps
+///    [a_w, a_w+1), a_w = min(w, V) L / V (programs from V on run nothing
+///    there), P = `stream_k_parts`. With P = 2 a run is at least K steps
+///    long, so a tile is run whole or in two parts (the earlier ends a run,
+///    the later begins one), and the launch has at most one program per tile.
+///    With P = 3 a run is at least K / 2 steps long (K when T' >= W), a tile
+///    is run whole or in two or three parts by consecutive programs (a middle
+///    part is a whole run), and the launch has up to two programs per tile,
+///    so that fewer tiles than SMs still use every SM;
+///  - unless the cut saves less than an eighth of the steps the plain walk
+///    takes for those tiles (cdiv(T', W) K, its last one or two rounds): then,
+///    as when W divides T, every tile is run whole (the plain walk). A cut
+///    tile costs its parts a meeting (below), worth it only for a real gain.
+/// tile_run() tells the body how it runs the tile of the current step; the
+/// parts' sum is the body's to make (in matmul every part but the last to
+/// finish stores its partial accumulator, and the last adds them).
+///
+/// Worked examples. T = 5 tiles of K = 4 steps, W = 3: D = 0, 20 steps cut at
+/// 6 and 13: program 0 runs tile 0 and steps 0-1 of tile 1; program 1 steps
+/// 2-3 of tile 1, tile 2, step 0 of tile 3; program 2 steps 1-3 of tile 3 and
+/// tile 4: at most 7 steps a program, against 8 (two rounds of whole tiles).
+/// T = 3 tiles of K = 10, W = 5 (fewer tiles than programs, P = 3): V = 5 runs of 6
+/// of the 30 steps: tile 0 is runs 0 and 1 (steps 0-5, 6-9), tile 1 runs 1, 2
+/// and 3 (10-11, 12-17, 18-19), tile 2 runs 3 and 4: 6 steps a program
+/// against 10 (P = 2: 3 programs, a tile each). T = 128 tiles of K = 64, W =
+/// 132, P = 3: 63 steps a program against 64, less than an eighth saved:
+/// every tile whole, 4 programs idle.
 struct Persistent {
   int group_rows = 1;
   int cluster = 1;
   bool stream_k = false;
+  /// A stream-K walk's most parts per tile: 2 or 3 (above).
+  int stream_k_parts = 2;
 };
 
 /// How dot multiplies: `b` given as [N, K] (its rows are the columns of the
@@ -459,16 +478,21 @@ Value num_programs(int axis, std::source_location where = std::source_location::
 /// step as in any grid):
 struct TileRun {
   /// i1: the last step this program runs of the tile: its last K step, or
-  /// (the earlier part of a shared tile) the program's last step.
+  /// the program's last step (its part ends its run).
   Value last_step;
-  /// i1: two programs run the tile's K steps, each a part of them.
-  Value shared;
-  /// i1: of a shared tile, this program runs the later part (the one that
-  /// ends with the tile's last K step).
-  Value later;
-  /// index: of a shared tile, which of the at most programs - 1 shared tiles
-  /// it is (both parts get the same id): a slot for partial results, a
-  /// semaphore to meet at. Worked example (Persistent's): tile 1 is 0, tile 3 is 1.
+  /// index: how many programs run the tile's K steps, each a part of them:
+  /// 1 (the tile is whole), 2 or (Persistent::stream_k_parts 3) 3.
+  Value parts;
+  /// index: which part this program runs, in K order: 0 (the tile's first K
+  /// step is in it) to parts - 1 (its last is).
+  Value part;
+  /// index: of a tile in parts, the first of its parts - 1 cuts (the cut
+  /// after run r is number r, in [0, programs - 2]): cuts split .. split +
+  /// parts - 2 are the tile's alone, so each gives the tile a slot for a
+  /// partial result and a semaphore to meet at. Every part of the tile gets the
+  /// same split. Worked examples (Persistent's): T = 5, W = 3: tile 1 is split
+  /// 0, tile 3 split 1; T = 3, K = 10, W = 5: tile 0 split 0 (cut 0), tile 1
+  /// split 1 (cuts 1 and 2), tile 2 split 3 (cut 3). 0 for a whole tile.
   Value split;
 };
 TileRun tile_run(std::source_location where = std::source_location::current());
