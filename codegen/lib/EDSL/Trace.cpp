@@ -647,7 +647,7 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
   mlir::Value rounds_tiles32;  // stream-K: D W, the tiles of the whole-tile rounds
   // stream-K: the run's first and last tiles' runs (the only tiles of a run that may be in
   // parts): the run holding the tile's first step, r, and the runs past it holding its steps
-  // (parts - 1), packed as r + (parts - 1) 2^16 (r < W < 2^16).
+  // (parts - 1), packed as r + (parts - 1) 2^16 (r < W: the resident programs, far below 2^16).
   mlir::Value first_tile_runs32, last_tile_runs32;
   if (!stream_k) {
     mlir::Value left = mlir::arith::MaxSIOp::create(
@@ -656,12 +656,12 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
     total = mlir::arith::MulIOp::create(b, loc, mine, steps);
   } else {
     // Spec.h's Persistent: D = max(T / W - 1, 0) rounds of whole tiles, then
-    // the T' = T - D W tiles left as one line of L = T' K steps cut into V =
-    // min(W, T' min(K, P - 1)) runs (P = stream_k_parts), program w's
-    // [a_w, a_w+1), a_w = min(w, V) L /
-    // V, where that saves at least an eighth of the plain walk's cdiv(T', W) K
-    // steps; else every program walks whole tiles (all its steps "whole").
-    // 64-bit, once; divisors at least 1.
+    // the T' = T - D W tiles left as one line of L = T' K steps cut into
+    // V = min(W, T' min(K, P - 1)) runs (P = stream_k_parts), program w's
+    // [a_w, a_w+1), a_w = min(w, V) L / V, where that saves at least an
+    // eighth of the plain walk's cdiv(T', W) K steps; else every program
+    // walks whole tiles (all its steps "whole"). 64-bit, once; divisors at
+    // least 1.
     auto max64 = [&](mlir::Value x, mlir::Value y) {
       return mlir::arith::MaxSIOp::create(b, loc, x, y).getResult();
     };
