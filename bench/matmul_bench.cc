@@ -259,12 +259,14 @@ struct Row {
 };
 
 /// A persistent tiles-schedule row's K steps per program: its longest program's under the
-/// stream-K walk (Spec.h's Persistent: D = max(T / W - 1, 0) rounds of whole tiles, then the
-/// T' = T - D W tiles left as one line of T' x steps cut into V = min(W, T') even runs) and
-/// under the plain walk (cdiv(T, W) whole tiles), for T tiles of `steps` K steps and W
-/// programs. E.g. 1024 x 11008 x 4096 in 128 x 256 tiles on 132 SMs: T = 344, 64 steps:
-/// 167 against 192. Time over the first is the rate of a K step, which a walk that loses
-/// nothing to its last round keeps from shape to shape.
+/// stream-K walk (Spec.h's Persistent with two parts a tile, matmul's: D = max(T / W - 1, 0)
+/// rounds of whole tiles, then the T' = T - D W tiles left as one line of T' x steps cut into
+/// V = min(W, T') even runs, where that saves at least an eighth of the plain walk's steps for
+/// them) and under the plain walk (cdiv(T, W) whole tiles), for T tiles of `steps` K steps and
+/// W programs. E.g. 1024 x 11008 x 4096 in 128 x 256 tiles on 132 SMs: T = 344, 64 steps:
+/// 167 against 192; 4096^3 (T = 512): 256 either way (a cut would save 8 of 128 steps). Time
+/// over the first is the rate of a K step, which a walk that loses nothing to its last round
+/// keeps from shape to shape.
 struct WalkSteps {
   int64_t stream_k, plain;
 };
@@ -273,8 +275,10 @@ WalkSteps walk_steps(int64_t tiles, int64_t programs, int64_t steps) {
   const int64_t rounds = std::max<int64_t>(tiles / programs - 1, 0);
   const int64_t last = tiles - rounds * programs;
   const int64_t runners = std::min(programs, last);
-  return {rounds * steps + (last * steps + runners - 1) / runners,
-          (tiles + programs - 1) / programs * steps};
+  const int64_t cut = (last * steps + runners - 1) / runners;
+  const int64_t plain_last = (last + programs - 1) / programs * steps;
+  const bool cutting = 8 * (plain_last - cut) >= plain_last;
+  return {rounds * steps + (cutting ? cut : plain_last), (tiles + programs - 1) / programs * steps};
 }
 
 /// The instance matmul_bt's entry point chose for a shape already benchmarked ("" if none).

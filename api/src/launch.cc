@@ -300,7 +300,7 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
                                " threads per program; CUDA allows 1 to 1024");
     }
     if (cubin->threads != 0) threads = cubin->threads;  // e.g. no producer warpgroup on sm_80
-    if (image.persistent) {  // one program per resident CTA, at most one per tile
+    if (image.persistent) {  // one program per resident CTA, at most most_programs
       LoadedKernel& loaded = cache.kernels[{cubin->data, image.symbol, device}];
       if (Status s = resident_per_sm(image, kernel, threads, device, loaded); !s.ok()) return s;
       grid[0] = std::min<int64_t>(most_programs(image, grid[0]),
