@@ -19,8 +19,7 @@
 // `gemm_bt/3stage`, its three-stage instance, against the six of `tiles_deep`); then
 // `attention` and `causal_attention` (16K tokens, 2048 wide: head dims 64 and 128), against the
 // run's best cuBLASLt GEMM rate (timed only: no peer computes them; tests/ops/attention_test.cc
-// checks them), d128 also in two stages (`attention/2stage`, what sm_90 parts with less shared
-// memory run) against its three (d128_deep). Each product pair is first compared element by element
+// checks them). Each product pair is first compared element by element
 // (the same inputs: a wrong kernel is reported, not timed). Weights rotate over enough copies that
 // they are read from HBM, not L2, as in a model. cuBLASLt is loaded at run time (dlopen), so the
 // program runs where the library is missing and says so. Without a device it exits 0.
@@ -260,13 +259,13 @@ struct Row {
 
 /// A persistent tiles-schedule row's K steps per program: its longest program's under the
 /// stream-K walk (Spec.h's Persistent with two parts a tile, matmul's: D = max(T / W - 1, 0)
-/// rounds of whole tiles, then the T' = T - D W tiles left as one line of T' x steps cut into
-/// V = min(W, T') even runs, where that saves at least an eighth of the plain walk's steps for
+/// rounds of whole tiles, then the T' = T - D W tiles left as a line of half tiles in runs of
+/// U = cdiv(2 T', W) halves, where that saves at least an eighth of the plain walk's steps for
 /// them) and under the plain walk (cdiv(T, W) whole tiles), for T tiles of `steps` K steps and
-/// W programs. E.g. 1024 x 11008 x 4096 in 128 x 256 tiles on 132 SMs: T = 344, 64 steps:
-/// 167 against 192; 4096^3 (T = 512): 256 either way (a cut would save 8 of 128 steps). Time
-/// over the first is the rate of a K step, which a walk that loses nothing to its last round
-/// keeps from shape to shape.
+/// W programs. E.g. 1024 x 14336 x 4096 in 128 x 256 tiles on 132 SMs: T = 448, 64 steps: 224
+/// against 256; 1024 x 11008 x 4096 (T = 344): 192 either way (T' = 212 tiles: runs of 4
+/// halves). Time over the first is the rate of a K step, which a walk that loses nothing to
+/// its last round keeps from shape to shape.
 struct WalkSteps {
   int64_t stream_k, plain;
 };
@@ -274,8 +273,9 @@ WalkSteps walk_steps(int64_t tiles, int64_t programs, int64_t steps) {
   if (tiles <= 0 || programs <= 0) return {0, 0};
   const int64_t rounds = std::max<int64_t>(tiles / programs - 1, 0);
   const int64_t last = tiles - rounds * programs;
-  const int64_t runners = std::min(programs, last);
-  const int64_t cut = (last * steps + runners - 1) / runners;
+  const int64_t halves = std::min<int64_t>(steps, 2);  // units a tile (a step at K = 1)
+  const int64_t run_units = std::max<int64_t>((last * halves + programs - 1) / programs, 1);
+  const int64_t cut = (run_units * steps + halves - 1) / halves;
   const int64_t plain_last = (last + programs - 1) / programs * steps;
   const bool cutting = 8 * (plain_last - cut) >= plain_last;
   return {rounds * steps + (cutting ? cut : plain_last), (tiles + programs - 1) / programs * steps};
@@ -403,15 +403,12 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
 /// the toolkit): the row reports TFLOP/s (4 b h s^2 d, halved for causal) and that rate over
 /// the fastest cuBLASLt GEMM of this run (`gemm_tflops`), the tensor cores' practical ceiling.
 /// q, k, v, o hold at least batch * heads * seq * d elements each (one set serves every shape).
-/// `two_stages`: d128 capped below its three-stage instance's shared memory (d128_deep), so
-/// that the two-stage one runs (rows `attention/2stage`): the third stage's gain, measured.
 void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int64_t d, int reps,
                      double gemm_tflops, Buffer& q, Buffer& k, Buffer& v, Buffer& o,
-                     std::vector<Row>& rows, bool two_stages = false) {
+                     std::vector<Row>& rows) {
   pallas::LaunchRecord record;
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
   launch.record = &record;
-  if (two_stages) launch.max_shared_bytes_per_block = 200 * 1024;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto view = [&](bfloat16* p) { return TensorView<bfloat16, 4>(p, {batch, heads, seq, d}); };
   auto ours = [&](int) {
@@ -427,8 +424,7 @@ void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int
   };
   const double ms = median_ms(ours, reps);
   const double flop = 4.0 * batch * heads * seq * seq * d * (causal ? 0.5 : 1.0);
-  const std::string op =
-      std::string(causal ? "causal_attention" : "attention") + (two_stages ? "/2stage" : "");
+  const std::string op = causal ? "causal_attention" : "attention";
   const std::string instance = record.instance ? record.instance : "?";
   rows.push_back({op, batch * heads, seq, d, ms, NAN, NAN, instance, fallback_text(record),
                   record.grid, record.programs});
@@ -506,9 +502,10 @@ int main(int argc, char** argv) {
     for (int64_t m : ms) run(Product::kMatmulBt, m, n, k);
   // Whole rounds: 1024 x N x 4096 with N near 11008 such that the 128 x 256 tiles (8 rows of
   // them) are a multiple of the SMs (132: N = 8448, 264 tiles, two rounds), where the stream-K
-  // walk cuts no tile: its time a K step is the plain walk's, which the ragged shapes' (1024 x
-  // 11008: 344 tiles, 2.6 rounds) keep if the cut tiles cost nothing, and exceed by up to
-  // plain / stream-K steps (192 / 167) if the walk gained nothing.
+  // walk cuts no tile: its time a K step is the plain walk's, which a cut shape's (1024 x
+  // 14336: 448 tiles, 3.4 rounds) keeps if the cut tiles cost nothing, and exceeds by up to
+  // plain / stream-K steps (256 / 224) if the walk gained nothing. (On an H100 the walk that
+  // cut runs anywhere took 1348 ns a step at 1024 x 11008 against 939 here.)
   if (!quick) {
     const int64_t sms = prop.multiProcessorCount, tile_rows = 1024 / 128;
     const int64_t columns = sms / std::gcd(sms, tile_rows);  // the least whole-round count
@@ -561,14 +558,6 @@ int main(int argc, char** argv) {
           if (wanted(causal ? "causal_attention" : "attention", tokens / seq * (width / d), seq, d))
             bench_attention(causal, tokens / seq, width / d, seq, d, reps, best_gemm, q, k, v, o,
                             rows);
-    // d128 in two stages (the instance sm_90 parts with less shared memory run), against the
-    // rows above (d128_deep, three).
-    for (bool causal : {false, true})
-      for (int64_t seq : seqs)
-        if (wanted(causal ? "causal_attention/2stage" : "attention/2stage",
-                   tokens / seq * (width / 128), seq, 128))
-          bench_attention(causal, tokens / seq, width / 128, seq, 128, reps, best_gemm, q, k, v, o,
-                          rows, /*two_stages=*/true);
   }
 
   if (!only.empty() && rows.empty()) {

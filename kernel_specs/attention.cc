@@ -23,8 +23,7 @@
 //
 // Q's block is staged once by TMA; K and V blocks are pipelined through
 // shared memory (TMA on sm_90a, cp.async on sm_80), read in place by wgmma
-// (sm_90a) or ldmatrix + mma.sync (sm_80): two stages, or three in the
-// `d128_deep` instance (below).
+// (sm_90a) or ldmatrix + mma.sync (sm_80), two stages.
 //
 // Masks: keys past Skv (TMA's zero fill, or the direct twin's masked loads)
 // are -inf. `causal_attention` adds FlashAttention's causal mask aligned to
@@ -62,20 +61,12 @@ void declare_attention(KernelSpec& spec, Mask mask) {
   // (columns past d read TMA's zero fill, or the direct twin's masked zeros,
   // so they add nothing to Q K^T, and their columns of O are not stored).
   //
-  // d128_deep: the d128 program with three K/V stages (112 KiB) instead of two (80 KiB),
-  // where two of its programs fit an SM (sm_90's 227 KiB a block; registers allow two
-  // either way: 163 a thread, causal 168): the same occupancy with two steps of copies ahead of the
-  // multiplies instead of one. On an H200 the matmul tiles schedule with one step ahead of
-  // its refills waited on them (bench/RESULTS.md, twentieth session); a d128 step (2 MFLOP
-  // of MMAs and 4096 exps per program) is shorter than a refill. Not measured: the bench
-  // times d128 with both (`attention/2stage` caps the shared memory for the two-stage one).
-  // Elsewhere (sm_80's 163 KiB: one program an SM instead of two; sm_86's 99 KiB: none)
-  // d128 keeps two stages.
-  const int64_t kDeepPlanBytes = (64 + 3 * 2 * 64) * 128 * 2 + 1024;  // Q, 3 x (K, V), barriers
-  const DimExpr deep_fits =
-      DimExpr(1) - le(KernelSpec::device_shared_bytes(), 2 * kDeepPlanBytes - 1);
-  const int path = spec.variant("head_dim", {"d64", "d128", "d128_deep"},
-                                (DimExpr(1) - le(d, 64)) * (DimExpr(1) + deep_fits));
+  // Two K/V stages. A third (d128_deep, twenty-first session: 112 KiB, still two programs an
+  // SM on sm_90) ran as fast or slower on an H100 (twenty-third session, bench/RESULTS.md):
+  // non-causal d128 at 16K tokens x 2048, seq 2048: 193 against 219 TFLOP/s, seq 4096: 283
+  // against 339; equal at the other lengths and causal. So the refill was not what a d128
+  // step waits on, and the instance is gone.
+  const int path = spec.variant("head_dim", {"d64", "d128"}, DimExpr(1) - le(d, 64));
   spec.require(le(d, 128), "the head dim 'd' (dim 3 of q, k, v and o) must be at most 128");
   // kv_heads >= 1 divides heads (cdiv(heads, kv) kv == heads; max() keeps the
   // check itself from dividing by 0); with no heads at all, kv_heads may be 0.
@@ -84,7 +75,6 @@ void declare_attention(KernelSpec& spec, Mask mask) {
                "the query heads 'heads' (dim 1 of q and o) must be a multiple of the key-value "
                "heads 'kv_heads' (dim 1 of k and v), which must be at least 1");
   const int64_t kD = path == 0 ? 64 : 128;
-  const int kv_stages = path == 2 ? 3 : kDefaultPipelineDepth;
   // Keys per pipeline step. The direct twin of d128 loads Q, K and V blocks
   // into registers before storing them for the MMA: 32 keys a step, and Q K^T
   // in two halves of the head dim, keep it from spilling (64 keys spilled
@@ -187,7 +177,7 @@ void declare_attention(KernelSpec& spec, Mask mask) {
           Value acc = dot(p.cast(T), kv_blocks[1].load(), c[2] * correction);
           return std::vector<Value>{m, l, acc};
         },
-        kv_stages);
+        kDefaultPipelineDepth);
     Value l = out[1];
     o.store((out[2] * select(l > 0.0, 1.0 / l, constant(0, f32))).cast(T));
   });

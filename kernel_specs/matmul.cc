@@ -364,18 +364,21 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //
   // The walk is stream-K (CUTLASS's data-parallel + stream-K hybrid, Spec.h's Persistent):
   // whole tiles in rounds of W (one program an SM) but for the last 1 to 2 rounds' worth,
-  // whose K steps are cut evenly between the programs, so that no round runs with SMs idle.
-  // A tile cut in two meets at a semaphore: the part that finishes first leaves its partial
-  // tile in the workspace, the second adds it to its accumulator and writes D. E.g. 1024 x
-  // 11008 x 4096 in 128 x 256 tiles on 132 SMs: 344 tiles of 64 K steps, 2.6 rounds: the plain
-  // walk takes 3 rounds (the last with 80 of 132 SMs busy), this one 2.61 (167 steps a program
-  // against 192: 13 % less time if a step costs the same; a cut tile adds a 128 KiB store and
-  // load of a partial, fences and atomics to its two programs). Where the cut saves less than an
-  // eighth (4096^3: 512 tiles, 248 steps against 256) or W divides T, it is the plain walk.
-  // Runs are at least a tile (stream_k_parts 2, finish_run says why), so fewer tiles than SMs
-  // run a tile an SM: 256 x 11008 x 4096 (86 tiles) on 86 SMs. Batched products walk their
-  // batch entries' tiles as one line (the batch index outermost), so the cut may fall in any
-  // entry.
+  // whose K steps are cut between the programs in runs of whole half tiles, so that fewer SMs
+  // idle in the last round. A tile cut in two meets at a semaphore: the part that finishes
+  // first leaves its partial tile in the workspace, the second adds it to its accumulator and
+  // writes D. E.g. 1024 x 14336 x 4096 in 128 x 256 tiles on 132 SMs: 448 tiles of 64 K steps,
+  // 3.4 rounds: the plain walk takes 4 rounds (the last with 52 of 132 SMs busy, 256 steps a
+  // program), this one 2 rounds and then runs of three half tiles (224 steps). Runs start and
+  // end at a tile's K step 0 or 32, so the programs read A and B at two K steps at once and L2
+  // serves most of it: runs cut anywhere (CUTLASS's even split, this walk until the
+  // twenty-third session) put each program at its own K step, and on an H100 1024 x 11008 x
+  // 4096 then read 448 MB from DRAM instead of ~115 and its cut K steps took 1.6 us instead of
+  // 0.94: slower than the plain walk. Where the cut saves less than an eighth (T' > 1.5 W:
+  // 1024 x 11008, 4096^3, 8192^3) or W divides T, it is the plain walk. Runs are at least
+  // half a tile (stream_k_parts 2, finish_run says why), and the launch has a program a tile
+  // at most: 256 x 11008 x 4096 (86 tiles) runs on 86 SMs. Batched products walk their batch
+  // entries' tiles as one line (the batch index outermost), so the cut may fall in any entry.
   if (!split) spec.persistent({.group_rows = wide ? 16 : 8, .stream_k = true});
   if (in_place) {
     // Pallas' pipelined wgmma: step k's multiply stays in flight while step
@@ -503,13 +506,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // ends the kernel, writes no partial it would not read. (Last-arriver-sums, split-K's way,
   // would have both store: 128 KiB more at the tail of the kernel.)
   //
-  // Two parts at most (Persistent::stream_k_parts 2): a meeting of three (the walk's runs of
-  // half a tile, which would run 67..131 tiles of 128 x 256 on every SM of an H100 instead of
-  // one SM a tile) was tried: every way of summing three partial tiles in part order that
-  // keeps the sum's bits independent of the order of arrival held a second partial chunk, or
-  // a sum of two, beside the 128 accumulator registers, and the 128 x 256 consumers spilled
-  // (60 to 1476 bytes, in the K loop too); folding the parts into the accumulator makes ptxas
-  // serialize the wgmmas (C7515). Not yet: a three-part meeting that fits.
+  // Two parts at most (Persistent::stream_k_parts 2): a meeting of three (the walk in thirds of a
+  // tile: 256 x 11008 x 4096, 86 tiles of 128 x 256, in runs of two thirds on 129 SMs of an
+  // H100, 43 K steps instead of 64) was tried: every way of summing three partial tiles in part
+  // order that keeps the sum's bits independent of the order of arrival held a second partial
+  // chunk, or a sum of two, beside the 128 accumulator registers, and the 128 x 256 consumers
+  // spilled (60 to 1476 bytes, in the K loop too); folding the parts into the accumulator makes
+  // ptxas serialize the wgmmas (C7515). Not yet: a three-part meeting that fits.
   auto finish_run = [=](const Ref& acc, const Ref* e, const Ref& d, const Ref& partials,
                         const TileRun& run) {
     when(run.parts == index(1), [&] { store_tile(acc, e, d, nullptr); });

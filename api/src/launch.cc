@@ -223,7 +223,7 @@ Status kernel_for_device(LoadCache& cache, const KernelImage& image, int device,
 }
 
 // The most programs a persistent grid of `tiles` launches, however many are resident: one
-// per tile, or two for a stream-K walk (KernelImage::programs_per_tile).
+// per tile, or three for a stream-K walk in thirds (KernelImage::programs_per_tile).
 int64_t most_programs(const KernelImage& image, int64_t tiles) {
   return tiles * std::max(image.programs_per_tile, 1);
 }

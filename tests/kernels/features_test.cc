@@ -1215,20 +1215,22 @@ TEST_P(FeaturesTest, PersistentWgmmaWalksEveryTileOnce) {
 
 // The stream-K walk step by step (stream_k_walk): every (tile, k) step is run
 // (out starts at -1) and says what Spec.h's Persistent describes: T tiles, K
-// steps, W = min(2 T, programs) programs; D = max(T / W - 1, 0) rounds of whole
-// tiles, then the line of the last T' = T - D W tiles' L = T' K steps cut at
-// a_w = min(w, V) L / V, V = min(W, T' min(K, 2)), where that saves at least
-// an eighth of cdiv(T', W) K steps; a tile's parts are the runs holding its
-// steps. Emulator: W = 1..7 on 1..23 tiles of 1..10 steps (W == T, W dividing
-// T, fewer tiles than programs: three parts, one step, more rounds, cuts that
-// save too little); the host: one program.
+// steps, W = min(3 T, programs) programs, P = 3; D = max(T / W - 1, 0) rounds of
+// whole tiles, then the last T' = T - D W tiles as a line of h = min(3, K) units
+// a tile (unit i: steps [i K / h, (i + 1) K / h)) in runs of U = cdiv(T' h, W)
+// units, where that saves at least an eighth of cdiv(T', W) K steps (the longest
+// run: cdiv(U K, h)); a tile's parts are the runs holding its steps. Emulator:
+// W = 1..7 on 1..23 tiles of 1..10 steps (W == T, W dividing T, fewer tiles
+// than programs: three parts, one or two steps (units of a step), more rounds,
+// cuts that save too little); the host: one program.
 TEST_P(FeaturesTest, StreamKWalkCutsTheLastRoundsEvenly) {
   if (GetParam() == Backend::kCuda) GTEST_SKIP() << "the program count is the device's";
   struct Case {
     int64_t rows, cols, steps;
   };
-  for (Case c : {Case{1, 1, 1}, Case{3, 5, 4}, Case{2, 3, 5}, Case{4, 5, 3}, Case{1, 23, 2},
-                 Case{3, 4, 1}, Case{1, 3, 10}, Case{2, 1, 7}, Case{1, 5, 16}, Case{1, 13, 16}})
+  for (Case c :
+       {Case{1, 1, 1}, Case{3, 5, 4}, Case{2, 3, 5}, Case{4, 5, 3}, Case{1, 23, 2}, Case{3, 4, 1},
+        Case{1, 3, 10}, Case{2, 1, 7}, Case{1, 5, 16}, Case{1, 13, 16}, Case{1, 1, 10}})
     for (int programs : {1, 2, 3, 4, 5, 7}) {
       if (GetParam() == Backend::kHost && programs != 1) continue;
       const int64_t tiles = c.rows * c.cols, k = c.steps;
@@ -1242,13 +1244,17 @@ TEST_P(FeaturesTest, StreamKWalkCutsTheLastRoundsEvenly) {
           kernels::stream_k_walk(TensorView<int32_t, 3>(out.data(), {c.rows, c.cols, k}), launch);
       ASSERT_TRUE(st.ok()) << st.message();
       out.download();
-      const int64_t w_count = std::min<int64_t>(2 * tiles, programs);
+      const int64_t w_count = std::min<int64_t>(3 * tiles, programs);
       const int64_t rounds = std::max<int64_t>(tiles / w_count - 1, 0);
-      const int64_t last = tiles - rounds * w_count, line = last * k;
-      const int64_t runners = std::min(w_count, last * std::min<int64_t>(k, 2));
+      const int64_t last = tiles - rounds * w_count;
+      const int64_t h = std::min<int64_t>(k, 3), units = last * h;
+      const int64_t run_units = std::max<int64_t>((units + w_count - 1) / w_count, 1);
       const int64_t plain = (last + w_count - 1) / w_count * k;
-      const bool cutting = 8 * (plain - (line + runners - 1) / runners) >= plain;
-      auto cut = [&](int64_t w) { return std::min(w, runners) * line / runners; };
+      const bool cutting = 8 * (plain - (run_units * k + h - 1) / h) >= plain;
+      auto cut = [&](int64_t w) {  // run w's first line step
+        const int64_t unit = std::min(w * run_units, units);
+        return unit / h * k + unit % h * k / h;
+      };
       auto run_holding = [&](int64_t v) {  // the w with cut(w) <= v < cut(w + 1)
         int64_t w = 0;
         while (cut(w + 1) <= v) ++w;
@@ -1270,35 +1276,37 @@ TEST_P(FeaturesTest, StreamKWalkCutsTheLastRoundsEvenly) {
     }
 }
 
-// persistent_wgmma in a stream-K walk (persistent_wgmma_stream_k): on the
-// emulator W = 2..5 programs cut the last tiles' K steps between them, so
-// tiles run in two or three parts meet at a semaphore and the last sums the
-// parts' partial tiles. E.g. [300, 330] in 128 x 64 tiles with K = 130 (3 steps):
-// 18 tiles; W = 4 runs 3 rounds of whole tiles, then 18 steps cut at 4, 9,
-// 13 (tiles 13 and 16 in two parts); W = 5: 2 rounds, then 24 steps cut at
-// 4, 9, 14, 19. [129, 200] with K = 640 (10 steps), W = 3: 8 tiles, one
-// round, then 50 steps cut at 16 and 33. One K step (K = 64): every cut is
-// between tiles. [128, 192] with K = 640: 3 tiles of 10 steps, W = 5 (more
-// programs than tiles): 30 steps cut at 6, 12, 18 and 24, tile 1 in three
-// parts. The host runs one program (whole tiles). A part summed
-// twice or never, or a tile done twice, shows in d (d += a @ b^T in place);
-// a semaphore left non-zero fails the emulator's check. sm_80: the cp.async
-// form; stride 139: the direct twin, stream-K too. On CUDA the device's
-// program count rules: [1408, 832] (143 tiles of 3 steps) on 132 SMs cuts
-// 429 steps into runs of 3 or 4; [1024, 640] (80 tiles of 10 steps) 800 into
-// runs of 6 or 7, tiles in two or three parts.
+// persistent_wgmma in a stream-K walk (persistent_wgmma_stream_k, three parts a
+// tile at most: runs of thirds of a tile, up to three programs a tile): on the
+// emulator W = 2..5 programs cut the last tiles' K steps between them, so tiles
+// run in two or three parts meet at a semaphore and the last sums the parts'
+// partial tiles. E.g. [300, 330] in 128 x 64 tiles with K = 130 (3 steps, so a
+// third is a step): 18 tiles; W = 4 runs 3 rounds of whole tiles, then 18 steps
+// in runs of 5 (cuts at 5, 10 and 15: tiles 1, 3 and 5 of the line in two parts);
+// W = 5: 2 rounds, then 24 steps cut at 5, 10, 15, 20. [129, 200] with K = 640
+// (10 steps, thirds of 3, 3 and 4), W = 3: 8 tiles, one round, then 50 steps cut
+// at 16 and 33. One K step (K = 64): no cut saves an eighth. [128, 192] with K =
+// 640: 3 tiles of 10 steps, W = 5: runs of two thirds, cut at 6, 13, 20, 26;
+// [128, 64], one tile: W = 2 cuts it at 6, W >= 3 (three programs) in thirds at
+// 3 and 6, three parts. The host runs one program (whole tiles). A part summed
+// twice or never, or a tile done twice, shows in d (d += a @ b^T in place); a
+// semaphore left non-zero fails the emulator's check. sm_80: the cp.async form;
+// stride 139: the direct twin, stream-K too. On CUDA the device's program count
+// rules: [1408, 832] (143 tiles of 3 steps) on 132 SMs in runs of 4 steps (6 for
+// the plain walk); [1024, 320] (40 tiles of 10 steps) on 120 programs, a third
+// of a tile each: every tile in three parts (on 114 SMs, runs of two thirds).
 TEST_P(FeaturesTest, PersistentStreamKSumsEachTilesPartsOnce) {
   using Shape = PersistentShape;
   for (int cc : {90, 80}) {
     if (cc == 80 && GetParam() != Backend::kEmulator) continue;
     for (Shape sh : {Shape{300, 330, 130, 130}, Shape{129, 200, 640, 640}, Shape{400, 70, 64, 64},
-                     Shape{200, 130, 130, 139}, Shape{128, 192, 640, 640},
-                     Shape{1408, 832, 192, 192}, Shape{1024, 640, 640, 640}})
+                     Shape{200, 130, 130, 139}, Shape{128, 192, 640, 640}, Shape{128, 64, 640, 640},
+                     Shape{1408, 832, 192, 192}, Shape{1024, 320, 640, 640}})
       for (int programs : {2, 3, 4, 5}) {
         if (GetParam() != Backend::kEmulator && programs != 2) continue;
         // Sized for a GPU of 132 (or 114) SMs: 143 tiles, one program each, most of the line
-        // cut; 80 tiles, 132 (114) programs, tiles in three parts. Too many for the emulator
-        // and the host to be quick.
+        // cut; 40 tiles, 120 (114) programs, tiles in three (two) parts. Too many for the
+        // emulator and the host to be quick.
         if ((GetParam() == Backend::kCuda) != (sh.m >= 1024)) continue;
         const uint64_t schedule = programs == 4 ? 7 : 0;  // one random thread order
         const uint32_t seed = fresh_seed();

@@ -263,36 +263,36 @@ TEST_P(AttentionTest, Sm80Form) {
   check_attention<bfloat16>(GetParam(), {1, 4, 40, 70, 64, Layout::kBhsd, 0, 1}, true, 0.125f, 80);
 }
 
-// d128's two instances: three K/V stages (d128_deep, 112 KiB) where two programs fit an SM's
-// shared memory (sm_90's 227 KiB a block), else two (80 KiB): an sm_90 part with less (here
-// 200 KiB) and sm_80's 163 KiB run `_d128`.
-TEST_P(AttentionTest, HeadDim128InstanceByDeviceSharedMemory) {
+// d128 (two K/V stages, 80 KiB) on every device that runs it: an sm_90 part with its 227 KiB
+// a block or less (here 200 KiB), and sm_80's 163 KiB; d 65..128 takes it, d 64 the d64.
+TEST_P(AttentionTest, HeadDim128InstanceOnEveryDevice) {
   if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the emulator stands for the devices";
   struct Case {
     int cc;
-    int64_t shared;
+    int64_t shared, d;
     const char* instance;
   };
   for (Case c :
-       {Case{90, 0, "attention_bf16_d128_deep"}, Case{90, 231424, "attention_bf16_d128_deep"},
-        Case{90, 231423, "attention_bf16_d128"}, Case{90, 200 * 1024, "attention_bf16_d128"},
-        Case{80, 0, "attention_bf16_d128"}}) {
-    SCOPED_TRACE("sm_" + std::to_string(c.cc) + " shared " + std::to_string(c.shared));
-    Array<bfloat16> x(GetParam(), 64 * 128), o(GetParam(), 64 * 128);
+       {Case{90, 0, 128, "attention_bf16_d128"}, Case{90, 200 * 1024, 128, "attention_bf16_d128"},
+        Case{80, 0, 128, "attention_bf16_d128"}, Case{90, 0, 96, "attention_bf16_d128"},
+        Case{90, 0, 64, "attention_bf16_d64"}}) {
+    SCOPED_TRACE("sm_" + std::to_string(c.cc) + " shared " + std::to_string(c.shared) + " d " +
+                 std::to_string(c.d));
+    Array<bfloat16> x(GetParam(), 64 * c.d), o(GetParam(), 64 * c.d);
     x.upload();
     LaunchRecord record;
     Launch launch{
         GetParam(), nullptr, {.compute_capability = c.cc, .shared_bytes_per_block = c.shared}};
     launch.record = &record;
-    const TensorView<const bfloat16, 4> xv(x.data(), {1, 1, 64, 128});
+    const TensorView<const bfloat16, 4> xv(x.data(), {1, 1, 64, c.d});
     const Status st = kernels::attention(
-        xv, xv, xv, TensorView<bfloat16, 4>(o.data(), {1, 1, 64, 128}), 0.125f, launch);
+        xv, xv, xv, TensorView<bfloat16, 4>(o.data(), {1, 1, 64, c.d}), 0.125f, launch);
     ASSERT_TRUE(st.ok()) << st.message();
     ASSERT_NE(record.instance, nullptr);
     EXPECT_STREQ(record.instance, c.instance);
   }
-  // d128_deep over 5 key blocks (each of its three stages refilled) and the two-stage sm_90a
-  // form against the reference (the other emulator shapes have at most 2 key blocks).
+  // d128 over 5 key blocks (each of its two stages refilled twice) against the reference (the
+  // other emulator shapes have at most 2 key blocks), and with 200 KiB of shared memory.
   check_attention<bfloat16>(GetParam(), {1, 1, 65, 257, 128}, true, 0.125f);
   check_attention<half>(GetParam(), {1, 2, 64, 300, 96}, false, 0.2f);
   check_attention<bfloat16>(GetParam(), {1, 2, 129, 200, 128}, true, 0.125f, 90, 0, 200 * 1024);

@@ -608,22 +608,24 @@ TEST_P(MatmulTest, SchedulesInRandomOrders) {
   for (uint64_t schedule : {7u, 1234u}) {
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600}, 90, 4, 0, true, schedule);
     check_product<bfloat16, bfloat16>(backend, {true}, {512, 300, 130}, 90, 2, 0, true, schedule);
-    // Stream-K: 8 tiles of 3 steps on 3 programs, one round, then 15 steps cut at 5 and 10.
-    check_product<bfloat16, bfloat16>(backend, {true}, {512, 300, 130}, 90, 3, 0, true, schedule);
+    // Stream-K: 6 tiles of 3 steps on 4 programs, runs of three half tiles (halves of 1 and 2
+    // steps) cut at 4, 9 and 13: tiles 1 and 4 in two parts.
+    check_product<bfloat16, bfloat16>(backend, {true}, {300, 300, 192}, 90, 4, 0, true, schedule);
   }
 }
 
 // The tiles schedule's stream-K walk (spec.persistent's stream_k): the last rounds' K steps
-// cut evenly between the programs, a tile cut in two finished by whichever part arrives second
-// from its own accumulator and the other's partial tile. On the emulator 4 programs walk 6
-// tiles of 3 K steps (K = 192): 18 steps cut at 4, 9 and 13, so tiles 1 and 4 run in two parts
-// (tile 3 starts at 9: whole); 5 programs: cuts at 3, 7, 10, 14 (tiles 2, 3 and 4 in two). Every
-// epilogue family: none (128 x 256 tiles), bias + gelu (32-column chunks), C (128 x 128, six
-// stages and, capped at 150 KiB, three), the residual; the sm_80 form; the direct twin (a
-// padded row stride of 3 elements breaks TMA's 16-byte rule); 7 programs on 13 tiles of 4
-// steps cut nothing (8 steps a program either way). On CUDA 176 tiles of 4 steps on
-// an H100's or H200's 132 SMs: 704 steps, 5 or 6 a program, 88 of the 176 tiles in two parts.
-// Batched products walk every entry's tiles as one line.
+// cut between the programs in runs of half tiles, a tile cut in two finished by whichever part
+// arrives second from its own accumulator and the other's partial tile. On the emulator 4
+// programs walk 6 tiles of 3 K steps (K = 192; halves of 1 and 2 steps): runs of 3 halves cut
+// at 4, 9 and 13, so tiles 1 and 4 run in two parts (tile 3 starts at 9: whole); 5 programs
+// the same runs, the fifth idle. Every epilogue family: none (128 x 256 tiles), bias + gelu
+// (32-column chunks), C (128 x 128, six stages and, capped at 150 KiB, three), the residual;
+// the sm_80 form; the direct twin (a padded row stride of 3 elements breaks TMA's 16-byte
+// rule); 7 programs on 13 tiles of 4 steps cut nothing (8 steps a program either way). On
+// CUDA 176 tiles of 4 steps on an H100's or H200's 132 SMs: runs of three halves (6 steps
+// against 8) on 118 programs, every other tile in two parts. Batched products walk every
+// entry's tiles as one line.
 TEST_P(MatmulTest, StreamKFinishesTilesRunInTwoParts) {
   const Backend backend = GetParam();
   if (backend == Backend::kHost) GTEST_SKIP() << "the host runs one program: whole tiles";
@@ -649,8 +651,8 @@ TEST_P(MatmulTest, StreamKFinishesTilesRunInTwoParts) {
   check_product<bfloat16, bfloat16>(backend, {false}, {300, 300, 192, 3}, 90, 4);
   check_product<bfloat16, bfloat16>(backend, {true}, {128, 3328, 256}, 90, 7);
   // Batched: 3 entries of 2 x 2 tiles of 128 x 128, one line of 12 tiles (the batch index
-  // outermost); 5 programs: a round of 5, then 21 steps cut at 4, 8, 12 and 16 (tiles 6, 7
-  // and 10 in two parts, tiles 6 and 7 in the second entry, 10 in the third).
+  // outermost); 5 programs: a round of 5, then 7 tiles' 21 steps in runs of 3 halves, cut at
+  // 4, 9, 13 and 18 (tiles 6 and 9 in two parts, in the second and third entries).
   check_product<half, float>(backend, {true}, {200, 130, 192, 0, 3, 8}, 90, 5);
 }
 

@@ -52,10 +52,10 @@ struct LaunchRecord {
   int cluster = 1;  // programs per cluster asked for (after max_cluster; a device may run 1)
   bool persistent = false;  // grid counts tiles that resident programs walk
   // A persistent grid's programs (0 otherwise, and for an empty grid): how many walked its
-  // grid[0] tiles (CUDA: one per resident CTA, at most one per tile, two for a stream-K walk
-  // in three parts; the host: 1; the emulator: at most its concurrent programs). E.g. 344 tiles of
-  // matmul_bt's 128 x 256 on a 132-SM H100: 132 programs, each 2.6 tiles' K steps (the stream-K
-  // walk, Spec.h).
+  // grid[0] tiles (CUDA: one per resident CTA, at most one per tile, three for a stream-K walk
+  // in thirds; the host: 1; the emulator: at most its concurrent programs). E.g. 448 tiles of
+  // matmul_bt's 128 x 256 (1024 x 14336 x 4096) on a 132-SM H100: 132 programs, two rounds of
+  // whole tiles, then runs of a tile and a half (the stream-K walk, Spec.h).
   int64_t programs = 0;
   // Why a direct twin ran instead of the staged instance its entry point prefers (null: it
   // did not), e.g. fallback_operand "a", fallback "a stride is not a multiple of 16 bytes"

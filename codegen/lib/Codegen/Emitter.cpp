@@ -243,11 +243,11 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
        << "_cp_async_shared_bytes, " << spec.launch_threads(/*tma_copies=*/false);
   else
     os << ", nullptr, nullptr, 0";
-  // A stream-K walk of three parts a tile cuts runs down to half a tile: up to two programs
-  // per tile.
-  const bool half_tiles =
+  // A stream-K walk of three parts a tile cuts runs down to a third of a tile: up to three
+  // programs per tile.
+  const bool third_tiles =
       spec.persistence() && spec.persistence()->stream_k && spec.persistence()->stream_k_parts == 3;
-  os << ", " << (spec.persistence() ? "true" : "false") << ", " << (half_tiles ? 2 : 1)
+  os << ", " << (spec.persistence() ? "true" : "false") << ", " << (third_tiles ? 3 : 1)
      << "};\n\n}  // namespace\n\n";
 
   // The typed entry point.

@@ -656,12 +656,12 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
     total = mlir::arith::MulIOp::create(b, loc, mine, steps);
   } else {
     // Spec.h's Persistent: D = max(T / W - 1, 0) rounds of whole tiles, then
-    // the T' = T - D W tiles left as one line of L = T' K steps cut into
-    // V = min(W, T' min(K, P - 1)) runs (P = stream_k_parts), program w's
-    // [a_w, a_w+1), a_w = min(w, V) L / V, where that saves at least an
-    // eighth of the plain walk's cdiv(T', W) K steps; else every program
-    // walks whole tiles (all its steps "whole"). 64-bit, once; divisors at
-    // least 1.
+    // the T' = T - D W tiles left as one line of units, h = min(P, K) a tile
+    // (unit i of a tile its steps [i K / h, (i + 1) K / h)), cut into runs of
+    // U = cdiv(T' h, W) units (program w's units [w U, w U + U), clamped to
+    // the line), where that saves at least an eighth of the plain walk's
+    // cdiv(T', W) K steps; else every program walks whole tiles (all its
+    // steps "whole"). 64-bit, once; divisors at least 1.
     auto max64 = [&](mlir::Value x, mlir::Value y) {
       return mlir::arith::MaxSIOp::create(b, loc, x, y).getResult();
     };
@@ -679,27 +679,33 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
     mlir::Value rounds = max64(sub(div(tiles, workers1), one), zero);
     mlir::Value rounds_tiles = mul(rounds, workers);
     mlir::Value last_tiles = sub(tiles, rounds_tiles);
-    mlir::Value line = mul(last_tiles, steps), line1 = max64(line, one);
-    // Runs of at least K / (parts - 1) steps: a tile in at most `parts` parts.
-    const int64_t parts = spec.persistence()->stream_k_parts;
-    mlir::Value runners = max64(min64(workers, mul(last_tiles, min64(steps, c64(parts - 1)))), one);
-    mlir::Value cut_run = cdiv64(line, runners);
+    // Units of at least one step (h <= K), so that every run has steps and a
+    // tile in parts meets every one of them; at most P a tile, so at most P parts.
+    mlir::Value units_per_tile = min64(c64(spec.persistence()->stream_k_parts), steps1);
+    mlir::Value units = mul(last_tiles, units_per_tile);
+    mlir::Value run_units = max64(cdiv64(units, workers1), one);
+    mlir::Value cut_run = cdiv64(mul(run_units, steps), units_per_tile);
     mlir::Value plain_run = mul(cdiv64(last_tiles, workers1), steps);
     mlir::Value cutting =
         mlir::arith::CmpIOp::create(b, loc, mlir::arith::CmpIPredicate::uge,
                                     mul(sub(plain_run, cut_run), c64(8)), max64(plain_run, one));
-    auto run_start = [&](mlir::Value w) { return div(mul(min64(w, runners), line), runners); };
+    // Unit boundary x's line step: (x / h) K + (x % h) K / h.
+    auto unit_start = [&](mlir::Value x) {
+      return add(mul(div(x, units_per_tile), steps),
+                 div(mul(rem(x, units_per_tile), steps), units_per_tile));
+    };
+    auto run_start = [&](mlir::Value w) { return unit_start(min64(mul(w, run_units), units)); };
     mlir::Value begin = select64(cutting, run_start(worker), zero);
     mlir::Value end = select64(cutting, run_start(add(worker, one)), zero);
     mlir::Value plain_total = mul(cdiv64(max64(sub(tiles, worker), zero), workers1), steps);
     mlir::Value whole_steps = select64(cutting, mul(rounds, steps), plain_total);
     total = add(whole_steps, sub(end, begin));
-    // The run holding line step s: the w with a_w <= s < a_w+1, i.e. w L < (s + 1) V.
-    auto run_of = [&](mlir::Value s) { return div(sub(mul(add(s, one), runners), one), line1); };
+    // Tile q's units are [q h, q h + h): its first run (q h) / U, and the runs past it to its
+    // last unit's.
     auto runs_of_tile = [&](mlir::Value q) {
-      mlir::Value first_step = mul(q, steps);
-      mlir::Value first = run_of(first_step);
-      mlir::Value more = sub(run_of(sub(add(first_step, steps1), one)), first);
+      mlir::Value first_unit = mul(q, units_per_tile);
+      mlir::Value first = div(first_unit, run_units);
+      mlir::Value more = sub(div(sub(add(first_unit, units_per_tile), one), run_units), first);
       return to32(add(first, mul(more, c64(1 << 16))));
     };
     first_tile_runs32 = runs_of_tile(div(begin, steps1));

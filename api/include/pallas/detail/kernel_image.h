@@ -57,8 +57,8 @@ struct KernelImage {
   // (resident: CUDA, SMs x the blocks per SM occupancy allows; emulator,
   // EmulatorOptions::concurrent_programs; host: 1).
   bool persistent = false;
-  // 1, or 2 for a stream-K walk in up to three parts a tile (Persistent::stream_k_parts),
-  // whose runs may be half a tile: 86 tiles on 132 SMs launch 132 programs, not 86.
+  // 1, or 3 for a stream-K walk in up to three parts a tile (Persistent::stream_k_parts),
+  // whose runs may be a third of a tile: 86 tiles on 132 SMs launch 132 programs, not 86.
   int programs_per_tile = 1;
 };
 
