@@ -5,18 +5,17 @@
 //
 // --only runs the rows it names (repeat it for several; e.g. `--only matmul_bt,1,11008,4096`;
 // attention rows: `attention,B*H,SEQ,D`): a profiler (ncu) sees one kernel among few, and a
-// tuning run times a handful of shapes in seconds. A comparison row (`matmul_bt/tiles128`,
-// `gemm_bt/3stage`) runs only beside its base row (`matmul_bt`, `gemm_bt` of the same shape,
-// whose instance decides it): name both.
+// tuning run times a handful of shapes in seconds. A comparison row (`matmul_bt/tiles128`)
+// runs only beside its base row (`matmul_bt` of the same shape, whose instance decides it):
+// name both.
 //
 // Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 256, 1024, 4096 with (N, K) in
 // (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), and 1024 x N x 4096 whose 128 x 256
 // tiles are whole rounds of the SMs, N = 8448 on 132); products: `matmul_bt` (D = A B^T,
 // B [N, K], bf16 -> bf16; `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
 // N]) on the squares, `linear_bias_gelu` against
-// cuBLASLt's GELU_BIAS epilogue, and `gemm_bt` as a residual add (D = A B^T + C, beta 1; its
-// 128 x 128 tiles, those of every product with C or R, against cuBLASLt's beta = 1; and
-// `gemm_bt/3stage`, its three-stage instance, against the six of `tiles_deep`); then
+// cuBLASLt's GELU_BIAS epilogue, and `gemm_bt` as a residual add (D = A B^T + C, beta 1,
+// against cuBLASLt's beta = 1); then
 // `attention` and `causal_attention` (16K tokens, 2048 wide: head dims 64 and 128), against the
 // run's best cuBLASLt GEMM rate (timed only: no peer computes them; tests/ops/attention_test.cc
 // checks them). Each product pair is first compared element by element
@@ -217,17 +216,7 @@ struct Buffer {
 // whether the entry point should choose by waves too (an H200: no, 128 x 128 ran at about
 // half the rate). (The 2-CTA clusters' rows, `matmul_bt/1cta`, went with the clusters: an
 // H200 ran every tiles shape faster without them; bench/RESULTS.md.)
-// kGemmBt3Stages: gemm_bt capped below its six-stage instance's shared memory (tiles_deep), so
-// that its three-stage `tiles` runs (what sm_80 / sm_86 / sm_89 run): the deeper pipeline's
-// gain, measured.
-enum class Product {
-  kMatmulBt,
-  kMatmulBtTiles128,
-  kMatmul,
-  kLinearBiasGelu,
-  kGemmBt,
-  kGemmBt3Stages
-};
+enum class Product { kMatmulBt, kMatmulBtTiles128, kMatmul, kLinearBiasGelu, kGemmBt };
 
 const char* product_name(Product p) {
   switch (p) {
@@ -241,8 +230,6 @@ const char* product_name(Product p) {
       return "linear_bias_gelu";
     case Product::kGemmBt:
       return "gemm_bt";
-    case Product::kGemmBt3Stages:
-      return "gemm_bt/3stage";
   }
   return "?";
 }
@@ -295,7 +282,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l2, CublasLt* lt,
            void* workspace, size_t workspace_bytes, std::mt19937& rng, std::vector<Row>& rows) {
   const bool b_transposed = product != Product::kMatmul;
-  const bool with_c = product == Product::kGemmBt || product == Product::kGemmBt3Stages;
+  const bool with_c = product == Product::kGemmBt;
   // Weights (B, bias) rotate over copies that together exceed the L2 cache three times.
   const double weight_bytes = 2.0 * n * k;
   const int sets = static_cast<int>(std::clamp<double>(3.0 * l2 / weight_bytes + 1, 1, 8));
@@ -311,7 +298,6 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
   launch.record = &record;
   if (product == Product::kMatmulBtTiles128) launch.max_shared_bytes_per_block = 99 * 1024;
-  if (product == Product::kGemmBt3Stages) launch.max_shared_bytes_per_block = 150 * 1024;
   auto ours = [&](int i) {
     const bfloat16* bw = b[i % sets].data;
     TensorView<const bfloat16, 2> av(a.data, {m, k});
@@ -331,7 +317,6 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
             TensorView<const bfloat16, 1>(bias[i % sets].data, {n}), dv, launch);
         break;
       case Product::kGemmBt:
-      case Product::kGemmBt3Stages:
         s = pallas::kernels::gemm_bt(av, TensorView<const bfloat16, 2>(bw, {n, k}),
                                      TensorView<const bfloat16, 2>(c.data, {m, n}), dv, 1.0f, 1.0f,
                                      launch);
@@ -523,21 +508,10 @@ int main(int argc, char** argv) {
     for (int64_t m : ms)
       if (tiles_ran(m, n, k)) run(Product::kMatmulBtTiles128, m, n, k);
   for (int64_t m : ms) run(Product::kLinearBiasGelu, m, 11008, 4096);
-  // The products with C or R tile 128 x 128: six stages where they fit (tiles_deep, sm_90),
-  // else three: the squares, and a residual down projection.
+  // The products with C or R (128 x 256 tiles, C read 16 columns at a time in the
+  // epilogue): the squares, and a residual down projection.
   for (int64_t s : squares) run(Product::kGemmBt, s, s, s);
   for (int64_t m : ms) run(Product::kGemmBt, m, 4096, 11008);
-  // The same in three stages where the entry point ran the tiles schedule (tiles_deep).
-  auto deep_ran = [&](int64_t m, int64_t n, int64_t k) {
-    for (const Row& r : rows)
-      if (r.op == "gemm_bt" && r.m == m && r.n == n && r.k == k)
-        return ends_with(r.instance, "_tiles_deep");
-    return false;
-  };
-  for (int64_t s : squares)
-    if (deep_ran(s, s, s)) run(Product::kGemmBt3Stages, s, s, s);
-  for (int64_t m : ms)
-    if (deep_ran(m, 4096, 11008)) run(Product::kGemmBt3Stages, m, 4096, 11008);
   // Attention (rows: m = batch x heads, n = seq, k = d): 16K tokens of 2048 x 8 batch entries
   // and less, head dims 64 and 128, as FlashAttention's benchmarks.
   double best_gemm = NAN;

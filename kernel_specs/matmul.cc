@@ -46,8 +46,7 @@
 // below) and K has at least 5 steps, and either it splits (at most 132
 // tiles: S >= 2, each split a fraction of K, against at least one wave of
 // all of K in the tiles schedule) or the tiles schedule would fill at most
-// half of an H100's 132 SMs (at most 66 tiles of 128 x 256; or of 128 x 128
-// with C or R, whose tiles schedule holds the middle ground itself). Between
+// half of an H100's 132 SMs (at most 66 tiles of 128 x 256). Between
 // 133 and 263 tiles of 128 x 64 the split instance runs S = 1: one wave of
 // its small tiles, two programs on most SMs, against the tiles schedule's
 // one wave on at most half of them. From 264 tiles it would run S = 1 over
@@ -97,10 +96,9 @@ using namespace pallas::edsl;
 namespace {
 
 constexpr int64_t kTileK = 64;
-/// Pipeline stages of the 128 x 256 tiles schedule (48 KiB each; see the stages below),
-/// and of the 128 x 128 `tiles_deep` instance (32 KiB each): both 193 KiB.
+/// Pipeline stages of the 128 x 256 tiles schedule (48 KiB each, 193 KiB; see the stages
+/// below).
 constexpr int64_t kWideStages = 4;
-constexpr int64_t kDeepStages = 6;
 
 /// What the last K step does with the accumulator before D is stored.
 enum class Epilogue {
@@ -181,32 +179,30 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // products: their grid has no parallel axis left for the splits): the
   // split instance where its programs fit one wave and either split or
   // beat a tiles schedule that would fill at most half the SMs (see the
-  // file comment). The chooser counts in-place tiles (128 x 256 or 128 x 128
-  // for the tiles schedule, 128 x 64 for the split) for every instance, so
+  // file comment). The chooser counts in-place tiles (128 x 256 for the
+  // tiles schedule, 128 x 64 for the split) for every instance, so
   // that a direct twin agrees with its TMA instance.
   //
-  // Products whose tiles are 128 x 256 (below) have a third instance,
+  // The tiles schedule's tiles are 128 x 256 (below); it has a third instance,
   // `tiles128`, for devices whose shared memory per block cannot hold the
   // 128 x 256 pipeline (four stages of 48 KiB, 193 KiB: sm_90's 227 KiB
   // does, sm_80's 163 KiB and sm_86 / sm_89's 99 KiB do not). It tiles
-  // 128 x 128 (three stages of 32 KiB), the gemm instances' shape, and
-  // keeps those devices on a staged, pipelined tensor-core path instead of
-  // the direct twin. (Before the fourth stage sm_80 ran 128 x 256 in three;
-  // its 128 x 128 is not measured. Its multiply is a quarter of sm_90's
-  // rate, so its steps last longer than a stage's refill takes and three
-  // stages keep it busy: reasoned, see the stages below.)
+  // 128 x 128 (three stages of 32 KiB) and keeps those devices on a staged, pipelined tensor-core
+  // path instead of the direct twin. (Before the fourth stage sm_80 ran 128 x 256 in three; its 128
+  // x 128 is not measured. Its multiply is a quarter of sm_90's rate, so its steps last longer than
+  // a stage's refill takes and three stages keep it busy: reasoned, see the stages below.)
   //
-  // The products whose tiles are 128 x 128 (with C or R: gemm, gemm_bt, linear_residual)
-  // have a third instance too, `tiles_deep`: the same tiles in six stages (193 KiB) for
-  // devices that hold them (sm_90), where three left a K step one refill-bound step of
-  // lead (see the stages below); `tiles`, three stages (96 KiB), serves the others, down to
-  // sm_86 / sm_89's 99 KiB.
+  //
+  // The products with C or R (gemm, gemm_bt, linear_residual) tiled 128 x 128 until the
+  // twenty-third session, in three stages or six (`tiles_deep`), for an epilogue that held a
+  // tile of C beside the accumulator. On an H100 they ran at 0.51..0.58x of cuBLASLt
+  // (8192^3: 0.675 us a K step for half the multiply of matmul_bt's 0.87) and the six stages
+  // gained 3 % on three. Their epilogue now reads C 16 columns at a time (below), so they
+  // take the 128 x 256 tiles like every other product, with no spill.
   Schedule schedule = Schedule::kTiles;
   bool narrow = false;  // the tiles128 instance
-  bool deep = false;    // the tiles_deep instance
   if (!form.batched) {
-    const bool has_wide = extra_operand(epilogue) != Extra::kMatrix;
-    const DimExpr schedule_tiles = cdiv(m, 128) * cdiv(n, has_wide ? 256 : 128);
+    const DimExpr schedule_tiles = cdiv(m, 128) * cdiv(n, 256);
     const DimExpr split_tiles = cdiv(m, 128) * cdiv(n, 64);
     const DimExpr long_k = DimExpr(1) - le(cdiv(k, kTileK), kMinStepsPerSplit);  // 5+ steps
     const DimExpr fits_one_wave = le(split_tiles, kSplitTargetPrograms - 1);
@@ -214,19 +210,12 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr half_idle = le(schedule_tiles, kSmCount / 2);
     const DimExpr split_wanted = long_k * fits_one_wave * max(splits, half_idle);
     const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
-    const int64_t kDeepPlanBytes = kDeepStages * (128 + 128) * kTileK * 2 + 1024;
     const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
-    const DimExpr deep_fits =
-        DimExpr(1) - le(KernelSpec::device_shared_bytes(), kDeepPlanBytes - 1);
     const int option =
-        has_wide
-            ? spec.variant("schedule", {"tiles", "splitk", "tiles128"},
-                           split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted))
-            : spec.variant("schedule", {"tiles", "splitk", "tiles_deep"},
-                           split_wanted + DimExpr(2) * deep_fits * (DimExpr(1) - split_wanted));
+        spec.variant("schedule", {"tiles", "splitk", "tiles128"},
+                     split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted));
     schedule = option == 1 ? Schedule::kSplitK : Schedule::kTiles;
-    narrow = has_wide && option == 2;
-    deep = !has_wide && option == 2;
+    narrow = option == 2;
   }
   const bool split = schedule == Schedule::kSplitK;
   // Split-K of a [N, K] B swaps the operands (cuBLAS's decode kernels do): it multiplies
@@ -250,8 +239,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //    multiply-add than m64n128k16), and 25 % fewer global bytes per flop
   //    than 128 x 128;
   //  - 128 x 128 over two consumer warpgroups (64 accumulator registers a
-  //    thread) when the epilogue also holds an [M, N] tile of C or R in
-  //    registers, or the product is batched (at 128 x 256 the sm_80 form of
+  //    thread) when the product is batched (at 128 x 256 the sm_80 form of
   //    batched_matmul_bt spilled 16 bytes), or the device has too little
   //    shared memory for 128 x 256 (tiles128);
   //  - 128 x 64 on one warpgroup for split-K (decode shapes gain programs;
@@ -261,8 +249,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //    layout (the direct twin).
   const bool in_place = !spec.direct();
   const bool two_consumers = in_place && !split;
-  const bool wide =
-      two_consumers && extra_operand(epilogue) != Extra::kMatrix && !form.batched && !narrow;
+  const bool wide = two_consumers && !form.batched && !narrow;
   const int64_t kTileM = swapped || !in_place ? 64 : 128;
   const int64_t kTileN = swapped ? (in_place ? 128 : 64) : wide ? 256 : two_consumers ? 128 : 64;
   if (two_consumers) spec.threads(256);
@@ -395,11 +382,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // hits suggest consumers polling full barriers, not profiled as such).
     // So 128 x 256 takes four stages (193 KiB of sm_90's 227; three steps,
     // ~1.8 us, to hide a refill in; CUTLASS's stage count for this tile on
-    // sm_90). Reasoned from those measurements; four stages are not measured
-    // yet. The 128 x 128 products with C or R take six where they fit
-    // (tiles_deep: five steps of 0.3 us to hide a refill in); tiles128, the
-    // three-stage `tiles` of gemm / linear_residual and batched keep three,
-    // for sm_86 / sm_89's 99 KiB (batched has no second instance yet).
+    // sm_90). On an H100 (twenty-third session) 8192^3 then took 0.82..0.87
+    // us a K step: not the gain reasoned for, and six stages of 128 x 128
+    // (tiles_deep, since removed) gained 3 % on three, so the refill is not
+    // what bounds a step. tiles128 and batched keep three stages, for sm_86 /
+    // sm_89's 99 KiB (batched has no second instance yet).
     //
     // Split-K streams B from DRAM (a decode step's A is a few rows), so what
     // bounds it is the bytes in flight per SM: at ~3 TB/s over 132 SMs and
@@ -415,7 +402,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // DRAM, so the step waits for it (wgmma_wait(0)) and releases its stage at once: three
     // steps (48 KiB of B) ahead instead of two. (Measured on an H200 with the delayed release:
     // 2.46 TB/s at M = 1, N = 11008, where cuBLASLt kept 11 stages of 16 KiB in flight.)
-    spec.max_concurrent_steps(split ? 4 : wide ? kWideStages : deep ? kDeepStages : 3);
+    spec.max_concurrent_steps(split ? 4 : wide ? kWideStages : 3);
     spec.delay_release(swapped ? 0 : 1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = split ? 168 : 232});
   }
@@ -486,8 +473,14 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // (128 of them accumulator), spilled 116 bytes with a bias epilogue in
   // chunks of 128 columns and 8-12 bytes without one. Chunks of 64 columns
   // (16 values a thread), 32 with a bias (whose values and masks ride
-  // beside them) spill nothing (sass.no_spills checks every instance).
-  const int64_t kEpilogueCols = !two_consumers ? kTileN : extra == Extra::kBiasRow ? 32 : 64;
+  // beside them) spill nothing (sass.no_spills checks every instance). With
+  // C or R, 16 (a chunk of C loaded beside the accumulator's, and in a
+  // stream-K meeting a chunk of the partial tile too): at 32 the 128 x 256
+  // gemm_bt bf16 -> bf16 consumers spilled 16 bytes (ptxas 13.0, sm_90a).
+  const int64_t kEpilogueCols = !two_consumers             ? kTileN
+                                : extra == Extra::kMatrix  ? 16
+                                : extra == Extra::kBiasRow ? 32
+                                                           : 64;
   // D = epilogue(acc [+ other(c0)]), chunk by chunk: `other`, where given, loads the same
   // chunk of the other part's partial tile (a stream-K tile cut in two).
   auto store_tile = [=](const Ref& acc, const Ref* e, const Ref& d,

@@ -429,9 +429,9 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
     EXPECT_TRUE(call(1, 65, 257).ok());
     EXPECT_TRUE(call_tiles(1, 65, 256).ok());
   }
-  // gemm_bt's tiles are 128 x 128: 67 of them (134 of 128 x 64: one wave of
-  // the split instance, but S = 1) fill more than half the SMs.
-  Array<bfloat16> a(backend, 320), b(backend, 8576 * 320), c(backend, 8576), d(backend, 8576);
+  // gemm_bt chooses as matmul_bt does (its tiles are 128 x 256 too): 66 tiles of 128 x 256
+  // are 263 or 264 of 128 x 64.
+  Array<bfloat16> a(backend, 320), b(backend, 16896 * 320), c(backend, 16896), d(backend, 16896);
   for (auto* x : {&a, &b, &c, &d}) x->upload();
   float alpha = 1.0f, beta = 1.0f;
   auto call_gemm = [&](auto argv, int64_t n) {
@@ -442,13 +442,12 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
     void* args[] = {&av, &bv, &cv, &dv, &alpha, &beta};
     return argv(args, launch);
   };
-  expect_refused(call_gemm(kernels::gemm_bt_bf16_bf16_splitk_argv, 8576), "67 gemm tiles");
-  // (The tiles schedule's instance here is tiles_deep: these backends stand for an sm_90
-  // device's shared memory.)
-  expect_refused(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_deep_argv, 8448), "66 gemm tiles");
+  expect_refused(call_gemm(kernels::gemm_bt_bf16_bf16_splitk_argv, 16896), "264 gemm split tiles");
+  expect_refused(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_argv, 16832),
+                 "263 gemm split tiles on the tiles instance");
   if (backend == Backend::kHost) {
-    EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_splitk_argv, 8448).ok());
-    EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_deep_argv, 8576).ok());
+    EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_splitk_argv, 16832).ok());
+    EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_argv, 16896).ok());
   }
 }
 
@@ -752,15 +751,16 @@ TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
   }
 }
 
-// The products with C or R (128 x 128 tiles) run six stages (tiles_deep, 193 KiB) where a
-// block may have 197632 bytes of shared memory (sm_90), else three (tiles, 96 KiB: sm_80,
-// sm_86 / sm_89, an sm_90 part capped lower). Both sm_90a forms against the reference; the
-// instance the entry point records at the threshold.
-TEST_P(MatmulTest, ProductsWithCTakeSixStagesWhereTheyFit) {
+// The products with C or R take the 128 x 256 tiles in four stages where a block may have
+// 196704 bytes of shared memory (sm_90), else tiles128 (128 x 128, three stages: sm_80, sm_86
+// / sm_89, an sm_90 part capped lower); their epilogue reads C 16 columns at a time. Both
+// sm_90a forms against the reference; the instance the entry point records at the threshold.
+TEST_P(MatmulTest, ProductsWithCTakeWideTilesWhereTheyFit) {
   if (GetParam() != Backend::kEmulator) GTEST_SKIP() << "the emulator stands for such devices";
   const Backend e = Backend::kEmulator;
-  // K = 256: 4 steps, the tiles schedule (no split); one program walks every tile (6 and 4
-  // tiles: 24 and 16 steps), so each of the six stages is refilled, in both parities.
+  // K = 256: 4 steps, the tiles schedule (no split); one program walks every tile (3 and 2
+  // tiles of 128 x 256: 12 and 8 steps, so each of the four stages is refilled, in both
+  // parities; capped at 150 KiB, 6 and 4 of 128 x 128).
   for (int64_t shared : {int64_t{0}, int64_t{150} * 1024}) {
     check_product<bfloat16, bfloat16>(e, {true, Epilogue::kAlphaBetaC, 0.5f, 2.0f}, {300, 200, 256},
                                       90, 1, shared);
@@ -768,9 +768,9 @@ TEST_P(MatmulTest, ProductsWithCTakeSixStagesWhereTheyFit) {
                                       shared);
   }
   for (auto [shared, instance] :
-       {std::pair<int64_t, const char*>{197632, "gemm_bt_bf16_bf16_tiles_deep"},
-        {197631, "gemm_bt_bf16_bf16_tiles"},
-        {166912, "gemm_bt_bf16_bf16_tiles"}}) {
+       {std::pair<int64_t, const char*>{197632, "gemm_bt_bf16_bf16_tiles"},
+        {197631, "gemm_bt_bf16_bf16_tiles128"},
+        {166912, "gemm_bt_bf16_bf16_tiles128"}}) {
     Array<bfloat16> a(e, 129 * 64), b(e, 300 * 64), c(e, 129 * 300), d(e, 129 * 300);
     a.upload();
     b.upload();

@@ -331,17 +331,16 @@ TEST(Metadata, EveryKernelHasSpillFreeCubinsForBothTargets) {
       EXPECT_EQ(t.threads, 128) << t.arch;
   }
   // A staged form no target part could launch is not built: the 128 x 256 tiles in four
-  // stages (196704 bytes of shared memory) and the six-stage 128 x 128 ones have no sm_80
-  // cubin, since no sm_8x part has more than 163 KiB a block (Driver.cpp); such a device
-  // runs tiles128 or the three-stage tiles, which have both.
+  // stages (196704 bytes of shared memory) have no sm_80 cubin, since no sm_8x part has
+  // more than 163 KiB a block (Driver.cpp); such a device runs tiles128, which has both.
   for (const KernelMetadata* m : {&kernels::matmul_bt_bf16_bf16_tiles_metadata(),
-                                  &kernels::gemm_bt_bf16_bf16_tiles_deep_metadata()}) {
+                                  &kernels::gemm_bt_bf16_bf16_tiles_metadata()}) {
     SCOPED_TRACE(m->name);
     ASSERT_EQ(m->targets.size(), 1u);
     EXPECT_STREQ(m->targets[0].arch, "sm_90a");
     EXPECT_GT(m->targets[0].shared_bytes, 163 * 1024);
   }
-  EXPECT_EQ(kernels::gemm_bt_bf16_bf16_tiles_metadata().targets.size(), 2u);
+  EXPECT_EQ(kernels::gemm_bt_bf16_bf16_tiles128_metadata().targets.size(), 2u);
   // Messages name what the user called, not the instance.
   EXPECT_STREQ(kernels::row_sum_f32_rows_metadata().entry, "row_sum_f32");
   EXPECT_STREQ(kernels::row_sum_f32_rows_direct_metadata().entry, "row_sum_f32");
