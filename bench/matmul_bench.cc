@@ -14,8 +14,9 @@
 // tiles are whole rounds of the SMs, N = 8448 on 132); products: `matmul_bt` (D = A B^T,
 // B [N, K], bf16 -> bf16; `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
 // N]) on the squares, `linear_bias_gelu` against
-// cuBLASLt's GELU_BIAS epilogue, and `gemm_bt` as a residual add (D = A B^T + C, beta 1,
-// against cuBLASLt's beta = 1); then
+// cuBLASLt's GELU_BIAS epilogue, `gemm_bt` as a residual add (D = A B^T + C, beta 1,
+// against cuBLASLt's beta = 1) and `batched_matmul_bt/xB` (B products, against cuBLASLt's
+// strided batch); then
 // `attention` and `causal_attention` (16K tokens, 2048 wide: head dims 64 and 128), against the
 // run's best cuBLASLt GEMM rate (timed only: no peer computes them; tests/ops/attention_test.cc
 // checks them). Each product pair is first compared element by element
@@ -63,6 +64,7 @@ struct CublasLt {
   PALLAS_LT_FN(cublasLtMatmulDescSetAttribute)
   PALLAS_LT_FN(cublasLtMatrixLayoutCreate)
   PALLAS_LT_FN(cublasLtMatrixLayoutDestroy)
+  PALLAS_LT_FN(cublasLtMatrixLayoutSetAttribute)
   PALLAS_LT_FN(cublasLtMatmulPreferenceCreate)
   PALLAS_LT_FN(cublasLtMatmulPreferenceDestroy)
   PALLAS_LT_FN(cublasLtMatmulPreferenceSetAttribute)
@@ -94,6 +96,7 @@ struct CublasLt {
     PALLAS_LT_GET(cublasLtMatmulDescSetAttribute)
     PALLAS_LT_GET(cublasLtMatrixLayoutCreate)
     PALLAS_LT_GET(cublasLtMatrixLayoutDestroy)
+    PALLAS_LT_GET(cublasLtMatrixLayoutSetAttribute)
     PALLAS_LT_GET(cublasLtMatmulPreferenceCreate)
     PALLAS_LT_GET(cublasLtMatmulPreferenceDestroy)
     PALLAS_LT_GET(cublasLtMatmulPreferenceSetAttribute)
@@ -120,11 +123,12 @@ struct CublasLt {
 
 /// One row-major product D[M, N] = A[M, K] @ op(B) (+ bias, gelu) by cuBLASLt, which is
 /// column-major: it computes D^T[N, M] = op(B)^T A^T, i.e. with B's and A's buffers read as
-/// column-major [K, N] (b_transposed: B [N, K] is col-major [K, N], op T) and [K, M].
+/// column-major [K, N] (b_transposed: B [N, K] is col-major [K, N], op T) and [K, M]. With
+/// `batch` > 1, `batch` such products of contiguous matrices (cuBLASLt's strided batch).
 class LtProduct {
  public:
   LtProduct(CublasLt& lt, int64_t m, int64_t n, int64_t k, bool b_transposed, bool bias_gelu,
-            void* workspace, size_t workspace_bytes)
+            void* workspace, size_t workspace_bytes, int64_t batch = 1)
       : lt_(lt), workspace_(workspace), workspace_bytes_(workspace_bytes) {
     CHECK_LT(lt.cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_b = b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = CUBLAS_OP_N;
@@ -145,6 +149,15 @@ class LtProduct {
                           : lt.cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, n, k, n));
     CHECK_LT(lt.cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, k, m, k));
     CHECK_LT(lt.cublasLtMatrixLayoutCreate(&d_, CUDA_R_16BF, n, m, n));
+    if (batch > 1) {
+      const int32_t count = static_cast<int32_t>(batch);
+      for (auto [layout, stride] : {std::pair{b_, n * k}, {a_, m * k}, {d_, m * n}}) {
+        CHECK_LT(lt.cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                     &count, sizeof(count)));
+        CHECK_LT(lt.cublasLtMatrixLayoutSetAttribute(
+            layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+      }
+    }
     cublasLtMatmulPreference_t pref = nullptr;
     CHECK_LT(lt.cublasLtMatmulPreferenceCreate(&pref));
     CHECK_LT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -216,7 +229,16 @@ struct Buffer {
 // whether the entry point should choose by waves too (an H200: no, 128 x 128 ran at about
 // half the rate). (The 2-CTA clusters' rows, `matmul_bt/1cta`, went with the clusters: an
 // H200 ran every tiles shape faster without them; bench/RESULTS.md.)
-enum class Product { kMatmulBt, kMatmulBtTiles128, kMatmul, kLinearBiasGelu, kGemmBt };
+// kBatchedMatmulBt: batched_matmul_bt on [batch, M, K] x [batch, N, K] (rows
+// `batched_matmul_bt/xB`), against cuBLASLt's strided batch.
+enum class Product {
+  kMatmulBt,
+  kMatmulBtTiles128,
+  kMatmul,
+  kLinearBiasGelu,
+  kGemmBt,
+  kBatchedMatmulBt
+};
 
 const char* product_name(Product p) {
   switch (p) {
@@ -230,6 +252,8 @@ const char* product_name(Product p) {
       return "linear_bias_gelu";
     case Product::kGemmBt:
       return "gemm_bt";
+    case Product::kBatchedMatmulBt:
+      return "batched_matmul_bt";
   }
   return "?";
 }
@@ -280,18 +304,22 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 /// Times one product of one shape, ours and cuBLASLt's, after comparing their results.
 bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l2, CublasLt* lt,
-           void* workspace, size_t workspace_bytes, std::mt19937& rng, std::vector<Row>& rows) {
+           void* workspace, size_t workspace_bytes, std::mt19937& rng, std::vector<Row>& rows,
+           int64_t batch = 1) {
   const bool b_transposed = product != Product::kMatmul;
   const bool with_c = product == Product::kGemmBt;
+  const std::string op = batch > 1
+                             ? std::string(product_name(product)) + "/x" + std::to_string(batch)
+                             : std::string(product_name(product));
   // Weights (B, bias) rotate over copies that together exceed the L2 cache three times.
-  const double weight_bytes = 2.0 * n * k;
+  const double weight_bytes = 2.0 * batch * n * k;
   const int sets = static_cast<int>(std::clamp<double>(3.0 * l2 / weight_bytes + 1, 1, 8));
   const float scale = 1.0f / std::sqrt(static_cast<float>(k));  // keeps D near unit scale
-  Buffer a(m * k, rng, 1.0f), d(m * n, rng, 1.0f), d_peer(m * n, rng, 1.0f),
+  Buffer a(batch * m * k, rng, 1.0f), d(batch * m * n, rng, 1.0f), d_peer(batch * m * n, rng, 1.0f),
       c(with_c ? m * n : 0, rng, 1.0f);
   std::vector<Buffer> b, bias;
   for (int s = 0; s < sets; ++s) {
-    b.emplace_back(n * k, rng, scale);
+    b.emplace_back(batch * n * k, rng, scale);
     bias.emplace_back(n, rng, 1.0f);
   }
   pallas::LaunchRecord record;
@@ -321,9 +349,15 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
                                      TensorView<const bfloat16, 2>(c.data, {m, n}), dv, 1.0f, 1.0f,
                                      launch);
         break;
+      case Product::kBatchedMatmulBt:
+        s = pallas::kernels::batched_matmul_bt(TensorView<const bfloat16, 3>(a.data, {batch, m, k}),
+                                               TensorView<const bfloat16, 3>(bw, {batch, n, k}),
+                                               TensorView<bfloat16, 3>(d.data, {batch, m, n}),
+                                               launch);
+        break;
     }
     if (!s.ok()) {
-      std::fprintf(stderr, "%s: %s\n", product_name(product), s.message().c_str());
+      std::fprintf(stderr, "%s: %s\n", op.c_str(), s.message().c_str());
       std::exit(1);
     }
   };
@@ -331,7 +365,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   if (lt)
     peer =
         std::make_unique<LtProduct>(*lt, m, n, k, b_transposed, product == Product::kLinearBiasGelu,
-                                    workspace, workspace_bytes);
+                                    workspace, workspace_bytes, batch);
   auto theirs = [&](int i) {
     peer->run(a.data, b[i % sets].data,
               product == Product::kLinearBiasGelu ? bias[i % sets].data : nullptr, d_peer.data,
@@ -348,9 +382,9 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
     for (size_t i = 0; i < x.size(); ++i)
       max_error = std::max<double>(max_error, std::abs(x[i] - y[i]) / (std::abs(y[i]) + 1));
     if (!(max_error <= 1.0 / 64)) {
-      std::printf("%s %lldx%lldx%lld: MISMATCH against cuBLASLt, max error %.3g\n",
-                  product_name(product), static_cast<long long>(m), static_cast<long long>(n),
-                  static_cast<long long>(k), max_error);
+      std::printf("%s %lldx%lldx%lld: MISMATCH against cuBLASLt, max error %.3g\n", op.c_str(),
+                  static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                  max_error);
       return false;
     }
   }
@@ -358,9 +392,9 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   const double peer_ms = peer ? median_ms(theirs, reps) : NAN;
   const std::string instance = record.instance ? record.instance : "?";
   const std::string why = fallback_text(record);  // a direct twin ran: say why
-  rows.push_back({product_name(product), m, n, k, ours_ms, peer_ms, max_error, instance, why,
-                  record.grid, record.programs});
-  const double flop = 2.0 * m * n * k;
+  rows.push_back(
+      {op, m, n, k, ours_ms, peer_ms, max_error, instance, why, record.grid, record.programs});
+  const double flop = 2.0 * batch * m * n * k;
   // A persistent row: its programs, their K steps (the stream-K walk's longest, the plain
   // walk's) and the time of one.
   std::string walk;
@@ -374,11 +408,10 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   std::printf(
       "%-18s %6lld %6lld %6lld  ours %8.1f TFLOP/s  cuBLASLt %8.1f TFLOP/s  ours/theirs "
       "time %.2fx  %s [%lld, %lld, %lld]%s%s\n",
-      product_name(product), static_cast<long long>(m), static_cast<long long>(n),
-      static_cast<long long>(k), flop / (ours_ms * 1e9), flop / (peer_ms * 1e9), ours_ms / peer_ms,
-      instance.c_str(), static_cast<long long>(record.grid[0]),
-      static_cast<long long>(record.grid[1]), static_cast<long long>(record.grid[2]), why.c_str(),
-      walk.c_str());
+      op.c_str(), static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+      flop / (ours_ms * 1e9), flop / (peer_ms * 1e9), ours_ms / peer_ms, instance.c_str(),
+      static_cast<long long>(record.grid[0]), static_cast<long long>(record.grid[1]),
+      static_cast<long long>(record.grid[2]), why.c_str(), walk.c_str());
   std::fflush(stdout);
   return true;
 }
@@ -512,6 +545,12 @@ int main(int argc, char** argv) {
   // epilogue): the squares, and a residual down projection.
   for (int64_t s : squares) run(Product::kGemmBt, s, s, s);
   for (int64_t m : ms) run(Product::kGemmBt, m, 4096, 11008);
+  // Batched (128 x 128 tiles; at 128 x 256 they spilled, bench/RESULTS.md): 8 products of
+  // 1024^3 and of 2048^3, 64 of 512^3, against cuBLASLt's strided batch.
+  for (auto [batch, s] : {std::pair<int64_t, int64_t>{8, 1024}, {8, 2048}, {64, 512}})
+    if (wanted(("batched_matmul_bt/x" + std::to_string(batch)).c_str(), s, s, s))
+      ok &= bench(Product::kBatchedMatmulBt, s, s, s, reps, prop.l2CacheSize,
+                  have_peer ? &lt : nullptr, workspace, workspace_bytes, rng, rows, batch);
   // Attention (rows: m = batch x heads, n = seq, k = d): 16K tokens of 2048 x 8 batch entries
   // and less, head dims 64 and 128, as FlashAttention's benchmarks.
   double best_gemm = NAN;
