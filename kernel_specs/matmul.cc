@@ -360,11 +360,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // end at a tile's K step 0 or 32, so the programs read A and B at two K steps at once and L2
   // serves most of it: runs cut anywhere (CUTLASS's even split, this walk until the
   // twenty-third session) put each program at its own K step, and on an H100 1024 x 11008 x
-  // 4096 then read 448 MB from DRAM instead of ~115 and its cut K steps took 1.6 us instead of
-  // 0.94: slower than the plain walk. Where the cut saves less than an eighth (T' > 1.5 W:
-  // 1024 x 11008, 4096^3, 8192^3) or W divides T, it is the plain walk. Runs are at least
-  // half a tile (stream_k_parts 2, finish_run says why), and the launch has a program a tile
-  // at most: 256 x 11008 x 4096 (86 tiles) runs on 86 SMs. Batched products walk their batch
+  // 4096 then read 448 MB from DRAM (1024 x 8448, two whole rounds: 88 MB) and took 1348 ns a
+  // K step on average against 939: 25 % slower than the plain walk. Where the cut saves less than
+  // an eighth (T' > 1.5 W: 1024 x 11008, 4096^3, 8192^3) or W divides T, it is the plain walk. Runs
+  // are at least half a tile (stream_k_parts 2, finish_run says why), and the launch has a program
+  // a tile at most: 256 x 11008 x 4096 (86 tiles) runs on 86 SMs. Batched products walk their batch
   // entries' tiles as one line (the batch index outermost), so the cut may fall in any entry.
   if (!split) spec.persistent({.group_rows = wide ? 16 : 8, .stream_k = true});
   if (in_place) {
@@ -382,7 +382,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // hits suggest consumers polling full barriers, not profiled as such).
     // So 128 x 256 takes four stages (193 KiB of sm_90's 227; three steps,
     // ~1.8 us, to hide a refill in; CUTLASS's stage count for this tile on
-    // sm_90). On an H100 (twenty-third session) 8192^3 then took 0.82..0.87
+    // sm_90). On an H100 (twenty-third session) 8192^3 then took 0.80..0.87
     // us a K step: not the gain reasoned for, and six stages of 128 x 128
     // (tiles_deep, since removed) gained 3 % on three, so the refill is not
     // what bounds a step. tiles128 and batched keep three stages, for sm_86 /
