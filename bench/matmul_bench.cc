@@ -545,8 +545,9 @@ int main(int argc, char** argv) {
   // epilogue): the squares, and a residual down projection.
   for (int64_t s : squares) run(Product::kGemmBt, s, s, s);
   for (int64_t m : ms) run(Product::kGemmBt, m, 4096, 11008);
-  // Batched (128 x 128 tiles; at 128 x 256 they spilled, bench/RESULTS.md): 8 products of
-  // 1024^3 and of 2048^3, 64 of 512^3, against cuBLASLt's strided batch.
+  // Batched (128 x 256 tiles since the twenty-fourth session; 128 x 128 before, at 2.0..2.2x
+  // cuBLASLt's time on an H100): 8 products of 1024^3 and of 2048^3, 64 of 512^3, against
+  // cuBLASLt's strided batch.
   for (auto [batch, s] : {std::pair<int64_t, int64_t>{8, 1024}, {8, 2048}, {64, 512}})
     if (wanted(("batched_matmul_bt/x" + std::to_string(batch)).c_str(), s, s, s))
       ok &= bench(Product::kBatchedMatmulBt, s, s, s, reps, prop.l2CacheSize,

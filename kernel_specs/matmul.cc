@@ -152,18 +152,29 @@ constexpr int64_t kMinStepsPerSplit = 4;
 /// Split-K's K steps per split and splits S for `tiles` tiles of D and
 /// `k_steps` steps of K (S = 1: no split), at most cdiv(k_steps,
 /// kMinStepsPerSplit) splits (10 steps: 3 splits of 4, 4 and 2; fewer than 5
-/// steps: no split). The programs fill one wave of kSplitTargetPrograms:
-/// S = floor(264 / tiles), since a second, partial wave costs a whole
-/// split's time for a few programs (64 tiles: S = 4 is 256 programs, one
-/// wave of 16 steps; S = 5 would be 320, two waves of 13; 133 tiles: S = 1
-/// is one wave of all of K, S = 2 would be 266 programs, two waves of half of
-/// it, the second of 2 programs streaming their B with no others to hide
-/// DRAM's latency). floor(a / b) is written cdiv(a + 1, b) - 1.
+/// steps: no split). The programs fill one wave: S = floor(target / tiles),
+/// since a second, partial wave costs a whole split's time for a few
+/// programs (target 264, 64 tiles: S = 4 is 256 programs, one wave of 16
+/// steps; S = 5 would be 320, two waves of 13; 133 tiles: S = 1 is one wave
+/// of all of K, S = 2 would be 266 programs, two waves of half of it, the
+/// second of 2 programs streaming their B with no others to hide DRAM's
+/// latency). floor(a / b) is written cdiv(a + 1, b) - 1.
+///
+/// The target is kSplitTargetPrograms (two programs an SM) where D has at
+/// most 16 rows, and one an SM above: the split that completes a tile sums
+/// the S partial tiles 16 rows of D at a time, four splits' loads in flight
+/// (one warpgroup's registers), so its time grows with S times the rows.
+/// On an H100 (twenty-third session) M = 64, N = K = 4096 (32 tiles of 64 x
+/// 128, S = 8 of 8 steps) ran 10 us longer than M = 1 (the same tiles and
+/// splits; ncu: SMs active 54 % of the kernel's 32.9 us, the last splits'
+/// sums alone in the tail), at 1.77x cuBLASLt's time, whose kernel does not
+/// split at all. One an SM: S = 4 there, 128 programs of 16 steps.
 struct Splits {
   DimExpr per, count;
 };
-Splits splits_for(const DimExpr& tiles, const DimExpr& k_steps) {
-  const DimExpr one_wave = max(cdiv(DimExpr(kSplitTargetPrograms + 1), max(tiles, 1)) - 1, 1);
+Splits splits_for(const DimExpr& tiles, const DimExpr& k_steps, const DimExpr& m) {
+  const DimExpr target = DimExpr(kSmCount) + DimExpr(kSplitTargetPrograms - kSmCount) * le(m, 16);
+  const DimExpr one_wave = max(cdiv(target + 1, max(tiles, 1)) - 1, 1);
   DimExpr wanted = max(min(cdiv(k_steps, kMinStepsPerSplit), one_wave), 1);
   DimExpr per = max(cdiv(k_steps, wanted), 1);
   return {per, max(cdiv(k_steps, per), 1)};
@@ -176,7 +187,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   const bool b_transposed = form.b_transposed;
   DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
   // The schedule, chosen from the shape by the entry point (batched
-  // products: their grid has no parallel axis left for the splits): the
+  // products have no split instance: their grid has no parallel axis left
+  // for the splits; they choose only between tiles and tiles128): the
   // split instance where its programs fit one wave and either split or
   // beat a tiles schedule that would fill at most half the SMs (see the
   // file comment). The chooser counts in-place tiles (128 x 256 for the
@@ -201,7 +213,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // take the 128 x 256 tiles like every other product, with no spill.
   Schedule schedule = Schedule::kTiles;
   bool narrow = false;  // the tiles128 instance
-  if (!form.batched) {
+  if (form.batched) {
+    const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
+    const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
+    narrow = spec.variant("schedule", {"tiles", "tiles128"}, too_small) == 1;
+  } else {
     const DimExpr schedule_tiles = cdiv(m, 128) * cdiv(n, 256);
     const DimExpr split_tiles = cdiv(m, 128) * cdiv(n, 64);
     const DimExpr long_k = DimExpr(1) - le(cdiv(k, kTileK), kMinStepsPerSplit);  // 5+ steps
@@ -239,9 +255,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //    multiply-add than m64n128k16), and 25 % fewer global bytes per flop
   //    than 128 x 128;
   //  - 128 x 128 over two consumer warpgroups (64 accumulator registers a
-  //    thread) when the product is batched (at 128 x 256 the sm_80 form of
-  //    batched_matmul_bt spilled 16 bytes), or the device has too little
-  //    shared memory for 128 x 256 (tiles128);
+  //    thread) when the device has too little shared memory for 128 x 256
+  //    (tiles128, batched products too; they tiled 128 x 128 everywhere
+  //    until the twenty-fourth session, at 2.0..2.2x cuBLASLt's time on an
+  //    H100: 779 ns a K step at 8 x 2048^3, the 128 x 256 step's time for half
+  //    its work);
   //  - 128 x 64 on one warpgroup for split-K (decode shapes gain programs;
   //    its sm_80 form spilled at 128 x 128 on one warpgroup); swapped, 64 x 128
   //    (the same [128, 64] accumulator, of D^T);
@@ -249,7 +267,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //    layout (the direct twin).
   const bool in_place = !spec.direct();
   const bool two_consumers = in_place && !split;
-  const bool wide = two_consumers && !form.batched && !narrow;
+  const bool wide = two_consumers && !narrow;
   const int64_t kTileM = swapped || !in_place ? 64 : 128;
   const int64_t kTileN = swapped ? (in_place ? 128 : 64) : wide ? 256 : two_consumers ? 128 : 64;
   if (two_consumers) spec.threads(256);
@@ -290,7 +308,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // Every instance declares the same operands: partial tiles in a workspace and semaphores,
   // split-K's (S per tile of D, a semaphore per tile) or the stream-K walk's (below).
   DimExpr tiles = cdiv(m, kTileM) * cdiv(n, kTileN);
-  Splits splits = splits_for(tiles, cdiv(k, kTileK));
+  Splits splits = splits_for(tiles, cdiv(k, kTileK), m);
   // With K = 0 the product is zero and D is still its epilogue (BLAS's
   // D = beta C): the direct twin, which the entry point runs then (TMA needs
   // positive extents), takes one K step of blocks past the array. (The TMA
@@ -385,8 +403,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // sm_90). On an H100 (twenty-third session) 8192^3 then took 0.80..0.87
     // us a K step: not the gain reasoned for, and six stages of 128 x 128
     // (tiles_deep, since removed) gained 3 % on three, so the refill is not
-    // what bounds a step. tiles128 and batched keep three stages, for sm_86 /
-    // sm_89's 99 KiB (batched has no second instance yet).
+    // what bounds a step. tiles128 keeps three stages, for sm_86 / sm_89's
+    // 99 KiB.
     //
     // Split-K streams B from DRAM (a decode step's A is a few rows), so what
     // bounds it is the bytes in flight per SM: at ~3 TB/s over 132 SMs and
@@ -477,10 +495,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // C or R, 16 (a chunk of C loaded beside the accumulator's, and in a
   // stream-K meeting a chunk of the partial tile too): at 32 the 128 x 256
   // gemm_bt bf16 -> bf16 consumers spilled 16 bytes (ptxas 13.0, sm_90a).
-  const int64_t kEpilogueCols = !two_consumers             ? kTileN
-                                : extra == Extra::kMatrix  ? 16
-                                : extra == Extra::kBiasRow ? 32
-                                                           : 64;
+  // Batched, 16 too: their addresses carry a batch entry's offsets, and at
+  // 128 x 256 the f16 / bf16 consumers spilled 4 bytes with chunks of 32 (8
+  // with 64; the f32 forms fit at 32).
+  const int64_t kEpilogueCols = !two_consumers                            ? kTileN
+                                : extra == Extra::kMatrix || form.batched ? 16
+                                : extra == Extra::kBiasRow                ? 32
+                                                                          : 64;
   // D = epilogue(acc [+ other(c0)]), chunk by chunk: `other`, where given, loads the same
   // chunk of the other part's partial tile (a stream-K tile cut in two).
   auto store_tile = [=](const Ref& acc, const Ref* e, const Ref& d,
@@ -569,32 +590,45 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // each a [16, kTileN] slab of D's tile, or swapped a [kTileN, 16] slab of D^T's (16 of its
     // columns), transposed through shared memory into D's rows for the epilogue.
     Value rows = d.extent(0) - program_id(0) * index(kTileM);  // of D in this tile, > 0
-    if (swapped) {
-      store_then_last_sums({(tile * count + program_id(2)) * index(kTileN), index(0)}, [&] {
+    // One split (S = 1: a wave of whole tiles, e.g. M = 64, N = 14336: 112 tiles of 64 x 128):
+    // the tile is this program's alone, so its epilogue reads the accumulator, as the tiles
+    // schedule's does, without the workspace's round trip; swapped, 16 columns of D^T at a
+    // time, transposed as the sum's slabs are.
+    when(count == index(1), [&] {
+      if (!swapped) return store_tile(acc, e, d, nullptr);
+      for (int64_t r0 = 0; r0 < kTileM; r0 += slab)
+        when(index(r0) < rows, [&] {
+          store_rows(transpose(acc.load({0, r0}, {kTileN, slab})), e, d, r0, slab);
+        });
+    });
+    when(count != index(1), [&] {
+      if (swapped) {
+        store_then_last_sums({(tile * count + program_id(2)) * index(kTileN), index(0)}, [&] {
+          for (int64_t r0 = 0; r0 < kTileM; r0 += slab)
+            when(index(r0) < rows, [&] {  // a slab with rows of D
+              Value sum = sum_splits(
+                  [&](const Value& s) {
+                    return partials->load_at({(tile * count + s) * index(kTileN), index(r0)},
+                                             {kTileN, slab});
+                  },
+                  {kTileN, slab});
+              store_rows(transpose(sum), e, d, r0, slab);
+            });
+        });
+        return;
+      }
+      store_then_last_sums({index(0), (tile * count + program_id(2)) * index(kTileN)}, [&] {
         for (int64_t r0 = 0; r0 < kTileM; r0 += slab)
           when(index(r0) < rows, [&] {  // a slab with rows of D
             Value sum = sum_splits(
                 [&](const Value& s) {
-                  return partials->load_at({(tile * count + s) * index(kTileN), index(r0)},
-                                           {kTileN, slab});
+                  return partials->load_at({index(r0), (tile * count + s) * index(kTileN)},
+                                           {slab, kTileN});
                 },
-                {kTileN, slab});
-            store_rows(transpose(sum), e, d, r0, slab);
+                {slab, kTileN});
+            store_rows(sum, e, d, r0, slab);
           });
       });
-      return;
-    }
-    store_then_last_sums({index(0), (tile * count + program_id(2)) * index(kTileN)}, [&] {
-      for (int64_t r0 = 0; r0 < kTileM; r0 += slab)
-        when(index(r0) < rows, [&] {  // a slab with rows of D
-          Value sum = sum_splits(
-              [&](const Value& s) {
-                return partials->load_at({index(r0), (tile * count + s) * index(kTileN)},
-                                         {slab, kTileN});
-              },
-              {slab, kTileN});
-          store_rows(sum, e, d, r0, slab);
-        });
     });
   };
 

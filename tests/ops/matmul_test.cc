@@ -359,7 +359,10 @@ std::vector<MatmulShape> decode_shapes_for(Backend backend) {
   // {1, 65, 1216}: 19 K steps in 5 splits (both orientations), so the last split's sum
   // takes a whole quad of splits and one with three past the last.
   if (backend == Backend::kEmulator) return {{1, 65, 1216}, {7, 130, 520, 8}};
-  return {{1, 200, 1500}, {16, 129, 1031}, {64, 256, 2048, 3}, {128, 64, 777}, {7, 130, 520, 8}};
+  // {40, 9000, 400}: one split (S = 1: 71 tiles of 64 x 128 swapped, 141 of 128 x 64 not, one
+  // an SM above 16 rows), finished from the accumulator.
+  return {{1, 200, 1500}, {16, 129, 1031},  {64, 256, 2048, 3},
+          {128, 64, 777}, {7, 130, 520, 8}, {40, 9000, 400}};
 }
 
 TEST_P(MatmulTest, DecodeShapesSplitK) {
@@ -381,9 +384,12 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     check_product<half, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, -1.5f},
                                {200, 130, 600});
     check_product<bfloat16, bfloat16>(backend, {false}, {200, 130, 600}, 80);  // cp.async form
-    // 133 tiles of 128 x 64: one wave of S = 1, the split instance's finish with one split
-    // (the smallest such shape; ~20 s of the emulator's time, the only run of this path).
-    check_product<bfloat16, bfloat16>(backend, {true}, {1, 8512, 320});
+    // One split (S = 1), finished from the accumulator without the workspace: 17 rows (more
+    // than one slab of 16, so one program an SM, 132 on an H100) in 67 tiles of 64 x 128
+    // (swapped) and 134 of 128 x 64 (B [K, N]), 5 K steps (the smallest such shapes; ~20 s of
+    // the emulator's time each, the only runs of this path here).
+    check_product<bfloat16, bfloat16>(backend, {true}, {17, 8576, 320});
+    check_product<half, float>(backend, {false}, {17, 8576, 320});
   }
 }
 
@@ -649,9 +655,9 @@ TEST_P(MatmulTest, StreamKFinishesTilesRunInTwoParts) {
   check_product<bfloat16, bfloat16>(backend, {true}, {300, 300, 192}, 80, 4);
   check_product<bfloat16, bfloat16>(backend, {false}, {300, 300, 192, 3}, 90, 4);
   check_product<bfloat16, bfloat16>(backend, {true}, {128, 3328, 256}, 90, 7);
-  // Batched: 3 entries of 2 x 2 tiles of 128 x 128, one line of 12 tiles (the batch index
-  // outermost); 5 programs: a round of 5, then 7 tiles' 21 steps in runs of 3 halves, cut at
-  // 4, 9, 13 and 18 (tiles 6 and 9 in two parts, in the second and third entries).
+  // Batched: 3 entries of 2 x 1 tiles of 128 x 256, one line of 6 tiles (the batch index
+  // outermost); 5 programs: no whole round, the 6 tiles' 18 steps in runs of 3 halves (1 and 2
+  // steps), cut at 4, 9 and 13 (tiles 1 and 4 in two parts, in the first and third entries).
   check_product<half, float>(backend, {true}, {200, 130, 192, 0, 3, 8}, 90, 5);
 }
 
@@ -719,6 +725,10 @@ TEST_P(MatmulTest, SmallSharedMemoryDevicesTile128x128) {
   check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 197631);
   check_product<bfloat16, bfloat16>(e, {true}, {129, 300, 64}, 90, 2, 64 * 1024,
                                     /*staged_fits=*/false);
+  // Batched products have their own tiles128 instance: 3 entries of 2 x 2 tiles of 128 x 128
+  // (12 tiles, two programs), the sm_90a form capped at 150 KiB and the sm_80 form at sm_86's.
+  check_product<half, float>(e, {true}, {200, 130, 192, 0, 3, 8}, 90, 2, 150 * 1024);
+  check_product<bfloat16, bfloat16>(e, {false}, {129, 65, 72, 0, 3, 8}, 86, 2);
 
   // Which instance the chooser keeps at each size: each instance serves only its own option
   // (else "the entry point picks the instance"), and the one kept runs staged (its TMA

@@ -785,10 +785,14 @@ mlir::scf::ForOp persistent_loop(Trace& t) {
   if (n > 2) {               // the outer axes, row-major, then the plane
     mlir::Value outer = div(tile, plane);
     inner = rem(tile, plane);
-    for (size_t i = n - 2; i-- > 0;) {
+    // The outermost axis takes what is left (no remainder: a tile past the
+    // last, which a pipeline indexes for a copy it does not issue, may give
+    // an index past its extent).
+    for (size_t i = n - 2; i-- > 1;) {
       t.sequential_ids[static_cast<size_t>(parallel[i])] = to_index(rem(outer, extents32[i]));
       outer = div(outer, extents32[i]);
     }
+    t.sequential_ids[static_cast<size_t>(parallel[0])] = to_index(outer);
   }
   if (n == 1) t.sequential_ids[static_cast<size_t>(parallel[0])] = to_index(inner);
   if (n >= 2) {
