@@ -23,9 +23,9 @@
 // (the same inputs: a wrong kernel is reported, not timed). Weights rotate over enough copies that
 // they are read from HBM, not L2, as in a model. cuBLASLt is loaded at run time (dlopen), so the
 // program runs where the library is missing and says so. Without a device it exits 0.
-// A persistent row (the tiles schedule) also says how many programs walked its tiles, their K
-// steps (the stream-K walk's longest program, and the plain walk's for comparison) and the time
-// of a step: the measure of what the walk gains (walk_steps).
+// A persistent row (the tiles schedule) also says how many programs walked its tiles (in
+// clusters of how many), their K steps and the time of a step (walk_steps): the rate of the
+// main loop, whatever the shape's last round costs.
 
 #include <pallas/kernels.h>
 #include "cuda_check.h"
@@ -268,28 +268,14 @@ struct Row {
   int64_t programs;  // a persistent grid's programs (Launch::record), else 0
 };
 
-/// A persistent tiles-schedule row's K steps per program: its longest program's under the
-/// stream-K walk (Spec.h's Persistent with two parts a tile, matmul's: D = max(T / W - 1, 0)
-/// rounds of whole tiles, then the T' = T - D W tiles left as a line of half tiles in runs of
-/// U = cdiv(2 T', W) halves, where that saves at least an eighth of the plain walk's steps for
-/// them) and under the plain walk (cdiv(T, W) whole tiles), for T tiles of `steps` K steps and
-/// W programs. E.g. 1024 x 14336 x 4096 in 128 x 256 tiles on 132 SMs: T = 448, 64 steps: 224
-/// against 256; 1024 x 11008 x 4096 (T = 344): 192 either way (T' = 212 tiles: runs of 4
-/// halves). Time over the first is the rate of a K step, which a walk that loses nothing to
-/// its last round keeps from shape to shape.
-struct WalkSteps {
-  int64_t stream_k, plain;
-};
-WalkSteps walk_steps(int64_t tiles, int64_t programs, int64_t steps) {
-  if (tiles <= 0 || programs <= 0) return {0, 0};
-  const int64_t rounds = std::max<int64_t>(tiles / programs - 1, 0);
-  const int64_t last = tiles - rounds * programs;
-  const int64_t halves = std::min<int64_t>(steps, 2);  // units a tile (a step at K = 1)
-  const int64_t run_units = std::max<int64_t>((last * halves + programs - 1) / programs, 1);
-  const int64_t cut = (run_units * steps + halves - 1) / halves;
-  const int64_t plain_last = (last + programs - 1) / programs * steps;
-  const bool cutting = 8 * (plain_last - cut) >= plain_last;
-  return {rounds * steps + (cutting ? cut : plain_last), (tiles + programs - 1) / programs * steps};
+/// A persistent tiles-schedule row's K steps per program: cdiv(T, W) K for T tiles of K steps
+/// on W programs (the plain walk; in clusters of two, cdiv(T / 2, W / 2) cluster tiles, the
+/// same for the even T and W they run on). E.g. 1024 x 14336 x 4096 in 128 x 256 tiles on 132
+/// SMs: T = 448, 64 steps: 256. Time over it is the rate of a K step, which a schedule that
+/// loses nothing to its last round keeps from shape to shape.
+int64_t walk_steps(int64_t tiles, int64_t programs, int64_t steps) {
+  if (tiles <= 0 || programs <= 0) return 0;
+  return (tiles + programs - 1) / programs * steps;
 }
 
 /// The instance matmul_bt's entry point chose for a shape already benchmarked ("" if none).
@@ -395,14 +381,14 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   rows.push_back(
       {op, m, n, k, ours_ms, peer_ms, max_error, instance, why, record.grid, record.programs});
   const double flop = 2.0 * batch * m * n * k;
-  // A persistent row: its programs, their K steps (the stream-K walk's longest, the plain
-  // walk's) and the time of one.
+  // A persistent row: its programs (and clusters), their K steps and the time of one.
   std::string walk;
   if (record.persistent && record.programs > 0) {
-    const WalkSteps w = walk_steps(record.grid[0], record.programs, (k + 63) / 64);
-    walk = "  " + std::to_string(record.programs) + " programs x " + std::to_string(w.stream_k) +
-           " steps (plain walk " + std::to_string(w.plain) + "), " +
-           std::to_string(static_cast<int>(ours_ms * 1e6 / std::max<int64_t>(w.stream_k, 1))) +
+    const int64_t steps = walk_steps(record.grid[0], record.programs, (k + 63) / 64);
+    walk = "  " + std::to_string(record.programs) + " programs" +
+           (record.cluster > 1 ? " in clusters of " + std::to_string(record.cluster) : "") + " x " +
+           std::to_string(steps) + " steps, " +
+           std::to_string(static_cast<int>(ours_ms * 1e6 / std::max<int64_t>(steps, 1))) +
            " ns a step";
   }
   std::printf(
@@ -519,11 +505,9 @@ int main(int argc, char** argv) {
   for (auto [n, k] : llm)
     for (int64_t m : ms) run(Product::kMatmulBt, m, n, k);
   // Whole rounds: 1024 x N x 4096 with N near 11008 such that the 128 x 256 tiles (8 rows of
-  // them) are a multiple of the SMs (132: N = 8448, 264 tiles, two rounds), where the stream-K
-  // walk cuts no tile: its time a K step is the plain walk's, which a cut shape's (1024 x
-  // 14336: 448 tiles, 3.4 rounds) keeps if the cut tiles cost nothing, and exceeds by up to
-  // plain / stream-K steps (256 / 224) if the walk gained nothing. (On an H100 the walk that
-  // cut runs anywhere took 1348 ns a step at 1024 x 11008 against 939 here.)
+  // them) are a multiple of the SMs (132: N = 8448, 264 tiles, two rounds): its time a K step
+  // against a shape whose last round is partial (1024 x 14336: 448 tiles, 3.4 rounds) says what
+  // that last round costs.
   if (!quick) {
     const int64_t sms = prop.multiProcessorCount, tile_rows = 1024 / 128;
     const int64_t columns = sms / std::gcd(sms, tile_rows);  // the least whole-round count
@@ -585,22 +569,20 @@ int main(int argc, char** argv) {
       std::fprintf(
           f,
           "op,m,n,k,ours_ms,cublaslt_ms,ours_tflops,cublaslt_tflops,max_error,instance,grid,"
-          "programs,walk_steps,plain_walk_steps\n");
+          "programs,walk_steps\n");
       for (const Row& r : rows) {
         // Attention rows: m = batch x heads, n = seq, k = d.
         const bool attention = r.op.find("attention") != std::string::npos;
         const double flop = attention ? 4.0 * r.m * r.n * r.n * r.k * (r.op[0] == 'c' ? 0.5 : 1.0)
                                       : 2.0 * r.m * r.n * r.k;
-        const WalkSteps w =
-            attention ? WalkSteps{0, 0} : walk_steps(r.grid[0], r.programs, (r.k + 63) / 64);
-        std::fprintf(
-            f, "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld,%lld,%lld,%lld\n",
-            r.op.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
-            static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
-            flop / (r.peer_ms * 1e9), r.max_error, (r.instance + r.why).c_str(),
-            static_cast<long long>(r.grid[0]), static_cast<long long>(r.grid[1]),
-            static_cast<long long>(r.grid[2]), static_cast<long long>(r.programs),
-            static_cast<long long>(w.stream_k), static_cast<long long>(w.plain));
+        const int64_t steps = attention ? 0 : walk_steps(r.grid[0], r.programs, (r.k + 63) / 64);
+        std::fprintf(f, "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld,%lld,%lld\n",
+                     r.op.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
+                     static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
+                     flop / (r.peer_ms * 1e9), r.max_error, (r.instance + r.why).c_str(),
+                     static_cast<long long>(r.grid[0]), static_cast<long long>(r.grid[1]),
+                     static_cast<long long>(r.grid[2]), static_cast<long long>(r.programs),
+                     static_cast<long long>(steps));
       }
       std::fclose(f);
     }

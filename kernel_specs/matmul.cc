@@ -35,15 +35,17 @@
 // to the tile's semaphore; the split that brings it to S sums the S partial
 // tiles in order (the result does not depend on which finished last), runs
 // the epilogue and stores D, 16 rows at a time, and puts the semaphore back
-// to zero (the pattern of sum_all and the split row reductions). Steps past
+// to zero (the pattern of sum_all and the split row reductions); with S = 1
+// the program runs the epilogue from its accumulator. Steps past
 // K read zeros (TMA's fill, masked loads), so any split is exact. With B
 // [N, K] (matmul_bt, gemm_bt, linear_*) the split instance multiplies
 // D^T = B A^T in tiles of 64 rows of D by 128 columns (see `swapped` below):
 // B's 128 rows, not A's few, fill wgmma's 64-row side.
 //
 // The entry point runs the split instance where its programs fit one wave
-// (fewer than 264 tiles of 128 x 64: S = floor(264 / tiles), splits_for
-// below) and K has at least 5 steps, and either it splits (at most 132
+// (fewer than 264 tiles of 128 x 64; S = floor(264 / tiles) where D has at
+// most 16 rows, floor(132 / tiles) above: splits_for below) and K has at
+// least 5 steps, and either it splits (at most 132
 // tiles: S >= 2, each split a fraction of K, against at least one wave of
 // all of K in the tiles schedule) or the tiles schedule would fill at most
 // half of an H100's 132 SMs (at most 66 tiles of 128 x 256). Between
@@ -57,8 +59,8 @@
 // an SM, each multiplying a quarter of the tile at m64n64, shared-memory
 // bound): the tiles schedule runs. A narrow D counts its tiles of 128 x 64
 // (M = 16384, N = 64: 128 tiles of 128 x 256 are 128 of 128 x 64, three
-// quarters of each wide tile empty: split-K; with B [K, N] two splits, one
-// wave of 256 programs; with B [N, K] the swapped instance's 256 tiles of 64
+// quarters of each wide tile empty: split-K; with B [K, N] S = 1, 128
+// programs; with B [N, K] the swapped instance's 256 tiles of 64
 // x 128, half of each empty, S = 1: the chooser counts the same tiles for
 // every instance, and the swap is for few rows of D, not few columns).
 // Worked example, matmul (B [K, N]), M = 16, N = 4096, K = 4096: 16 tiles
@@ -69,9 +71,10 @@
 // matmul_bt, the same shape: the chooser still counts 64 tiles of 128 x 64
 // (the choice does not depend on the instance), and the swapped instance
 // runs 32 tiles of 64 x 128: S = min(16, floor(264 / 32)) = 8 splits of 8
-// steps, 256 programs. M = 128, N = 11008: 172 tiles of 128 x 64 (swapped:
-// 2 x 86 of 64 x 128), S = 1, 172 programs (the tiles schedule: 43 of 128 x
-// 256).
+// steps, 256 programs. M = 64, the same N and K: 32 tiles of 64 x 128, one
+// wave of 132: S = min(16, floor(132 / 32)) = 4 splits of 16 steps, 128
+// programs. M = 128, N = 11008: 172 tiles of 128 x 64 (swapped: 2 x 86 of 64
+// x 128), S = 1, 172 programs (the tiles schedule: 43 of 128 x 256).
 //
 // `linear_*` take the weight as a linear layer stores it, [N, K], and keep
 // the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
@@ -305,8 +308,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     alpha = spec.scalar("alpha", f32);
     beta = spec.scalar("beta", f32);
   }
-  // Every instance declares the same operands: partial tiles in a workspace and semaphores,
-  // split-K's (S per tile of D, a semaphore per tile) or the stream-K walk's (below).
+  // Every instance declares the same operands: split-K's partial tiles in a workspace and its
+  // semaphores (S per tile of D, a semaphore per tile), none of either in the tiles schedule.
   DimExpr tiles = cdiv(m, kTileM) * cdiv(n, kTileN);
   Splits splits = splits_for(tiles, cdiv(k, kTileK), m);
   // With K = 0 the product is zero and D is still its epilogue (BLAS's
@@ -322,23 +325,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // [(t S + s) 128, + 128). Rounded up, a row is whole 16-byte runs (M = 1: 4 floats, the
   // last three zero, since A's rows past M are TMA's zero fill), so the sum's loads are
   // 16 bytes wide instead of one float each.
-  // The tiles schedule's stream-K walk (see spec.persistent below): a partial tile per
-  // program, [programs x kTileM, kTileN], split j's rows [j kTileM, + kTileM) (the part that
-  // finishes first stores it), and a semaphore per split; no slots where the programs divide
-  // the tiles (T <= W too) or a tile is one K step, so that no tile is cut (on 132 SMs the
-  // slots of 128 x 256 tiles are 16.5 MiB).
-  const DimExpr programs = KernelSpec::persistent_programs();
-  const DimExpr walked_tiles = form.batched ? batch[0] * tiles : tiles;
-  const DimExpr w = max(programs, 1);
-  const DimExpr tiles_past_rounds = walked_tiles - w * (cdiv(walked_tiles + 1, w) - 1);
-  const DimExpr cut = (DimExpr(1) - le(tiles_past_rounds, 0)) * (DimExpr(1) - le(k_steps, 1));
   if (swapped)
     spec.workspace("partials", f32, {splits.count * tiles * kTileN, min(cdiv(m, 4) * 4, kTileM)});
+  else if (split)
+    spec.workspace("partials", f32, {min(m, kTileM), splits.count * tiles * kTileN});
   else
-    spec.workspace("partials", f32,
-                   {split ? min(m, kTileM) : programs * kTileM * cut,
-                    split ? splits.count * tiles * kTileN : DimExpr(kTileN)});
-  Semaphores arrived = spec.semaphores("arrived", split ? tiles : programs);
+    spec.workspace("partials", f32, {DimExpr(0), DimExpr(kTileN)});
+  Semaphores arrived = spec.semaphores("arrived", split ? tiles : DimExpr(0));
   std::vector<DimExpr> grid = mat({cdiv(m, kTileM), cdiv(n, kTileN), k_steps});
   if (split) grid = {cdiv(m, kTileM), cdiv(n, kTileN), splits.count, splits.per};
   std::vector<Semantics> semantics(grid.size(), parallel);
@@ -357,34 +350,27 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // (G = 8: 672 KiB). Square 128 x 128 tiles take G = 8 (8 A + 17 B tiles of 16 KiB).
   // (Split-K has few tiles and many short programs: not persistent.)
   //
-  // The programs run without clusters. In clusters of two CTAs (CUTLASS's 2 x 1 shape),
-  // the pair taking tiles (2 r, c) and (2 r + 1, c) and loading their common B block
-  // once, each CTA half of it multicast to both, every tiles-schedule shape of
-  // pallas_matmul_bench ran as fast or slower on an H200 in three runs, typically by 2 to
-  // 5 %, up to 11 % (8192^3: 668 against 679 TFLOP/s; 4096 x 11008 x 4096: 621 against
-  // 644), with all 66 pairs resident. Why
-  // is not measured: L2 fed the 48 KiB a 128 x 256 x 64 step reads per SM without
-  // multicast, and a pair's shared stage releases tie each CTA to the slower one. (The
-  // multicast pipeline stays in the kernel model: features' persistent_wgmma_cluster.)
+  // The programs run in clusters of two CTAs where the tile rows are even (CUTLASS's 2 x 1
+  // cluster shape, cuBLASLt's `_1x2_` kernels): the pair takes tiles (2 r, c) and (2 r + 1, c),
+  // whose B block is the same, and each CTA loads one of its two copies (B's two tiles of rows,
+  // or of a [K, N] B two of its four 64-column tiles), multicast to both: a 128 x 256 K step
+  // reads 16 + 32 / 2 KiB from L2 per SM instead of 48 (Spec.h's Persistent; odd rows, sm_80
+  // and the host run clusters of 1). On an H100 (twenty-fourth session) that was 6 to 11 %
+  // faster on every tiles-schedule shape of matmul_bt measured (8192^3: 1.62 -> 1.44..1.47 ms,
+  // 747..765 TFLOP/s, 0.96x cuBLASLt's time; 4096^3 -11 %): an ncu profile of 8192^3 without
+  // clusters had the consumers waiting on full barriers for a quarter of their stall samples,
+  // with L2 74 % busy (132 SMs x 48 KiB per 0.83 us step: 7.6 TB/s). On an H200 with three
+  // stages (nineteenth session) clusters had been 2 to 5 % slower; with four they are not
+  // measured there.
   //
-  // The walk is stream-K (CUTLASS's data-parallel + stream-K hybrid, Spec.h's Persistent):
-  // whole tiles in rounds of W (one program an SM) but for the last 1 to 2 rounds' worth,
-  // whose K steps are cut between the programs in runs of whole half tiles, so that fewer SMs
-  // idle in the last round. A tile cut in two meets at a semaphore: the part that finishes
-  // first leaves its partial tile in the workspace, the second adds it to its accumulator and
-  // writes D. E.g. 1024 x 14336 x 4096 in 128 x 256 tiles on 132 SMs: 448 tiles of 64 K steps,
-  // 3.4 rounds: the plain walk takes 4 rounds (the last with 52 of 132 SMs busy, 256 steps a
-  // program), this one 2 rounds and then runs of three half tiles (224 steps). Runs start and
-  // end at a tile's K step 0 or 32, so the programs read A and B at two K steps at once and L2
-  // serves most of it: runs cut anywhere (CUTLASS's even split, this walk until the
-  // twenty-third session) put each program at its own K step, and on an H100 1024 x 11008 x
-  // 4096 then read 448 MB from DRAM (1024 x 8448, two whole rounds: 88 MB) and took 1348 ns a
-  // K step on average against 939: 25 % slower than the plain walk. Where the cut saves less than
-  // an eighth (T' > 1.5 W: 1024 x 11008, 4096^3, 8192^3) or W divides T, it is the plain walk. Runs
-  // are at least half a tile (stream_k_parts 2, finish_run says why), and the launch has a program
-  // a tile at most: 256 x 11008 x 4096 (86 tiles) runs on 86 SMs. Batched products walk their batch
-  // entries' tiles as one line (the batch index outermost), so the cut may fall in any entry.
-  if (!split) spec.persistent({.group_rows = wide ? 16 : 8, .stream_k = true});
+  // Clusters replace the stream-K walk (Spec.h's Persistent, which runs without clusters): the
+  // last, partial round of tiles (1024 x 14336 x 4096: 448 tiles on 132 SMs, 3.4 rounds) was
+  // cut into runs of half tiles that met at a semaphore (224 K steps a program instead of 256).
+  // In the same H100 run the clusters' plain walk (256 steps) was 6 % faster than that cut walk
+  // without clusters, and every other shape measured faster too. The walk's history:
+  // bench/RESULTS.md (twenty-third and twenty-fourth sessions). Batched products walk their
+  // batch entries' tile planes one after the other (the batch index outermost).
+  if (!split) spec.persistent({.group_rows = wide ? 16 : 8, .cluster = in_place ? 2 : 1});
   if (in_place) {
     // Pallas' pipelined wgmma: step k's multiply stays in flight while step
     // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
@@ -492,9 +478,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // chunks of 128 columns and 8-12 bytes without one. Chunks of 64 columns
   // (16 values a thread), 32 with a bias (whose values and masks ride
   // beside them) spill nothing (sass.no_spills checks every instance). With
-  // C or R, 16 (a chunk of C loaded beside the accumulator's, and in a
-  // stream-K meeting a chunk of the partial tile too): at 32 the 128 x 256
-  // gemm_bt bf16 -> bf16 consumers spilled 16 bytes (ptxas 13.0, sm_90a).
+  // C or R, 16 (a chunk of C loaded beside the accumulator's; until the
+  // twenty-fourth session a stream-K meeting's chunk of a partial tile too):
+  // at 32 the 128 x 256 gemm_bt bf16 -> bf16 consumers spilled 16 bytes
+  // (ptxas 13.0, sm_90a).
   // Batched, 16 too: their addresses carry a batch entry's offsets, and at
   // 128 x 256 the f16 / bf16 consumers spilled 4 bytes with chunks of 32 (8
   // with 64; the f32 forms fit at 32).
@@ -502,50 +489,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
                                 : extra == Extra::kMatrix || form.batched ? 16
                                 : extra == Extra::kBiasRow                ? 32
                                                                           : 64;
-  // D = epilogue(acc [+ other(c0)]), chunk by chunk: `other`, where given, loads the same
-  // chunk of the other part's partial tile (a stream-K tile cut in two).
-  auto store_tile = [=](const Ref& acc, const Ref* e, const Ref& d,
-                        const std::function<Value(int64_t)>& other) {
-    for (int64_t c0 = 0; c0 < kTileN; c0 += kEpilogueCols) {
-      Value r = acc.load({0, c0}, {kTileM, kEpilogueCols});
-      store_part(other ? r + other(c0) : r, e, d, 0, kTileM, c0, kEpilogueCols);
-    }
-  };
-  // The tiles schedule's end of a run of a tile (stream-K, TileRun): a whole tile's epilogue,
-  // or the meeting of a cut tile's two parts at its split's semaphore. The first to finish its
-  // part (ticket 0: the old count) stores its partial tile in the split's slot and signals;
-  // the second waits for that signal (the first is running: it has taken its ticket) and adds the
-  // partial to its accumulator for the epilogue (a + b: the same sum whichever part came second),
-  // leaving the semaphore at zero. Only the first stores: the second, usually the program whose run
-  // ends the kernel, writes no partial it would not read. (Last-arriver-sums, split-K's way,
-  // would have both store: 128 KiB more at the tail of the kernel.)
-  //
-  // Two parts at most (Persistent::stream_k_parts 2): a meeting of three (the walk in thirds of a
-  // tile: 256 x 11008 x 4096, 86 tiles of 128 x 256, in runs of two thirds on 129 SMs of an
-  // H100, 43 K steps instead of 64) was tried: every way of summing three partial tiles in part
-  // order that keeps the sum's bits independent of the order of arrival held a second partial
-  // chunk, or a sum of two, beside the 128 accumulator registers, and the 128 x 256 consumers
-  // spilled (60 to 1476 bytes, in the K loop too); folding the parts into the accumulator makes
-  // ptxas serialize the wgmmas (C7515). Not yet: a three-part meeting that fits.
-  auto finish_run = [=](const Ref& acc, const Ref* e, const Ref& d, const Ref& partials,
-                        const TileRun& run) {
-    when(run.parts == index(1), [&] { store_tile(acc, e, d, nullptr); });
-    when(run.parts != index(1), [&] {
-      const Value slot = run.split * index(kTileM);
-      const Value ticket = arrived.add(run.split, constant(1, i32));
-      when(ticket == constant(0, i32), [&] {
-        partials.store_at(acc.load(), {slot, index(0)});
-        arrived.signal(run.split, constant(1, i32));  // the partial is there
-      });
-      // The second's ticket is 1, or 2 if the first has signalled already: either way 3 is
-      // both arrivals and the signal.
-      when(ticket != constant(0, i32), [&] {
-        arrived.wait(run.split, constant(3, i32));  // and back to 0
-        store_tile(acc, e, d, [&](int64_t c0) {
-          return partials.load_at({slot, index(c0)}, {kTileM, kEpilogueCols});
-        });
-      });
-    });
+  // D = epilogue(acc), chunk by chunk.
+  auto store_tile = [=](const Ref& acc, const Ref* e, const Ref& d) {
+    for (int64_t c0 = 0; c0 < kTileN; c0 += kEpilogueCols)
+      store_part(acc.load({0, c0}, {kTileM, kEpilogueCols}), e, d, 0, kTileM, c0, kEpilogueCols);
   };
   // Split-K: the tile's product r is complete for this split, whose part is summed by the
   // split that completes the tile.
@@ -595,7 +542,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // schedule's does, without the workspace's round trip; swapped, 16 columns of D^T at a
     // time, transposed as the sum's slabs are.
     when(count == index(1), [&] {
-      if (!swapped) return store_tile(acc, e, d, nullptr);
+      if (!swapped) return store_tile(acc, e, d);
       for (int64_t r0 = 0; r0 < kTileM; r0 += slab)
         when(index(r0) < rows, [&] {
           store_rows(transpose(acc.load({0, r0}, {kTileN, slab})), e, d, r0, slab);
@@ -657,24 +604,22 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     multiply(a, b, acc);
     when(program_id(k_axis) == num_programs(k_axis) - index(1), [&] { done(acc); });
   };
-  // The tiles schedule's step (stream-K): a run of a tile may end before its last K step.
-  auto run_step = [=](Ref a, Ref b, Ref acc, const Ref* e, const Ref& d, const Ref& partials) {
+  // The tiles schedule's step: at the tile's last K step its epilogue (loading the
+  // accumulator waits for the multiplies in flight).
+  auto tile_step = [=](Ref a, Ref b, Ref acc, const Ref* e, const Ref& d) {
     multiply(a, b, acc);
-    const TileRun run = tile_run();
-    when(run.last_step, [&] { finish_run(acc, e, d, partials, run); });
+    when(program_id(k_axis) == num_programs(k_axis) - index(1), [&] { store_tile(acc, e, d); });
   };
   if (form.batched) {  // no epilogue operand, no split
-    spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref partials) {
-      run_step(a, b, acc, nullptr, d, partials);
-    });
+    spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref) { tile_step(a, b, acc, nullptr, d); });
   } else if (extra == Extra::kNone) {
     spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref partials) {
-      if (!split) return run_step(a, b, acc, nullptr, d, partials);
+      if (!split) return tile_step(a, b, acc, nullptr, d);
       step(a, b, acc, [&](const Ref& r) { finish(r, nullptr, d, &partials); });
     });
   } else {
     spec.body([=](Ref a, Ref b, Ref e, Ref d, Ref acc, Ref partials) {
-      if (!split) return run_step(a, b, acc, &e, d, partials);
+      if (!split) return tile_step(a, b, acc, &e, d);
       step(a, b, acc, [&](const Ref& r) { finish(r, &e, d, &partials); });
     });
   }

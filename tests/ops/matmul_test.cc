@@ -458,8 +458,9 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
 }
 
 // What matmul_bt's entry point chooses (Launch::record): split-K's splits
-// fill one wave of 264 programs (floor(264 / tiles), 1 from 133 tiles), and
-// many tiles run the persistent tiles schedule. The host runs each choice's
+// fill one wave of 264 programs (floor(264 / tiles), 1 from 133 tiles) where
+// D has at most 16 rows, of 132 above, and many tiles run the persistent
+// tiles schedule, in clusters of two where the tile rows are even. The host runs each choice's
 // direct twin (64 x 64 tiles, its own splits); the emulator the TMA instance.
 TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
   const Backend backend = GetParam();
@@ -474,6 +475,8 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
   const Want wants[] = {
       // 64 tiles, 32 K steps: floor(264 / 64) = 4 splits of 8 steps (one wave of 256).
       {Backend::kHost, 1, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 64, 4}},
+      // 17 rows, the same 64 tiles: one wave of 132, floor(132 / 64) = 2 splits of 16 steps.
+      {Backend::kHost, 17, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 64, 2}},
       // 133 tiles: one wave of them, S = 1 (the tiles schedule would fill 34 of 132 SMs).
       {Backend::kHost, 1, 8512, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 133, 1}},
       // 32 tiles of 64 x 64, 10 K steps: 3 splits (4, 4 and 2 steps).
@@ -482,8 +485,10 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
       {Backend::kHost, 1, 32768, 320, "matmul_bt_bf16_bf16_tiles_direct", {512, 1, 1}},
       // Swapped (D^T = B A^T): 1 tile of 64 x 128, 10 K steps: 3 splits.
       {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}},
-      // 4 tiles of 128 x 256, no clusters (an H200 ran the tiles shapes faster without).
-      {Backend::kEmulator, 130, 300, 64, "matmul_bt_bf16_bf16_tiles", {4, 1, 1}},
+      // 4 tiles of 128 x 256 in 2 tile rows: clusters of 2 (sharing B's blocks).
+      {Backend::kEmulator, 130, 300, 64, "matmul_bt_bf16_bf16_tiles", {4, 1, 1}, 2},
+      // 3 tile rows (odd): clusters of 1.
+      {Backend::kEmulator, 300, 300, 64, "matmul_bt_bf16_bf16_tiles", {6, 1, 1}, 1},
   };
   for (const Want& w : wants) {
     if (w.backend != backend) continue;
@@ -606,59 +611,54 @@ TEST_P(MatmulTest, BatchedBTransposedF16ToF32) {
 
 // The emulator's threads in random orders (EmulatorOptions::schedule_seed) instead of
 // round-robin: split-K's last-arriver sum over two rows of tiles (semaphores, workspace)
-// and the persistent tiles schedule (several programs walking tiles with one pipeline).
+// and the persistent tiles schedule (several programs walking tiles with one pipeline; in
+// clusters of two where the tile rows are even, their CTAs sharing B's stages).
 TEST_P(MatmulTest, SchedulesInRandomOrders) {
   const Backend backend = GetParam();
   if (backend != Backend::kEmulator) GTEST_SKIP() << "only the emulator reorders threads";
   for (uint64_t schedule : {7u, 1234u}) {
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600}, 90, 4, 0, true, schedule);
     check_product<bfloat16, bfloat16>(backend, {true}, {512, 300, 130}, 90, 2, 0, true, schedule);
-    // Stream-K: 6 tiles of 3 steps on 4 programs, runs of three half tiles (halves of 1 and 2
-    // steps) cut at 4, 9 and 13: tiles 1 and 4 in two parts.
+    // 3 tile rows (odd: clusters of 1), 4 programs on 6 tiles of 3 steps.
     check_product<bfloat16, bfloat16>(backend, {true}, {300, 300, 192}, 90, 4, 0, true, schedule);
   }
 }
 
-// The tiles schedule's stream-K walk (spec.persistent's stream_k): the last rounds' K steps
-// cut between the programs in runs of half tiles, a tile cut in two finished by whichever part
-// arrives second from its own accumulator and the other's partial tile. On the emulator 4
-// programs walk 6 tiles of 3 K steps (K = 192; halves of 1 and 2 steps): runs of 3 halves cut
-// at 4, 9 and 13, so tiles 1 and 4 run in two parts (tile 3 starts at 9: whole); 5 programs
-// the same runs, the fifth idle. Every epilogue family: none (128 x 256 tiles), bias + gelu
-// (32-column chunks), C (128 x 128, six stages and, capped at 150 KiB, three), the residual;
-// the sm_80 form; the direct twin (a padded row stride of 3 elements breaks TMA's 16-byte
-// rule); 7 programs on 13 tiles of 4 steps cut nothing (8 steps a program either way). On
-// CUDA 176 tiles of 4 steps on an H100's or H200's 132 SMs: runs of three halves (6 steps
-// against 8) on 118 programs, every other tile in two parts. Batched products walk every
-// entry's tiles as one line.
-TEST_P(MatmulTest, StreamKFinishesTilesRunInTwoParts) {
+// The tiles schedule in clusters of two CTAs (spec.persistent's cluster, where the tile rows
+// are even): a cluster takes tile rows 2 r and 2 r + 1 of one column, and each CTA copies one
+// of the two halves of their common B block (B [N, K]: a tile of 128 rows; [K, N]: two of its
+// four 64-column tiles) into both CTAs' stages (multicast); a stage is refilled once both
+// CTAs' consumers released it. A CTA that read its peer's rows, or a half of B that missed a
+// CTA, shows in D; a refill that did not wait for the peer fails the emulator's overwrite
+// checks. Emulator: 4 tile rows (two cluster rows), 4 or 5 programs (two clusters: a fifth
+// program has no peer and is not launched), every epilogue family (128 x 256 tiles; bias +
+// gelu's 32-column chunks; C's 16), the tiles128 instance (capped at 150 KiB), batched (2 tile
+// rows in each of 3 entries); odd rows (3: clusters of 1) and the sm_80 form (no clusters)
+// walk alone. CUDA: 8 tile rows, every product of the kind on 132 SMs (66 clusters).
+TEST_P(MatmulTest, ClustersShareBWhereTileRowsAreEven) {
   const Backend backend = GetParam();
-  if (backend == Backend::kHost) GTEST_SKIP() << "the host runs one program: whole tiles";
+  if (backend == Backend::kHost) GTEST_SKIP() << "the host runs one program: no clusters";
   if (backend == Backend::kCuda) {
     check_product<bfloat16, bfloat16>(backend, {true}, {1024, 5632, 256});
     check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, {1024, 5632, 256});
     check_product<bfloat16, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, 2.0f},
                                    {1024, 2816, 256});
-    // 256 tiles of 4 steps: on 132 SMs a cut would save nothing (8 steps a program either
-    // way), so no tile is cut (on 114, 2.2 rounds, it is).
-    check_product<bfloat16, bfloat16>(backend, {true}, {1024, 8192, 256});
+    check_product<half, half>(backend, {true, Epilogue::kResidual}, {1024, 2816, 320});
+    check_product<bfloat16, bfloat16>(backend, {false}, {1000, 4000, 200, 0, 3, 8});
     return;
   }
   for (int programs : {4, 5}) {
-    check_product<bfloat16, bfloat16>(backend, {true}, {300, 300, 192}, 90, programs);
-    check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, {300, 300, 192}, 90, programs);
+    check_product<bfloat16, bfloat16>(backend, {true}, {512, 300, 192}, 90, programs);
+    check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, {512, 300, 192}, 90, programs);
   }
   for (int64_t shared : {int64_t{0}, int64_t{150} * 1024})
     check_product<bfloat16, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, 2.0f},
-                                   {300, 200, 192}, 90, 4, shared);
-  check_product<half, half>(backend, {true, Epilogue::kResidual}, {300, 200, 192}, 90, 4);
-  check_product<bfloat16, bfloat16>(backend, {true}, {300, 300, 192}, 80, 4);
-  check_product<bfloat16, bfloat16>(backend, {false}, {300, 300, 192, 3}, 90, 4);
-  check_product<bfloat16, bfloat16>(backend, {true}, {128, 3328, 256}, 90, 7);
-  // Batched: 3 entries of 2 x 1 tiles of 128 x 256, one line of 6 tiles (the batch index
-  // outermost); 5 programs: no whole round, the 6 tiles' 18 steps in runs of 3 halves (1 and 2
-  // steps), cut at 4, 9 and 13 (tiles 1 and 4 in two parts, in the first and third entries).
-  check_product<half, float>(backend, {true}, {200, 130, 192, 0, 3, 8}, 90, 5);
+                                   {400, 200, 192}, 90, 4, shared);
+  check_product<half, half>(backend, {true, Epilogue::kResidual}, {400, 200, 192}, 90, 4);
+  check_product<bfloat16, bfloat16>(backend, {true}, {300, 300, 192}, 90, 4);  // odd rows
+  check_product<bfloat16, bfloat16>(backend, {true}, {512, 300, 192}, 80, 4);
+  check_product<bfloat16, bfloat16>(backend, {false}, {512, 300, 192, 3}, 90, 4);  // direct
+  check_product<half, float>(backend, {true}, {200, 130, 192, 0, 3, 8}, 90, 4);
 }
 
 // Broadcast inputs (a stride of 0): a batch sharing one weight matrix, or

@@ -54,8 +54,8 @@ struct LaunchRecord {
   // A persistent grid's programs (0 otherwise, and for an empty grid): how many walked its
   // grid[0] tiles (CUDA: one per resident CTA, at most one per tile, three for a stream-K walk
   // in thirds; the host: 1; the emulator: at most its concurrent programs). E.g. 448 tiles of
-  // matmul_bt's 128 x 256 (1024 x 14336 x 4096) on a 132-SM H100: 132 programs, two rounds of
-  // whole tiles, then runs of a tile and a half (the stream-K walk, Spec.h).
+  // matmul_bt's 128 x 256 (1024 x 14336 x 4096) on a 132-SM H100: 132 programs in 66 clusters
+  // of two, each cluster walking 4 rounds of tile pairs (Spec.h's Persistent).
   int64_t programs = 0;
   // Why a direct twin ran instead of the staged instance its entry point prefers (null: it
   // did not), e.g. fallback_operand "a", fallback "a stride is not a multiple of 16 bytes"
