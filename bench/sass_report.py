@@ -873,6 +873,15 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
             if missing:
                 out.append(("tma", f"{k.instance} ({k.arch}): a kernel with staged blocks has "
                                    f"no {' or '.join(missing)} (TMA copies)"))
+        # The matmul family's tiles schedule runs clusters of two CTAs that share B's block,
+        # each copying half of it into both (kernel_specs/matmul.cc): its sm_90a tiles
+        # instances must have multicast TMA copies.
+        if (k.op in WARP_SPECIALIZED and k.sass and k.arch.startswith("sm_9")
+                and "_tiles" in k.instance and not k.instance.endswith("_direct")
+                and not any("MULTICAST" in op for op in k.sass.opcodes)):
+            out.append(("tma", f"{k.instance} ({k.arch}): a tiles-schedule product without "
+                               "multicast copies (UTMALDG...MULTICAST): its clusters of two do "
+                               "not share B's block"))
         if k.staged and k.sass and k.arch.startswith("sm_8") and "LDGSTS" not in k.sass.opcodes:
             out.append(("tma", f"{k.instance} ({k.arch}): the sm_80 form of a kernel with staged "
                                "blocks has no LDGSTS (cp.async copies)"))

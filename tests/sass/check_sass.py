@@ -19,7 +19,9 @@ assembled as the codegen does (ptxas -arch=<arch> -O3 -v). The rules and the
           pipeline; not its `_direct` twin) has UTMALDG in its sm_90a SASS, and
           UTMASTG where its outputs are staged (transpose), and LDGSTS
           (cp.async) in its sm_80 SASS. Such kernels'
-          global loads are TMA copies: the wide rule checks their twins.
+          global loads are TMA copies: the wide rule checks their twins. The
+          matmul family's sm_90a tiles instances (clusters of two sharing B)
+          also have multicast copies (UTMALDG...MULTICAST).
   mma     every matrix-product instance (bench/sass_report.py's MATMULS, the
           `_direct` twins too) has HGMMA (wgmma) in its sm_90a SASS and HMMA
           (mma.sync) in its sm_80 SASS, and the warp-specialized ones
@@ -30,7 +32,7 @@ assembled as the codegen does (ptxas -arch=<arch> -O3 -v). The rules and the
           waits once, after its last HGMMA (mma_step_waits).
 --planted runs the rules on the PTX in DIR and passes only if each planted
 file is rejected by the rule its name says (`_planted_spill`, `_planted_narrow`,
-`_planted_notma`, `_planted_nomma`; `_planted_serial` and `_planted_latchwait`:
+`_planted_notma`, `_planted_nomulticast`, `_planted_nomma`; `_planted_serial` and `_planted_latchwait`:
 the mma rule's serialized wgmmas; `_planted_midwait`: a swapped split-K step waiting
 between its HGMMAs): the checks can fail.
 
@@ -100,6 +102,11 @@ def main() -> int:
                 missed.append(f"{k.instance} ({k.arch}): the narrow accesses were not reported")
             if "_planted_notma" in k.instance and "tma" not in mine:
                 missed.append(f"{k.instance} ({k.arch}): the missing TMA copies were not reported")
+            multicast = [v for rule, v in found if v.startswith(f"{k.instance} ({k.arch})")
+                         and "without multicast copies" in v]
+            if "_planted_nomulticast" in k.instance and not multicast:
+                missed.append(f"{k.instance} ({k.arch}): the missing multicast copies were not "
+                              "reported")
             pipelining = [v for rule, v in found if v.startswith(f"{k.instance} ({k.arch})")
                           and ("keeps a wgmma in flight" in v or "waits for every wgmma" in v)]
             if ("_planted_serial" in k.instance or "_planted_latchwait" in k.instance) and \
