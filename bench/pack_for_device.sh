@@ -6,8 +6,22 @@
 #   run(command="bench/run_on_device.sh", carry=["build/device"])
 #
 # run_on_device.sh unpacks build/device/bundle.tar.gz in place before it starts.
+#
+#   bench/pack_for_device.sh --keep-previous
+#
+# first keeps the matmul bench of the bundle it replaces (build/device/previous-bench.gz,
+# ~8 MiB), so that bench/ab_on_device.sh can time the previous build against this one on
+# the same rows in one device call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--keep-previous" ]; then
+  [ -f build/device/bundle.tar.gz ] || { echo "pack_for_device: no previous bundle" >&2; exit 1; }
+  previous=$(mktemp -d)
+  tar -xzf build/device/bundle.tar.gz -C "$previous" build/bench/pallas_matmul_bench
+  gzip -c "$previous/build/bench/pallas_matmul_bench" > build/device/previous-bench.gz
+  rm -rf "$previous"
+  echo "build/device/previous-bench.gz: the previous bundle's pallas_matmul_bench"
+fi
 programs=(build/bench/pallas_bench build/bench/pallas_matmul_bench build/tests/ops/ops_test
           build/tests/kernels/features_test build/tests/runtime/runtime_cuda_test)
 staging=$(mktemp -d)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Times the previous build's matmul bench against this one on the same rows, alternating,
+# in one call on the lent GPU (the `device` tool), so that both see the same machine,
+# clocks and cuBLASLt:
+#
+#   bench/pack_for_device.sh --keep-previous    # here, after ninja -C build
+#   run(command="bench/ab_on_device.sh 2 matmul_bt,8192,8192,8192 matmul_bt,64,4096,4096",
+#       carry=["build/device"])
+#
+#   ab_on_device.sh ROUNDS ROW...    # ROW as pallas_matmul_bench --only takes it
+#
+# Writes $OUT/ab-previous-R.csv and $OUT/ab-current-R.csv for each round R and prints
+# bench/compare_runs.py of each pair (previous -> current). The twenty-fourth session's
+# clusters were measured this way (bench/results/2026-11-26-h100-clusters/).
+set -uo pipefail
+OUT=${OUT:-/tmp/pallas-bench}
+mkdir -p "$OUT"
+rounds=${1:?rounds}
+shift
+[ $# -gt 0 ] || { echo "ab_on_device.sh: no rows" >&2; exit 2; }
+if [ -f build/device/bundle.tar.gz ] && [ ! -e build/bench/pallas_matmul_bench ]; then
+  tar -xzf build/device/bundle.tar.gz || { echo "cannot unpack build/device/bundle.tar.gz"; exit 1; }
+fi
+[ -f build/device/previous-bench.gz ] || { echo "no build/device/previous-bench.gz"; exit 1; }
+previous=$(mktemp)
+gunzip -c build/device/previous-bench.gz > "$previous" && chmod +x "$previous"
+only=()
+for row in "$@"; do only+=(--only "$row"); done
+status=0
+for ((r = 1; r <= rounds; ++r)); do
+  timeout -k 5 120 "$previous" --csv "$OUT/ab-previous-$r.csv" "${only[@]}" \
+    > "$OUT/ab-previous-$r.txt" 2>&1 || status=1
+  timeout -k 5 120 build/bench/pallas_matmul_bench --csv "$OUT/ab-current-$r.csv" "${only[@]}" \
+    > "$OUT/ab-current-$r.txt" 2>&1 || status=1
+  echo "== round $r: previous -> current"
+  if [ -f "$OUT/ab-previous-$r.csv" ] && [ -f "$OUT/ab-current-$r.csv" ]; then
+    python3 bench/compare_runs.py "$OUT/ab-previous-$r.csv" "$OUT/ab-current-$r.csv" || status=1
+  else
+    tail -n 3 "$OUT/ab-previous-$r.txt" "$OUT/ab-current-$r.txt"
+  fi
+done
+rm -f "$previous"
+exit $status
