@@ -37,6 +37,7 @@ for ((r = 1; r <= rounds; ++r)); do
     python3 bench/compare_runs.py "$OUT/ab-previous-$r.csv" "$OUT/ab-current-$r.csv" || status=1
   else
     tail -n 3 "$OUT/ab-previous-$r.txt" "$OUT/ab-current-$r.txt"
+    status=1
   fi
 done
 rm -f "$previous"
