@@ -762,13 +762,30 @@ def classify(instance: str) -> tuple[str | None, str, str | None]:
     return None, "other", m.group(1) if m else None
 
 
+def embedded_cubins(generated: Path) -> set[str] | None:
+    """The cubins the library embeds, pallas_cubin_<instance>_<arch>, named in the generated
+    sources beside the PTX (BUILD/generated/*.cc); None where there are none (a directory of
+    planted PTX)."""
+    sources = list(generated.glob("*.cc"))
+    if not sources:
+        return None
+    return {m.group(1) for f in sources
+            for m in re.finditer(r"\bpallas_cubin_(\w+?_sm_\w+?)\[", f.read_text())}
+
+
 def our_ptx(ptx_dir: Path, arch: str | None) -> list[tuple[str, str, Path]]:
-    """[(instance, arch, path)] of <instance>.<arch>.ptx in ptx_dir."""
+    """[(instance, arch, path)] of <instance>.<arch>.ptx in ptx_dir, those of a build directory
+    only if the library embeds them: a reused build directory keeps the PTX of instances a spec
+    no longer declares, which are not checked."""
+    embedded = embedded_cubins(ptx_dir.parent)
     out = []
     for p in sorted(ptx_dir.glob("*.ptx")):
         m = re.match(r"^(.+)\.(sm_\w+)\.ptx$", p.name)
-        if m and (arch is None or m.group(2) == arch):
-            out.append((m.group(1), m.group(2), p))
+        if not m or (arch is not None and m.group(2) != arch):
+            continue
+        if embedded is not None and f"{m.group(1)}_{m.group(2)}" not in embedded:
+            continue
+        out.append((m.group(1), m.group(2), p))
     return out
 
 
