@@ -216,9 +216,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // take the 128 x 256 tiles like every other product, with no spill.
   Schedule schedule = Schedule::kTiles;
   bool narrow = false;  // the tiles128 instance
+  const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
+  const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
   if (form.batched) {
-    const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
-    const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
     narrow = spec.variant("schedule", {"tiles", "tiles128"}, too_small) == 1;
   } else {
     const DimExpr schedule_tiles = cdiv(m, 128) * cdiv(n, 256);
@@ -228,8 +228,6 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr splits = le(split_tiles, kSmCount);  // S >= 2 (a long K)
     const DimExpr half_idle = le(schedule_tiles, kSmCount / 2);
     const DimExpr split_wanted = long_k * fits_one_wave * max(splits, half_idle);
-    const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
-    const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
     const int option =
         spec.variant("schedule", {"tiles", "splitk", "tiles128"},
                      split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted));
@@ -598,28 +596,26 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
       acc.store(dot(lhs.load(), rhs.load(), acc.load(), {.transpose_b = b_transposed}));
     }
   };
-  // Split-K's step: at the split's last step its part of the tile is finished (loading the
-  // accumulator waits for every multiply in flight; `done` reads it).
+  // A K step: at the last one (of the tile, or of split-K's split) the product is finished
+  // (loading the accumulator waits for every multiply in flight; `done` reads it): the tiles
+  // schedule's epilogue, or split-K's finish.
   auto step = [=](Ref a, Ref b, Ref acc, auto&& done) {
     multiply(a, b, acc);
     when(program_id(k_axis) == num_programs(k_axis) - index(1), [&] { done(acc); });
   };
-  // The tiles schedule's step: at the tile's last K step its epilogue (loading the
-  // accumulator waits for the multiplies in flight).
-  auto tile_step = [=](Ref a, Ref b, Ref acc, const Ref* e, const Ref& d) {
-    multiply(a, b, acc);
-    when(program_id(k_axis) == num_programs(k_axis) - index(1), [&] { store_tile(acc, e, d); });
+  auto tile_done = [=](const Ref* e, const Ref& d) {
+    return [=](const Ref& r) { store_tile(r, e, d); };
   };
   if (form.batched) {  // no epilogue operand, no split
-    spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref) { tile_step(a, b, acc, nullptr, d); });
+    spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref) { step(a, b, acc, tile_done(nullptr, d)); });
   } else if (extra == Extra::kNone) {
     spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref partials) {
-      if (!split) return tile_step(a, b, acc, nullptr, d);
+      if (!split) return step(a, b, acc, tile_done(nullptr, d));
       step(a, b, acc, [&](const Ref& r) { finish(r, nullptr, d, &partials); });
     });
   } else {
     spec.body([=](Ref a, Ref b, Ref e, Ref d, Ref acc, Ref partials) {
-      if (!split) return tile_step(a, b, acc, &e, d);
+      if (!split) return step(a, b, acc, tile_done(&e, d));
       step(a, b, acc, [&](const Ref& r) { finish(r, &e, d, &partials); });
     });
   }
