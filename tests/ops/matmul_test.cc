@@ -483,6 +483,9 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
       {Backend::kHost, 256, 512, 640, "matmul_bt_bf16_bf16_splitk_direct", {4, 8, 3}},
       // 128 tiles of 128 x 256 (512 of 64 x 64 in the twin): the tiles schedule.
       {Backend::kHost, 1, 32768, 320, "matmul_bt_bf16_bf16_tiles_direct", {512, 1, 1}},
+      // 17 rows, 67 tiles of 64 x 128 (swapped), 5 K steps: one wave of 132 takes one split,
+      // finished from the accumulator (DecodeShapesSplitK checks its result).
+      {Backend::kEmulator, 17, 8576, 320, "matmul_bt_bf16_bf16_splitk", {1, 67, 1}},
       // Swapped (D^T = B A^T): 1 tile of 64 x 128, 10 K steps: 3 splits.
       {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}},
       // 4 tiles of 128 x 256 in 2 tile rows: clusters of 2 (sharing B's blocks).
