@@ -138,7 +138,8 @@ MATMULS = ["matmul", "matmul_bt", "gemm", "gemm_bt", "linear_bias", "linear_bias
 # (SWAPPED_SPLIT_K): their step waits for its multiplies once, after the last of them, and
 # releases its stage at once (mma_step_waits).
 WARP_SPECIALIZED = set(MATMULS) - {"attention", "causal_attention"}  # one warpgroup, no producer
-# Products whose `_splitk` instance multiplies D^T = B A^T (kernel_specs/matmul.cc: `swapped`).
+# Products whose `_splitk` and `_decode` instances multiply D^T = B A^T (kernel_specs/matmul.cc:
+# `swapped`).
 SWAPPED_SPLIT_K = {"matmul_bt", "gemm_bt", "linear_bias", "linear_bias_gelu", "linear_bias_silu",
                    "linear_residual"}
 # Ops whose outputs are per-row or per-array scalars: no 16-byte store rule.
@@ -915,7 +916,8 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
             if staged_sm90:
                 # The K loop: a swapped split-K step waits once, after its last HGMMA
                 # (mma_step_waits); the others keep one multiply in flight (mma_pipelining).
-                if k.op in SWAPPED_SPLIT_K and "_splitk" in k.instance:
+                if k.op in SWAPPED_SPLIT_K and ("_splitk" in k.instance
+                                                or "_decode" in k.instance):
                     loop_ok, bad_waits = k.sass.mma_step_wait, k.sass.mma_early_waits
                     no_loop = ("a swapped split-K K loop without its one wait per step "
                                "(WARPGROUP.DEPBAR.LE gsb0, 0x0 after the step's HGMMAs)")

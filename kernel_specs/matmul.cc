@@ -42,6 +42,11 @@
 // D^T = B A^T in tiles of 64 rows of D by 128 columns (see `swapped` below):
 // B's 128 rows, not A's few, fill wgmma's 64-row side.
 //
+// With B [N, K] and at most 16 rows of D the split instance is `decode`
+// where the device has room for its pipeline (16 rows of D a tile, twelve
+// stages, one program an SM: see `decode` below); its direct twin is
+// split-K's.
+//
 // The entry point runs the split instance where its programs fit one wave
 // (fewer than 264 tiles of 128 x 64; S = floor(264 / tiles) where D has at
 // most 16 rows, floor(132 / tiles) above: splits_for below) and K has at
@@ -69,9 +74,11 @@
 // S = 4: 256 programs, one wave, instead of 16. K = 4000 (63 steps, the last
 // partial): per = 16, S = 4, the last split 15 steps and one past K.
 // matmul_bt, the same shape: the chooser still counts 64 tiles of 128 x 64
-// (the choice does not depend on the instance), and the swapped instance
-// runs 32 tiles of 64 x 128: S = min(16, floor(264 / 32)) = 8 splits of 8
-// steps, 256 programs. M = 64, the same N and K: 32 tiles of 64 x 128, one
+// (the choice does not depend on the instance), and the decode instance
+// runs 32 tiles of 16 x 128: S = min(16, floor(132 / 32)) = 4 splits of 16
+// steps, 128 programs (where it does not fit, sm_80, the swapped split-K
+// instance's 32 tiles of 64 x 128 take S = min(16, floor(264 / 32)) = 8
+// splits of 8 steps, 256 programs). M = 64, the same N and K: 32 tiles of 64 x 128, one
 // wave of 132: S = min(16, floor(132 / 32)) = 4 splits of 16 steps, 128
 // programs. M = 128, N = 11008: 172 tiles of 128 x 64 (swapped: 2 x 86 of 64
 // x 128), S = 1, 172 programs (the tiles schedule: 43 of 128 x 256).
@@ -102,6 +109,10 @@ constexpr int64_t kTileK = 64;
 /// Pipeline stages of the 128 x 256 tiles schedule (48 KiB each, 193 KiB; see the stages
 /// below).
 constexpr int64_t kWideStages = 4;
+/// The `decode` instance: split-K of a [N, K] B, swapped, with 16 rows of D a tile (wgmma's N
+/// of 16) and 12 stages of 18 KiB (see the stages below).
+constexpr int64_t kDecodeRows = 16;
+constexpr int64_t kDecodeStages = 12;
 
 /// What the last K step does with the accumulator before D is stored.
 enum class Epilogue {
@@ -172,11 +183,16 @@ constexpr int64_t kMinStepsPerSplit = 4;
 /// splits; ncu: SMs active 54 % of the kernel's 32.9 us, the last splits'
 /// sums alone in the tail), at 1.77x cuBLASLt's time, whose kernel does not
 /// split at all. One an SM: S = 4 there, 128 programs of 16 steps.
+///
+/// The `decode` instance (below) holds one program an SM (its pipeline fills the shared
+/// memory), so its target is kSmCount whatever M.
 struct Splits {
   DimExpr per, count;
 };
-Splits splits_for(const DimExpr& tiles, const DimExpr& k_steps, const DimExpr& m) {
-  const DimExpr target = DimExpr(kSmCount) + DimExpr(kSplitTargetPrograms - kSmCount) * le(m, 16);
+DimExpr split_target(const DimExpr& m) {
+  return DimExpr(kSmCount) + DimExpr(kSplitTargetPrograms - kSmCount) * le(m, 16);
+}
+Splits splits_for(const DimExpr& tiles, const DimExpr& k_steps, const DimExpr& target) {
   const DimExpr one_wave = max(cdiv(target + 1, max(tiles, 1)) - 1, 1);
   DimExpr wanted = max(min(cdiv(k_steps, kMinStepsPerSplit), one_wave), 1);
   DimExpr per = max(cdiv(k_steps, wanted), 1);
@@ -216,7 +232,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // take the 128 x 256 tiles like every other product, with no spill.
   Schedule schedule = Schedule::kTiles;
   bool narrow = false;  // the tiles128 instance
+  bool decode = false;  // the decode instance (its direct twin is split-K's)
   const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
+  // The decode instance's stages, the sum's [128, 16] f32 transposition buffer, barriers.
+  const int64_t kDecodePlanBytes =
+      kDecodeStages * (128 + kDecodeRows) * kTileK * 2 + 128 * kDecodeRows * 4 + 1024;
   const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
   if (form.batched) {
     narrow = spec.variant("schedule", {"tiles", "tiles128"}, too_small) == 1;
@@ -228,11 +248,20 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr splits = le(split_tiles, kSmCount);  // S >= 2 (a long K)
     const DimExpr half_idle = le(schedule_tiles, kSmCount / 2);
     const DimExpr split_wanted = long_k * fits_one_wave * max(splits, half_idle);
+    const DimExpr choose = split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted);
+    // A [N, K] B has a fourth instance for D of at most 16 rows where the device holds its
+    // pipeline (sm_90's 227 KiB a block; see `decode` below).
+    const DimExpr decode_fits =
+        DimExpr(1) - le(KernelSpec::device_shared_bytes(), kDecodePlanBytes - 1);
     const int option =
-        spec.variant("schedule", {"tiles", "splitk", "tiles128"},
-                     split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted));
-    schedule = option == 1 ? Schedule::kSplitK : Schedule::kTiles;
+        b_transposed
+            ? spec.variant("schedule", {"tiles", "splitk", "tiles128", "decode"},
+                           choose + DimExpr(2) * split_wanted * le(m, kDecodeRows) * decode_fits)
+            : spec.variant("schedule", {"tiles", "splitk", "tiles128"}, choose);
+    schedule = option == 1 || option == 3 ? Schedule::kSplitK : Schedule::kTiles;
     narrow = option == 2;
+    // Its direct twin is split-K's (the same kernel: the codegen compiles it once).
+    decode = option == 3 && !spec.direct();
   }
   const bool split = schedule == Schedule::kSplitK;
   // Split-K of a [N, K] B swaps the operands (cuBLAS's decode kernels do): it multiplies
@@ -246,6 +275,16 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // memory) into rows of D for the epilogue. (A [K, N] B stays unswapped: as wgmma's A
   // operand it would be M-major, which MatmulRules does not read in place.)
   const bool swapped = split && b_transposed;
+  // The `decode` instance is that swapped split-K with 16 rows of D a tile instead of 64 (D^T's
+  // tile [128, 16]: wgmma m64n16k16) for D of at most 16 rows, where the device holds its
+  // deeper pipeline (sm_90). A stage is 16 KiB of B and 2 KiB of A, not 8 KiB of A of which a
+  // decode step's 1..16 rows are all there is (the rest TMA's zero fill, which costs no DRAM
+  // traffic but shared memory), so twelve stages fit in 225 KiB: one program an SM with eleven
+  // steps, 176 KiB of B, in flight, against two programs of three steps (96 KiB) with 64 rows.
+  // cuBLASLt's decode kernels keep 8 to 16 stages of one unsplit pipeline per CTA (bench/
+  // RESULTS.md, twenty-third session). One program an SM, its splits fill one wave of 132
+  // (splits_for), not 264: M = 1, N = K = 4096 runs 32 tiles in 4 splits of 16 steps (128
+  // programs, four parts to sum), not 8 of 8. Not yet measured on a GPU.
   // The accumulator's registers decide the tile (no spills on any target;
   // the instance also serves sm_80, whose mma.sync form holds the same
   // accumulator plus a and b fragments):
@@ -269,7 +308,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   const bool in_place = !spec.direct();
   const bool two_consumers = in_place && !split;
   const bool wide = two_consumers && !narrow;
-  const int64_t kTileM = swapped || !in_place ? 64 : 128;
+  const int64_t kTileM = decode ? kDecodeRows : swapped || !in_place ? 64 : 128;
   const int64_t kTileN = swapped ? (in_place ? 128 : 64) : wide ? 256 : two_consumers ? 128 : 64;
   if (two_consumers) spec.threads(256);
   // Batched: a leading dim on every matrix and on the grid, (batch, i, j, k);
@@ -309,7 +348,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // Every instance declares the same operands: split-K's partial tiles in a workspace and its
   // semaphores (S per tile of D, a semaphore per tile), none of either in the tiles schedule.
   DimExpr tiles = cdiv(m, kTileM) * cdiv(n, kTileN);
-  Splits splits = splits_for(tiles, cdiv(k, kTileK), m);
+  Splits splits = splits_for(tiles, cdiv(k, kTileK), decode ? DimExpr(kSmCount) : split_target(m));
   // With K = 0 the product is zero and D is still its epilogue (BLAS's
   // D = beta C): the direct twin, which the entry point runs then (TMA needs
   // positive extents), takes one K step of blocks past the array. (The TMA
@@ -404,7 +443,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // DRAM, so the step waits for it (wgmma_wait(0)) and releases its stage at once: three
     // steps (48 KiB of B) ahead instead of two. (Measured on an H200 with the delayed release:
     // 2.46 TB/s at M = 1, N = 11008, where cuBLASLt kept 11 stages of 16 KiB in flight.)
-    spec.max_concurrent_steps(split ? 4 : wide ? kWideStages : 3);
+    //
+    // The decode instance (above) keeps twelve stages of 18 KiB: 221184 bytes, 230180 with the
+    // sum's transposition buffer and the barriers (sm_90 allows 232448 a block).
+    spec.max_concurrent_steps(decode ? kDecodeStages : split ? 4 : wide ? kWideStages : 3);
     spec.delay_release(swapped ? 0 : 1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = split ? 168 : 232});
   }

@@ -805,22 +805,23 @@ TEST(Validator, StagedBlockTilingDividesTheBlockAndFitsTheSwizzle) {
             "block must each be a multiple of 1024 bytes (the staged buffer's alignment)");
 }
 
-TEST(Validator, StageBuffersAndPipelineDepthAreOneToEight) {
+TEST(Validator, StageBuffersAndPipelineDepthAreOneToSixteen) {
   auto buffers = [](KernelSpec& spec) {
     DimExpr n = spec.dim("n");
     Operand x = spec.input("x", f32, {n});
     spec.grid({cdiv(n, 256)});
-    spec.block(x, {Blocked{256}}, first, InShared{.swizzle = 0, .buffers = 9});
+    spec.block(x, {Blocked{256}}, first, InShared{.swizzle = 0, .buffers = 17});
   };
-  EXPECT_EQ(trace_error("nine_buffers", buffers),
-            "spec 'nine_buffers': operand 'x': 9 stage buffers; a pipelined block has 1 to 8 "
-            "(0: the pipeline's depth)");
+  EXPECT_EQ(
+      trace_error("seventeen_buffers", buffers),
+      "spec 'seventeen_buffers': operand 'x': 17 stage buffers; a pipelined block has 1 to 16 "
+      "(0: the pipeline's depth)");
   auto depth = [](KernelSpec& spec) { spec.max_concurrent_steps(0); };
   EXPECT_EQ(trace_error("no_depth", depth),
-            "spec 'no_depth': max_concurrent_steps(0): a pipeline keeps 1 to 8 steps");
-  auto deep = [](KernelSpec& spec) { spec.max_concurrent_steps(9); };
+            "spec 'no_depth': max_concurrent_steps(0): a pipeline keeps 1 to 16 steps");
+  auto deep = [](KernelSpec& spec) { spec.max_concurrent_steps(17); };
   EXPECT_EQ(trace_error("too_deep", deep),
-            "spec 'too_deep': max_concurrent_steps(9): a pipeline keeps 1 to 8 steps");
+            "spec 'too_deep': max_concurrent_steps(17): a pipeline keeps 1 to 16 steps");
 }
 
 TEST(Validator, EmitPipelineOperandIsAWholeArray) {

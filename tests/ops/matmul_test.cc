@@ -80,7 +80,8 @@ double silu(double x) { return x / (1.0 + std::exp(-x)); }
 template <class T, class Out>
 void check_product(Backend backend, Product p, MatmulShape s, int compute_capability = 90,
                    int concurrent_programs = 4, int64_t shared_bytes_per_block = 0,
-                   bool staged_fits = true, uint64_t schedule_seed = 0) {
+                   bool staged_fits = true, uint64_t schedule_seed = 0,
+                   LaunchRecord* record = nullptr) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(std::string(op_name(p, s)) + " " + dtype_name<T>() + "->" + dtype_name<Out>() +
                " batch " + std::to_string(s.batch) + " (gap " + std::to_string(s.batch_gap) +
@@ -148,6 +149,7 @@ void check_product(Backend backend, Product p, MatmulShape s, int compute_capabi
                  .schedule_seed = schedule_seed,
                  .compute_capability = compute_capability,
                  .shared_bytes_per_block = shared_bytes_per_block}};
+  launch.record = record;
   Status status;
   switch (p.epilogue) {
     case Epilogue::kNone:
@@ -351,10 +353,12 @@ TEST_P(MatmulTest, EveryEdgeDim) {
 }
 
 // Split-K, the `splitk` instance each non-batched product's entry point
-// picks when D has few tiles and K is long (decode: M of 1..128): several
-// splits, a last split with fewer K steps (or only steps past K), every
-// epilogue, both orientations of B, the direct twin (a row stride TMA
-// cannot copy), and the sm_80 form.
+// picks when D has few tiles and K is long (decode: M of 1..128), and with
+// B [N, K] and at most 16 rows of D the `decode` instance (16 rows a tile,
+// 12 stages) where the device has the shared memory (here sm_90's; sm_80's
+// runs `splitk`): several splits, a last split with fewer K steps (or only
+// steps past K), every epilogue, both orientations of B, the direct twin (a
+// row stride TMA cannot copy), and the sm_80 form.
 std::vector<MatmulShape> decode_shapes_for(Backend backend) {
   // {1, 65, 1216}: 19 K steps in 5 splits (both orientations), so the last split's sum
   // takes a whole quad of splits and one with three past the last.
@@ -390,22 +394,39 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     // the emulator's time each, the only runs of this path here).
     check_product<bfloat16, bfloat16>(backend, {true}, {17, 8576, 320});
     check_product<half, float>(backend, {false}, {17, 8576, 320});
+    // The decode instance's one split: 16 rows, 67 tiles of 16 x 128 fill one wave of 132
+    // programs (one an SM: floor(132 / 67) = 1; split-K's target of 264 for 16 rows would
+    // split in 2).
+    LaunchRecord record;
+    check_product<bfloat16, bfloat16>(backend, {true}, {16, 8576, 320}, 90, 4, 0, true, 0, &record);
+    ASSERT_NE(record.instance, nullptr);
+    EXPECT_STREQ(record.instance, "matmul_bt_bf16_bf16_decode");
+    EXPECT_EQ(record.grid, (std::array<int64_t, 3>{1, 67, 1}));
   }
 }
 
-// The shapes above are split-K's: its instance, which serves only the
-// shapes its entry point's chooser gives it, accepts them, and refuses a
+// The shapes above are split-K's: its instances, which serve only the
+// shapes their entry point's chooser gives them, accept them, and refuse a
 // shape with many tiles and a short K. The chooser's boundaries (M = 1
-// keeps the host's runs cheap): the split instance where its 128 x 64 tiles
+// keeps the host's runs cheap): a split instance where its 128 x 64 tiles
 // are fewer than 264 (one wave) with K of at least 5 steps, and either at
 // most 132 of them (it splits) or the tiles schedule fills at most 66 of 132
-// SMs.
+// SMs; with at most 16 rows of D the decode instance where the device has its
+// 225 KiB a block (the host: always; the emulator: sm_90's 227 KiB), else
+// `splitk`.
 TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
   const Launch launch{backend, nullptr};
-  auto call = [&](int64_t m, int64_t n, int64_t k) {
+  auto call_splitk = [&](int64_t m, int64_t n, int64_t k) {
     return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_argv, m, n, k, launch);
+  };
+  auto call_decode = [&](int64_t m, int64_t n, int64_t k) {
+    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_decode_argv, m, n, k, launch);
+  };
+  // The split instance the shape's rows ask for.
+  auto call = [&](int64_t m, int64_t n, int64_t k) {
+    return m <= 16 ? call_decode(m, n, k) : call_splitk(m, n, k);
   };
   auto call_tiles = [&](int64_t m, int64_t n, int64_t k) {
     return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_tiles_argv, m, n, k, launch);
@@ -417,6 +438,17 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   };
   EXPECT_TRUE(call(1, 65, 600).ok());
   EXPECT_TRUE(call(7, 130, 520).ok());
+  EXPECT_TRUE(call(17, 65, 600).ok());
+  expect_refused(call_splitk(16, 65, 600), "16 rows on the 64-row split instance");
+  expect_refused(call_decode(17, 65, 600), "17 rows on the decode instance");
+  if (backend == Backend::kEmulator) {  // sm_80's 163 KiB: no room for the decode pipeline
+    const Launch small{backend, nullptr, {.shared_bytes_per_block = 163 * 1024}};
+    EXPECT_TRUE(
+        call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_argv, 16, 65, 600, small).ok());
+    expect_refused(
+        call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_decode_argv, 16, 65, 600, small),
+        "the decode instance in 163 KiB");
+  }
   expect_refused(call(256, 256, 64), "many tiles, one K step");
   // 128 tiles of 128 x 256 (as 2048^2) are one wave of the tiles schedule;
   // the split instance's 512 tiles of 128 x 64 would not split.
@@ -452,7 +484,7 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   expect_refused(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_argv, 16832),
                  "263 gemm split tiles on the tiles instance");
   if (backend == Backend::kHost) {
-    EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_splitk_argv, 16832).ok());
+    EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_decode_argv, 16832).ok());
     EXPECT_TRUE(call_gemm(kernels::gemm_bt_bf16_bf16_tiles_argv, 16896).ok());
   }
 }
@@ -461,7 +493,9 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
 // fill one wave of 264 programs (floor(264 / tiles), 1 from 133 tiles) where
 // D has at most 16 rows, of 132 above, and many tiles run the persistent
 // tiles schedule, in clusters of two where the tile rows are even. The host runs each choice's
-// direct twin (64 x 64 tiles, its own splits); the emulator the TMA instance.
+// direct twin (64 x 64 tiles, its own splits; the decode instance's is split-K's); the emulator
+// the TMA instance: at most 16 rows the decode instance (one program an SM: one wave of 132)
+// where the device has its shared memory.
 TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
@@ -471,6 +505,7 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
     const char* instance;
     std::array<int64_t, 3> grid;
     int cluster = 1;
+    int64_t shared = 0;  // Launch::emulator.shared_bytes_per_block (0: sm_90's 227 KiB)
   };
   const Want wants[] = {
       // 64 tiles, 32 K steps: floor(264 / 64) = 4 splits of 8 steps (one wave of 256).
@@ -486,8 +521,14 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
       // 17 rows, 67 tiles of 64 x 128 (swapped), 5 K steps: one wave of 132 takes one split,
       // finished from the accumulator (DecodeShapesSplitK checks its result).
       {Backend::kEmulator, 17, 8576, 320, "matmul_bt_bf16_bf16_splitk", {1, 67, 1}},
-      // Swapped (D^T = B A^T): 1 tile of 64 x 128, 10 K steps: 3 splits.
-      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}},
+      // Swapped (D^T = B A^T): 1 tile of 16 x 128, 10 K steps: 3 splits.
+      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_decode", {1, 1, 3}},
+      // sm_80's 163 KiB: no room for the decode pipeline; 1 tile of 64 x 128, 3 splits.
+      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}, 1, 163 * 1024},
+      // A byte short of the decode instance's shared memory: the chooser's bound for it is
+      // not below what its kernel takes.
+      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}, 1,
+       kernels::matmul_bt_bf16_bf16_decode_metadata().targets[0].shared_bytes - 1},
       // 4 tiles of 128 x 256 in 2 tile rows: clusters of 2 (sharing B's blocks).
       {Backend::kEmulator, 130, 300, 64, "matmul_bt_bf16_bf16_tiles", {4, 1, 1}, 2},
       // 3 tile rows (odd): clusters of 1.
@@ -500,7 +541,7 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
     Array<bfloat16> b(backend, static_cast<size_t>(w.n * w.k));
     Array<bfloat16> d(backend, static_cast<size_t>(w.m * w.n));
     LaunchRecord record;
-    Launch launch{backend, nullptr};
+    Launch launch{backend, nullptr, {.shared_bytes_per_block = w.shared}};
     launch.record = &record;
     ASSERT_TRUE(kernels::matmul_bt(TensorView<const bfloat16, 2>(a.data(), {w.m, w.k}),
                                    TensorView<const bfloat16, 2>(b.data(), {w.n, w.k}),

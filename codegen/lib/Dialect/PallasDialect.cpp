@@ -122,8 +122,9 @@ LogicalResult BlockOp::verify() {
   }
   if (auto buffers = getBuffers()) {
     if (!getStaged()) return emitOpError() << "buffers are for staged blocks";
-    if (*buffers < 1 || *buffers > 8)
-      return emitOpError() << "has " << *buffers << " stage buffers; a pipeline keeps 1 to 8";
+    if (*buffers < 1 || *buffers > kMaxStageBuffers)
+      return emitOpError() << "has " << *buffers << " stage buffers; a pipeline keeps 1 to "
+                           << kMaxStageBuffers;
   }
   return success();
 }

@@ -15,6 +15,9 @@
 #include <algorithm>
 #include <sstream>
 
+static_assert(::pallas::edsl::kMaxPipelineDepth == ::mlir::pallas::kMaxStageBuffers,
+              "the EDSL's pipeline depth and the dialect's stage buffers agree");
+
 namespace pallas::edsl {
 
 using namespace trace_state;

@@ -31,6 +31,8 @@ inline constexpr llvm::StringLiteral kTmaParamsAttrName = "pallas.tma_params";
 /// Elements a dim of one TMA box (the EDSL's kTmaMaxBoxDim): a longer staged
 /// block dim is several copies.
 inline constexpr int64_t kTmaMaxBoxDim = 256;
+/// The most stage buffers of a pipelined block (the EDSL's kMaxPipelineDepth).
+inline constexpr int64_t kMaxStageBuffers = 16;
 /// On an scf.for: a pipelined sequential loop; the staged blocks defined in
 /// its body are its stages (pallas.block's `buffers`; PipelineRules.cpp).
 inline constexpr llvm::StringLiteral kPipelineAttrName = "pallas.pipeline";

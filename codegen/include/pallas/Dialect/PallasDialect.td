@@ -119,7 +119,7 @@ def Pallas_BlockOp : Pallas_Op<"block", [Pure]> {
 
     A staged block defined in the body of an `scf.for` marked
     `pallas.pipeline` (an arbitrary grid axis, or emit_pipeline) is a stage of
-    that pipeline: `buffers` (1 to 8) stage buffers in shared memory, each
+    that pipeline: `buffers` (1 to 16) stage buffers in shared memory, each
     with its own mbarrier, so the copies of the next `buffers - 1` steps are
     in flight while the body reads this one (StagingRules.cpp, PipelineRules.cpp).
 

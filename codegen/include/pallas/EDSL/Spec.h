@@ -204,8 +204,9 @@ struct InShared {
 inline constexpr int64_t kTmaMaxBoxDim = 256;
 /// Stage buffers of a pipelined loop unless a block or the pipeline says otherwise.
 inline constexpr int kDefaultPipelineDepth = 2;
-/// The most stage buffers a pipeline keeps (the matmul's 128 x 256 tiles take 4 on sm_90).
-inline constexpr int kMaxPipelineDepth = 8;
+/// The most stage buffers a pipeline keeps (the matmul's 128 x 256 tiles take 4 on sm_90, its
+/// decode instance 12 of 18 KiB: cuBLASLt's decode kernels keep 8 to 16).
+inline constexpr int kMaxPipelineDepth = 16;
 
 class BlockDim {
  public:
@@ -1010,7 +1011,8 @@ class KernelSpec {
   void block(Operand operand, std::vector<BlockDim> block_shape, IndexMap index_map,
              InShared staging);
   /// Stage buffers per staged block on an arbitrary (pipelined) grid axis
-  /// unless its InShared says otherwise (Pallas' max_concurrent_steps); 1 to 8.
+  /// unless its InShared says otherwise (Pallas' max_concurrent_steps); 1 to kMaxPipelineDepth
+  /// (16).
   void max_concurrent_steps(int steps);
   int max_concurrent_steps() const { return max_concurrent_steps_; }
   /// Steps a pipeline waits before refilling an input stage buffer (Pallas'
