@@ -504,6 +504,11 @@ int main(int argc, char** argv) {
       {4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
   for (auto [n, k] : llm)
     for (int64_t m : ms) run(Product::kMatmulBt, m, n, k);
+  // Decode steps against a [K, N] weight (JAX's layout for a dense layer's kernel): the
+  // unswapped split-K instance (128 rows of A a tile, its stages mostly TMA's zero fill).
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {11008, 4096}})
+    for (int64_t m : ms)
+      if (m <= 256) run(Product::kMatmul, m, n, k);
   // Whole rounds: 1024 x N x 4096 with N near 11008 such that the 128 x 256 tiles (8 rows of
   // them) are a multiple of the SMs (132: N = 8448, 264 tiles, two rounds): its time a K step
   // against a shape whose last round is partial (1024 x 14336: 448 tiles, 3.4 rounds) says what
