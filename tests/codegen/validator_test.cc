@@ -404,7 +404,8 @@ TEST(Validator, AtMostThreeParallelGridAxes) {
 
 // wgmma's operands: an accumulator, and blocks staged in shared memory; a
 // pipeline delaying its releases needs more buffers than the delay.
-void declare_wgmma(KernelSpec& spec, bool stage_b, int delay, bool view_of_a = false) {
+void declare_wgmma(KernelSpec& spec, bool stage_b, int delay,
+                   std::function<void(Ref, Ref, Ref, Ref)> body = {}) {
   DimExpr m = spec.dim("m"), k = spec.dim("k");
   Operand a = spec.input("a", bf16, {m, k});
   Operand b = spec.input("b", bf16, {m, k});
@@ -421,8 +422,9 @@ void declare_wgmma(KernelSpec& spec, bool stage_b, int delay, bool view_of_a = f
   else
     spec.block(b, {Blocked{64}, Blocked{64}}, rows);
   spec.block(d, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[0]); });
-  spec.body([view_of_a](Ref a, Ref b, Ref d, Ref acc) {
-    wgmma(acc, view_of_a ? a.transposed() : a, b, {.transpose_b = true});
+  if (body) return spec.body(body);
+  spec.body([](Ref a, Ref b, Ref d, Ref acc) {
+    wgmma(acc, a, b, {.transpose_b = true});
     d.store(acc.load());
   });
 }
@@ -433,13 +435,39 @@ TEST(Validator, WgmmaOperandsAreStagedBlocks) {
             "block with InShared");
 }
 
-// A transposed view (Ref::transposed) is of a 2-D block, and wgmma takes
-// one as operand b only.
-TEST(Validator, TransposedViewsAreOf2DBlocksAndWgmmaOperandB) {
-  EXPECT_EQ(trace_error("view_of_a",
-                        [](KernelSpec& spec) { declare_wgmma(spec, true, 0, /*view_of_a=*/true); }),
-            "spec 'view_of_a': wgmma operand a 'a' is a transposed view; wgmma takes a view as "
-            "operand b only (a is read [M, K])");
+// A transposed view (Ref::transposed) is of a 2-D block; wgmma takes one as
+// operand a or b (read MN-major), not as its accumulator, and a value
+// operand a (registers) is never transposed.
+TEST(Validator, TransposedViewsAreOf2DBlocksAndWgmmaOperands) {
+  auto view_of_a = [](KernelSpec& spec) {  // the direct twin multiplies the loaded values
+    const bool staged = !spec.direct();
+    declare_wgmma(spec, true, 0, [staged](Ref a, Ref b, Ref d, Ref acc) {
+      if (staged)
+        wgmma(acc, a.transposed(), b, {.transpose_b = true});
+      else
+        acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_a = true, .transpose_b = true}));
+      d.store(acc.load());
+    });
+  };
+  EXPECT_EQ(trace_error("view_of_a", view_of_a), "<no error>");
+  auto view_of_acc = [](KernelSpec& spec) {
+    declare_wgmma(spec, true, 0, [](Ref a, Ref b, Ref d, Ref acc) {
+      wgmma(acc.transposed(), a, b, {.transpose_b = true});
+      d.store(acc.load());
+    });
+  };
+  EXPECT_EQ(trace_error("view_of_acc", view_of_acc),
+            "spec 'view_of_acc': wgmma accumulator 'acc' is a transposed view; wgmma takes views "
+            "as operands a and b only");
+  auto value_a = [](KernelSpec& spec) {
+    declare_wgmma(spec, true, 0, [](Ref a, Ref b, Ref d, Ref acc) {
+      wgmma(acc, a.load(), b, {.transpose_a = true, .transpose_b = true});
+      d.store(acc.load());
+    });
+  };
+  EXPECT_EQ(trace_error("value_a", value_a),
+            "spec 'value_a': wgmma with transpose_a of a value operand a; registers are read [M, "
+            "K] (transpose the value, or stage the block and pass its ref)");
   auto one_d = [](KernelSpec& spec) {
     declare_x_out(spec);
     spec.body([](Ref x, Ref out) { out.store(x.transposed().load()); });

@@ -870,3 +870,47 @@ PALLAS_KERNEL(transposed_views) {
 PALLAS_KERNEL(dot_n_major_t64) { dot_n_major<128, 64>(spec); }
 PALLAS_KERNEL(dot_n_major_t8) { dot_n_major<128, 8>(spec); }
 PALLAS_KERNEL(dot_n_major_s64) { dot_n_major<64, 64>(spec); }
+
+// a as [K, M], read in place by wgmma M-major through a transposed view
+// (imm-trans-a; the form matmul's swapped split-K uses for a [K, N] B, whose
+// tiles are wgmma's operand a there): d = a^T @ b^T, a [K, M] and b [N, K]
+// bf16, f32 out, 128 x 64 tiles over two consumer warpgroups (warpgroup w
+// reads a's columns 64 w.., the second tile of 64 M columns: MatmulRules'
+// fromRow), K in steps of 64 through a warp-specialized pipeline. a's [64,
+// 128] block is tiled {64, 64} or {8, 64} with swizzle 128. The direct twin
+// multiplies the loaded blocks with dot's transpose_a; the sm_80 form reads
+// a's fragments with ldmatrix.trans.
+template <int64_t kTileK>
+void wgmma_m_major_a(KernelSpec& spec) {
+  DimExpr m = spec.dim("m"), n = spec.dim("n"), k = spec.dim("k");
+  Operand a = spec.input("a", bf16, {k, m});
+  Operand b = spec.input("b", bf16, {n, k});
+  Operand d = spec.output("d", f32, {m, n});
+  spec.threads(256);
+  spec.accumulator("acc", {128, 64});
+  spec.grid({cdiv(m, 128), cdiv(n, 64), cdiv(k, 64)});
+  spec.dimension_semantics({parallel, parallel, arbitrary});
+  spec.max_concurrent_steps(3);
+  spec.delay_release(1);
+  spec.warp_specialize({.producer_registers = 40, .consumer_registers = 232});
+  spec.block(
+      a, {Blocked{64}, Blocked{128}}, [](const ProgramIds& p) { return at(p[2], p[0]); },
+      InShared{.swizzle = 128, .tiling = {kTileK, 64}});
+  spec.block(
+      b, {Blocked{64}, Blocked{64}}, [](const ProgramIds& p) { return at(p[1], p[2]); },
+      InShared{.swizzle = 128});
+  spec.block(d, {Blocked{128}, Blocked{64}}, [](const ProgramIds& p) { return at(p[0], p[1]); });
+  const bool staged = !spec.direct();
+  spec.body([staged](Ref a, Ref b, Ref d, Ref acc) {
+    when(program_id(2) == index(0), [&] { acc.store(broadcast_to(constant(0, f32), {128, 64})); });
+    if (staged) {
+      wgmma(acc, a.transposed(), b, {.transpose_b = true});  // [M, K] view of a's [K, M] block
+      wgmma_wait(1);
+    } else {
+      acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_a = true, .transpose_b = true}));
+    }
+    when(program_id(2) == num_programs(2) - index(1), [&] { d.store(acc.load()); });
+  });
+}
+PALLAS_KERNEL(wgmma_m_major_a_t64) { wgmma_m_major_a<64>(spec); }
+PALLAS_KERNEL(wgmma_m_major_a_t8) { wgmma_m_major_a<8>(spec); }

@@ -55,6 +55,8 @@
 #include <pallas/kernels/tile_softmax_64x32.h>
 #include <pallas/kernels/transposed_views.h>
 #include <pallas/kernels/wait_for_next.h>
+#include <pallas/kernels/wgmma_m_major_a_t64.h>
+#include <pallas/kernels/wgmma_m_major_a_t8.h>
 #include <pallas/kernels/wgmma_register_a.h>
 
 namespace pallas::testing {
@@ -1008,6 +1010,52 @@ TEST_P(FeaturesTest, DotReadsTiledNMajorStagesInPlace) {
             d, sh.m, sh.n, sh.k,
             [&](int64_t i, int64_t kk) { return a.host()[i * sh.a_stride + kk]; },
             [&](int64_t kk, int64_t j) { return b.host()[kk * sh.b_stride + j]; });
+      }
+    }
+}
+
+// a as [K, M] read in place M-major through a transposed view
+// (wgmma_m_major_a_*): d = a^T @ b^T against a float64 reference, two
+// consumer warpgroups (the second reading a's second tile of 64 columns), K
+// from one step to five, edges in every dim, row strides wider than the
+// arrays, an a row stride TMA cannot copy (the direct twin, dot's
+// transpose_a), and the sm_80 form (ldmatrix.trans of a) on the emulator.
+TEST_P(FeaturesTest, WgmmaReadsTransposedAInPlace) {
+  struct Shape {
+    int64_t m, n, k, a_stride, b_stride;
+  };
+  const std::pair<NMajorMatmul, const char*> kernels_under_test[] = {
+      {kernels::wgmma_m_major_a_t64, "tiling {64, 64}"},
+      {kernels::wgmma_m_major_a_t8, "tiling {8, 64}"}};
+  for (auto [kernel, form] : kernels_under_test)
+    for (int cc : {90, 80}) {
+      if (cc == 80 && GetParam() != Backend::kEmulator) continue;
+      for (Shape sh : {Shape{128, 64, 64, 128, 64}, Shape{130, 65, 320, 136, 320},
+                       Shape{9, 7, 200, 16, 200}, Shape{257, 128, 72, 257, 80}}) {
+        const uint32_t seed = fresh_seed();
+        SCOPED_TRACE(std::string(form) + " sm_" + std::to_string(cc) + " m " +
+                     std::to_string(sh.m) + " n " + std::to_string(sh.n) + " k " +
+                     std::to_string(sh.k) + " a stride " + std::to_string(sh.a_stride) + " seed " +
+                     std::to_string(seed));
+        std::mt19937 rng(seed);
+        Array<bfloat16> a(GetParam(), sh.k * sh.a_stride), b(GetParam(), sh.n * sh.b_stride);
+        Array<float> d(GetParam(), sh.m * sh.n);
+        a.fill_random(rng, -2, 2);
+        b.fill_random(rng, -2, 2);
+        d.poison();
+        a.upload();
+        b.upload();
+        d.upload();
+        TensorView<const bfloat16, 2> av(a.data(), {sh.k, sh.m}, {sh.a_stride, 1});
+        TensorView<const bfloat16, 2> bv(b.data(), {sh.n, sh.k}, {sh.b_stride, 1});
+        TensorView<float, 2> dv(d.data(), {sh.m, sh.n}, {sh.n, 1});
+        Status st = kernel(av, bv, dv, Launch{GetParam(), nullptr, {.compute_capability = cc}});
+        ASSERT_TRUE(st.ok()) << st.message();
+        d.download();
+        expect_product(
+            d, sh.m, sh.n, sh.k,
+            [&](int64_t i, int64_t kk) { return a.host()[kk * sh.a_stride + i]; },
+            [&](int64_t kk, int64_t j) { return b.host()[j * sh.b_stride + kk]; });
       }
     }
 }

@@ -248,15 +248,14 @@ LogicalResult DotOp::verify() {
     return emitOpError() << "operands must both be f16 or both bf16; got " << a << " and " << b;
   if (!result.getElementType().isF32())
     return emitOpError() << "accumulates in f32; the result is " << result;
-  int64_t k = a.getShape()[1];
+  const int64_t m = getM(), k = getK();
   int64_t bk = getTransposeB() ? b.getShape()[1] : b.getShape()[0];
   int64_t n = getTransposeB() ? b.getShape()[0] : b.getShape()[1];
   if (bk != k)
-    return emitOpError() << "contracts a's dim 1 (" << k << ") with b's dim "
-                         << (getTransposeB() ? 1 : 0) << " (" << bk << ")";
-  if (result.getShape()[0] != a.getShape()[0] || result.getShape()[1] != n)
-    return emitOpError() << "result " << result << " is not [" << a.getShape()[0] << ", " << n
-                         << "]";
+    return emitOpError() << "contracts a's dim " << (getTransposeA() ? 0 : 1) << " (" << k
+                         << ") with b's dim " << (getTransposeB() ? 1 : 0) << " (" << bk << ")";
+  if (result.getShape()[0] != m || result.getShape()[1] != n)
+    return emitOpError() << "result " << result << " is not [" << m << ", " << n << "]";
   if (getAcc() && getAcc().getType() != result)
     return emitOpError() << "accumulator " << getAcc().getType() << " is not the result type "
                          << result;
@@ -276,11 +275,15 @@ LogicalResult WgmmaOp::verify() {
   if (et != b.getElementType() || !(et.isF16() || et.isBF16()))
     return emitOpError() << "operands must both be f16 or both bf16; got " << a << " and " << b;
   if (!acc.getElementType().isF32()) return emitOpError() << "accumulates in f32; got " << acc;
-  const int64_t m = aShape[0], k = aShape[1];
+  if (getTransposeA() && !aRef)
+    return emitOpError() << "transposes a value operand a; only a staged block's ref is read "
+                            "transposed (registers are in the accumulator's layout)";
+  const bool ta = getTransposeA();
+  const int64_t m = aShape[ta ? 1 : 0], k = aShape[ta ? 0 : 1];
   const int64_t bk = getTransposeB() ? b.getShape()[1] : b.getShape()[0];
   const int64_t n = getTransposeB() ? b.getShape()[0] : b.getShape()[1];
   if (bk != k)
-    return emitOpError() << "contracts a's dim 1 (" << k << ") with b's dim "
+    return emitOpError() << "contracts a's dim " << (ta ? 0 : 1) << " (" << k << ") with b's dim "
                          << (getTransposeB() ? 1 : 0) << " (" << bk << ")";
   if (acc.getShape()[0] != m || acc.getShape()[1] != n)
     return emitOpError() << "accumulator " << acc << " is not [" << m << ", " << n << "]";

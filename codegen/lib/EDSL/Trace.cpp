@@ -330,7 +330,7 @@ void Ref::store(const Value& value, std::vector<int64_t> offsets,
 RefState& RefAccess::state(const Ref& r) {
   if (r.transposed_)
     fail("'" + r.name() +
-         "' is a transposed view (Ref::transposed); only loads, stores and wgmma's operand b "
+         "' is a transposed view (Ref::transposed); only loads, stores and wgmma's operands "
          "take one");
   return ref_state(r.impl_, r.operand_);
 }
@@ -365,14 +365,14 @@ namespace {
 struct WgmmaLhs {
   std::string name;  // for messages: the operand's, or "the value"
   DType dtype;
-  std::vector<int64_t> shape;
-  mlir::Value value;  // the ref or the block value
+  std::vector<int64_t> shape;  // as multiplied: [M, K]
+  mlir::Value value;           // the ref (its block [K, M] with transpose_a) or the block value
 };
 
 void wgmma_into(const Ref& acc, const WgmmaLhs& a, const Ref& rhs_view, DotOptions options) {
   if (acc.is_transposed())
     fail("wgmma accumulator '" + acc.name() +
-         "' is a transposed view; wgmma takes a view as operand b only");
+         "' is a transposed view; wgmma takes views as operands a and b only");
   // A transposed view of b is b itself with the other orientation.
   const Ref rhs = RefAccess::base(rhs_view);
   if (rhs_view.is_transposed()) options.transpose_b = !options.transpose_b;
@@ -397,19 +397,21 @@ void wgmma_into(const Ref& acc, const WgmmaLhs& a, const Ref& rhs_view, DotOptio
   RefState& s = RefAccess::state(acc);
   s.stored = true;
   mlir::pallas::WgmmaOp::create(b(), loc(), s.ref, a.value, RefAccess::state(rhs).ref,
-                                options.transpose_b);
+                                options.transpose_a, options.transpose_b);
 }
 }  // namespace
 
-void wgmma(const Ref& acc, const Ref& lhs, const Ref& rhs, DotOptions options,
+void wgmma(const Ref& acc, const Ref& lhs_view, const Ref& rhs, DotOptions options,
            std::source_location where) {
   Located here(where);
-  if (lhs.is_transposed())
-    fail("wgmma operand a '" + lhs.name() +
-         "' is a transposed view; wgmma takes a view as operand b only (a is read [M, K])");
+  // A transposed view of a is a itself with the other orientation: a block staged [K, M],
+  // read MN-major.
+  const Ref lhs = RefAccess::base(lhs_view);
+  if (lhs_view.is_transposed()) options.transpose_a = !options.transpose_a;
   const OperandDecl& da = wgmma_operand(lhs, "operand a", false);
-  wgmma_into(acc, {"'" + da.name + "'", da.dtype, lhs.shape(), RefAccess::state(lhs).ref}, rhs,
-             options);
+  std::vector<int64_t> shape = lhs.shape();
+  if (options.transpose_a && shape.size() == 2) std::swap(shape[0], shape[1]);
+  wgmma_into(acc, {"'" + da.name + "'", da.dtype, shape, RefAccess::state(lhs).ref}, rhs, options);
 }
 
 void wgmma(const Ref& acc, const Value& lhs, const Ref& rhs, DotOptions options,
@@ -417,6 +419,10 @@ void wgmma(const Ref& acc, const Value& lhs, const Ref& rhs, DotOptions options,
   Located here(where);
   if (!lhs.is_block())
     fail("wgmma of a scalar; operand a is a 2-D block (a staged ref or a value)");
+  if (options.transpose_a)
+    fail(
+        "wgmma with transpose_a of a value operand a; registers are read [M, K] (transpose the "
+        "value, or stage the block and pass its ref)");
   wgmma_into(acc, {"the value operand a", lhs.dtype(), lhs.shape(), unwrap(lhs)}, rhs, options);
 }
 

@@ -327,14 +327,17 @@ Value trace_dot(const Value& lhs, const Value& rhs, const Value* acc, DotOptions
   if (da != db || (da != f16 && da != bf16))
     fail(std::string("dot of ") + name(da) + " and " + name(db) +
          " blocks; its operands are both f16 or both bf16 (cast first), summed in f32");
-  const int64_t k = ta.getShape()[1];
+  const int64_t m = ta.getShape()[options.transpose_a ? 1 : 0];
+  const int64_t k = ta.getShape()[options.transpose_a ? 0 : 1];
   const int64_t bk = tb.getShape()[options.transpose_b ? 1 : 0];
   const int64_t n = tb.getShape()[options.transpose_b ? 0 : 1];
   if (bk != k)
     fail("dot of " + shape_str(shape_of(va)) + " and " + shape_str(shape_of(vb)) +
+         (options.transpose_a ? " (a transposed)" : "") +
          (options.transpose_b ? " (b transposed)" : "") + ": a has " + std::to_string(k) +
-         " columns but b has " + std::to_string(bk) + (options.transpose_b ? " columns" : " rows"));
-  auto result = VectorType::get({ta.getShape()[0], n}, b().getF32Type());
+         (options.transpose_a ? " rows" : " columns") + " but b has " + std::to_string(bk) +
+         (options.transpose_b ? " columns" : " rows"));
+  auto result = VectorType::get({m, n}, b().getF32Type());
   mlir::Value vacc;
   if (acc) {
     vacc = unwrap(*acc);
@@ -343,7 +346,8 @@ Value trace_dot(const Value& lhs, const Value& rhs, const Value* acc, DotOptions
            name(dtype_of(vacc.getType())) + "; the product is f32 " +
            shape_str(result.getShape().vec()));
   }
-  auto dot = mlir::pallas::DotOp::create(b(), loc(), result, va, vb, vacc, options.transpose_b);
+  auto dot = mlir::pallas::DotOp::create(b(), loc(), result, va, vb, vacc, options.transpose_a,
+                                         options.transpose_b);
   return wrap(dot.getResult());
 }
 }  // namespace

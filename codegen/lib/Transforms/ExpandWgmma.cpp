@@ -38,7 +38,8 @@ struct PallasExpandWgmmaPass : impl::PallasExpandWgmmaBase<PallasExpandWgmmaPass
       Value a = isa<RefType>(mma.getA().getType()) ? loadWhole(b, loc, mma.getA()) : mma.getA();
       Value bv = loadWhole(b, loc, mma.getB());
       Value acc = loadWhole(b, loc, mma.getAcc());
-      Value d = DotOp::create(b, loc, acc.getType(), a, bv, acc, mma.getTransposeB());
+      Value d = DotOp::create(b, loc, acc.getType(), a, bv, acc, mma.getTransposeA(),
+                              mma.getTransposeB());
       auto shape = cast<RefType>(mma.getAcc().getType()).getShape();
       StoreOp::create(b, loc, d, mma.getAcc(), ValueRange{}, SmallVector<int64_t>(shape.size(), 0));
       done.push_back(mma);

@@ -271,7 +271,8 @@ class HostLowering {
       return success();
     }
     if (auto dot = dyn_cast<DotOp>(op)) {
-      // out[i, j] = acc[i, j] + sum_k f32(a[i, k]) * f32(b[k, j]), k in order.
+      // out[i, j] = acc[i, j] + sum_k f32(a[i, k]) * f32(b[k, j]), k in order (a[k, i] and
+      // b[j, k] where transposed).
       VectorType to = dot.getResult().getType();
       Value a = map_.lookup(dot.getA()), bm = map_.lookup(dot.getB());
       Value acc = dot.getAcc() ? map_.lookup(dot.getAcc()) : Value();
@@ -286,7 +287,9 @@ class HostLowering {
         auto loop = scf::ForOp::create(
             nb, l, lo, hi, one, ValueRange{init},
             [&](OpBuilder& kb, Location kl, Value k, ValueRange sum) {
-              Value x = memref::LoadOp::create(kb, kl, a, ValueRange{ivs[0], k});
+              SmallVector<Value> aAt = dot.getTransposeA() ? SmallVector<Value>{k, ivs[0]}
+                                                           : SmallVector<Value>{ivs[0], k};
+              Value x = memref::LoadOp::create(kb, kl, a, aAt);
               SmallVector<Value> bAt = dot.getTransposeB() ? SmallVector<Value>{ivs[1], k}
                                                            : SmallVector<Value>{k, ivs[1]};
               Value y = memref::LoadOp::create(kb, kl, bm, bAt);

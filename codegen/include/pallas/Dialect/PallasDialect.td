@@ -283,10 +283,10 @@ def Pallas_ScratchOp : Pallas_Op<"scratch"> {
 def Pallas_DotOp : Pallas_Op<"dot", [Pure]> {
   let summary = "matrix product of two blocks, accumulated in f32 (Pallas' dot, wgmma, mma.sync)";
   let description = [{
-    `result = acc + a @ b` (or `a @ transpose(b)` with `transpose_b`):
-    `a` is `[M, K]`, `b` is `[K, N]` (`[N, K]` transposed), both f16 or both
-    bf16; products are summed in f32, and `acc` (optional: zero without it)
-    is `[M, N]` f32.
+    `result = acc + a @ b` (`transpose(a)` with `transpose_a`, `transpose(b)`
+    with `transpose_b`): `a` is `[M, K]` (`[K, M]` transposed), `b` is `[K, N]`
+    (`[N, K]` transposed), both f16 or both bf16; products are summed in f32,
+    and `acc` (optional: zero without it) is `[M, N]` f32.
 
     ```mlir
     %d = pallas.dot %a, %b, %acc {transpose_b}
@@ -300,15 +300,16 @@ def Pallas_DotOp : Pallas_Op<"dot", [Pure]> {
     lowering is a loop nest.
   }];
   let arguments = (ins AnyVectorOfNonZeroRank:$a, AnyVectorOfNonZeroRank:$b,
-                       Optional<AnyVectorOfNonZeroRank>:$acc, UnitAttr:$transpose_b);
+                       Optional<AnyVectorOfNonZeroRank>:$acc, UnitAttr:$transpose_a,
+                       UnitAttr:$transpose_b);
   let results = (outs AnyVectorOfNonZeroRank:$result);
   let assemblyFormat = [{
     $a `,` $b (`,` $acc^)? attr-dict `:` type($a) `,` type($b) (`,` type($acc)^)? `->` type($result)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    int64_t getM() { return getA().getType().getShape()[0]; }
-    int64_t getK() { return getA().getType().getShape()[1]; }
+    int64_t getM() { return getA().getType().getShape()[getTransposeA() ? 1 : 0]; }
+    int64_t getK() { return getA().getType().getShape()[getTransposeA() ? 0 : 1]; }
     int64_t getN() { return getResult().getType().getShape()[1]; }
   }];
 }
@@ -316,12 +317,14 @@ def Pallas_DotOp : Pallas_Op<"dot", [Pure]> {
 def Pallas_WgmmaOp : Pallas_Op<"wgmma"> {
   let summary = "asynchronous acc += a @ b on shared-memory blocks (Pallas' wgmma)";
   let description = [{
-    Starts `acc += a @ b` (`a @ transpose(b)` with `transpose_b`): `acc` is an
-    accumulator ref (`spec.accumulator`, `[M, N]` f32), `a` (`[M, K]`) and `b`
-    (`[K, N]`, or `[N, K]` transposed) refs of blocks staged in shared memory
-    (InShared), both f16 or both bf16; `a` may instead be a block value held in
-    registers (Pallas' wgmma with an array `a`: e.g. attention's probabilities,
-    computed in the accumulator layout). The multiply runs asynchronously:
+    Starts `acc += a @ b` (`transpose(a)` with `transpose_a`, `transpose(b)`
+    with `transpose_b`): `acc` is an accumulator ref (`spec.accumulator`,
+    `[M, N]` f32), `a` (`[M, K]`, or `[K, M]` transposed) and `b` (`[K, N]`, or
+    `[N, K]` transposed) refs of blocks staged in shared memory (InShared),
+    both f16 or both bf16; `a` may instead be a block value held in registers
+    (Pallas' wgmma with an array `a`: e.g. attention's probabilities, computed
+    in the accumulator layout; never transposed). A transposed operand is
+    read in place MN-major (wgmma's imm-trans-a / imm-trans-b). The multiply runs asynchronously:
     `pallas.wgmma_wait` bounds how many are in flight, and the operands must
     not be overwritten before it (the emulator checks). Reading or writing
     the accumulator waits for every multiply in flight (Pallas'
@@ -341,7 +344,7 @@ def Pallas_WgmmaOp : Pallas_Op<"wgmma"> {
   }];
   let arguments = (ins Pallas_RefType:$acc,
                        AnyTypeOf<[Pallas_RefType, AnyVectorOfNonZeroRank]>:$a,
-                       Pallas_RefType:$b, UnitAttr:$transpose_b);
+                       Pallas_RefType:$b, UnitAttr:$transpose_a, UnitAttr:$transpose_b);
   let assemblyFormat = [{
     $acc `,` $a `,` $b attr-dict `:` type($acc) `,` type($a) `,` type($b)
   }];

@@ -462,17 +462,20 @@ struct Persistent {
   int stream_k_parts = 2;
 };
 
-/// How dot multiplies: `b` given as [N, K] (its rows are the columns of the
-/// product, Pallas' `dot(a, b.T)`).
+/// How dot multiplies: `a` given as [K, M] (its columns are the rows of the
+/// product, Pallas' `dot(a.T, b)`), `b` given as [N, K] (its rows are the
+/// columns of the product, Pallas' `dot(a, b.T)`).
 struct DotOptions {
+  bool transpose_a = false;
   bool transpose_b = false;
 };
-/// The matrix product `a @ b` of 2-D blocks: a [M, K], b [K, N] (or [N, K]
-/// with transpose_b), both f16 or both bf16, summed in f32; the result is
-/// [M, N] f32. On sm_90a it is a warpgroup MMA (wgmma) reading a and b from
-/// shared memory: blocks staged there (InShared) are read in place, others
-/// are stored there first. The result is held in the WGMMA accumulator
-/// layout (M a multiple of 64, N of 8, K of 16 on the GPU).
+/// The matrix product `a @ b` of 2-D blocks: a [M, K] (or [K, M] with
+/// transpose_a), b [K, N] (or [N, K] with transpose_b), both f16 or both
+/// bf16, summed in f32; the result is [M, N] f32. On sm_90a it is a
+/// warpgroup MMA (wgmma) reading a and b from shared memory: blocks staged
+/// there (InShared) are read in place, others are stored there first. The
+/// result is held in the WGMMA accumulator layout (M a multiple of 64, N of
+/// 8, K of 16 on the GPU).
 Value dot(const Value& a, const Value& b, DotOptions options = {},
           std::source_location where = std::source_location::current());
 /// `acc + a @ b` in one product: the accumulator (an f32 [M, N] block, e.g.
@@ -685,11 +688,13 @@ class Ref {
   /// 2-D block with its dims swapped; no data moves. Element (i, j) of the
   /// view is element (j, i) of the block: loads through it return the
   /// transposed block, stores write the block transposed, shape() and
-  /// extent() are swapped. wgmma takes a view as operand b: for a block w
-  /// staged as [N, K], wgmma(acc, a, w.transposed()) multiplies by the
-  /// [K, N] view, i.e. computes a @ w^T (the same as {.transpose_b}), still
-  /// reading w in place. Other APIs that take a Ref (copies, pipelines)
-  /// reject a view.
+  /// extent() are swapped. wgmma takes a view as operand a or b: for a
+  /// block w staged as [N, K], wgmma(acc, a, w.transposed()) multiplies by
+  /// the [K, N] view, i.e. computes a @ w^T (the same as {.transpose_b}),
+  /// still reading w in place; for a block x staged as [K, M] (tiled [tk, 64]
+  /// with swizzle 128, as a [K, N] b), wgmma(acc, x.transposed(), b) computes
+  /// x^T @ b (the same as {.transpose_a}), reading x in place M-major. Other
+  /// APIs that take a Ref (copies, pipelines) reject a view.
   Ref transposed(std::source_location where = std::source_location::current()) const;
   /// Whether this is a transposed view.
   bool is_transposed() const { return transposed_; }
@@ -703,7 +708,7 @@ class Ref {
   bool transposed_ = false;
 };
 
-/// Pallas' wgmma: starts `acc += a @ b` (a @ b^T with transpose_b) on
+/// Pallas' wgmma: starts `acc += a @ b` (a^T with transpose_a, b^T with transpose_b) on
 /// blocks staged in shared memory (InShared) into an accumulator
 /// (spec.accumulator), asynchronously on sm_90a: the multiply may still read
 /// a and b after the call. wgmma_wait(n) returns once at most the newest n

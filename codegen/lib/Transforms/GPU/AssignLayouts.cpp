@@ -529,8 +529,10 @@ class LayoutAssignment {
   bool convertAccumulatorUses(Operation* op) {
     if (auto dot = dyn_cast<DotOp>(op)) {
       // An a already in the accumulator layout (P from an accumulator) is
-      // the MMA's A register fragment as it is (MatmulRules' registerWordsOfA).
-      if (!tiledValues_.contains(dot.getA())) convert(dot.getAMutable(), strided_, op);
+      // the MMA's A register fragment as it is (MatmulRules' registerWordsOfA),
+      // unless it is multiplied transposed.
+      if (dot.getTransposeA() || !tiledValues_.contains(dot.getA()))
+        convert(dot.getAMutable(), strided_, op);
       convert(dot.getBMutable(), strided_, op);
       if (dot.getAcc()) convert(dot.getAccMutable()[0], accumulator_, op);
       return true;

@@ -89,14 +89,17 @@ struct SharedOperand {
     const int64_t tile = (k0 / tileK) * (rows / span) + row0 / span;
     return tile * tileK * swizzle + (k0 % tileK) * swizzle + (row0 % span) * 2;
   }
-  /// This K-major operand from row `row` on (a multiple of 8): one swizzle
-  /// span per row further, whatever the K block (offset is linear in row0).
+  /// This operand from row `row` on: K-major (row a multiple of 8) one
+  /// swizzle span per row further, whatever the K block (offset is linear in
+  /// row0); MN-major (row a multiple of the span's S / 2 elements, as a
+  /// warpgroup's 64 rows are) one tile of tileK x S bytes per span of rows,
+  /// i.e. row * tileK * 2 bytes (offset's tile index is linear in row0 / span).
   SharedOperand fromRow(OpBuilder& b, Location loc, Value row) const {
-    assert(!nMajor && "only a K-major operand is split by rows");
     SharedOperand op = *this;
+    const int64_t bytesPerRow = nMajor ? tileK * 2 : swizzle;
     op.base = arith::AddIOp::create(
         b, loc, base,
-        arith::MulIOp::create(b, loc, row, arith::ConstantIndexOp::create(b, loc, swizzle)));
+        arith::MulIOp::create(b, loc, row, arith::ConstantIndexOp::create(b, loc, bytesPerRow)));
     return op;
   }
   /// The descriptor's leading byte offset: unused K-major (16 bytes by
@@ -212,7 +215,7 @@ const StagedBlock* stagedForMmaSync(Value operand, const GpuLowering& g) {
 
 bool dotReadsStagedOperand(DotOp dot, unsigned operandNumber, const GpuLowering& g) {
   if (!g.wgmma) return stagedForMmaSync(dot->getOperand(operandNumber), g) != nullptr;
-  bool kMajor = operandNumber == 0 || dot.getTransposeB();
+  bool kMajor = operandNumber == 0 ? !dot.getTransposeA() : dot.getTransposeB();
   return stagedForWgmma(dot->getOperand(operandNumber), kMajor, g) != nullptr;
 }
 
@@ -232,7 +235,8 @@ namespace {
 SharedOperand operandInShared(DotOp dot, unsigned operandNumber, GpuLowering& g, OpBuilder& b) {
   Location loc = dot.getLoc();
   Value v = dot->getOperand(operandNumber);
-  const bool transposed = operandNumber == 1 && !dot.getTransposeB();  // b as [K, N]
+  // a as [K, M] or b as [K, N]: MN-major.
+  const bool transposed = operandNumber == 0 ? dot.getTransposeA() : !dot.getTransposeB();
   VectorType type = cast<VectorType>(v.getType());
   const int64_t rows = operandNumber == 0 ? dot.getM() : dot.getN(), k = dot.getK();
   if (const StagedBlock* st = stagedForWgmma(v, !transposed, g))
@@ -339,7 +343,8 @@ Value fenceOperands(OpBuilder& b, Location loc, Value frag, bool copy = false) {
   return unpackStruct(b, loc, fence.getResult(0), frag, 0, n);
 }
 
-/// The wgmma instructions of frag += a @ b (a [m, k], b [n, k] K-major in
+/// The wgmma instructions of frag += a @ b (a [m, k] and b [n, k] in shared memory, each
+/// K-major or MN-major: imm-trans-a / imm-trans-b) (a [m, k], b [n, k] K-major in
 /// shared memory), one per 64 rows, 16 of K and at most 256 columns; no
 /// fence, commit or wait. With several warpgroups `a` starts at the
 /// warpgroup's rows and `m` is its share (64).
@@ -367,7 +372,9 @@ Value issueWgmma(OpBuilder& b, Location loc, const SharedOperand& a, const Share
                      NVVM::WGMMAScaleOutAttr::get(ctx, scaleD),
                      NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one),
                      NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one),
-                     NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row),
+                     // row: a K-major (imm-trans-a 0); col: M-major (1).
+                     NVVM::MMALayoutAttr::get(
+                         ctx, a.nMajor ? NVVM::MMALayout::col : NVVM::MMALayout::row),
                      // col: b K-major (imm-trans-b 0); row: N-major (1).
                      NVVM::MMALayoutAttr::get(
                          ctx, bOp.nMajor ? NVVM::MMALayout::row : NVVM::MMALayout::col),
@@ -459,6 +466,7 @@ Value asWords(OpBuilder& b, Location loc, Value frag) {
 /// (issueWgmmaRegisterA) and, per warp, mma.sync m16n8k16's a0..a7 (lane l:
 /// rows l / 4 and l / 4 + 8, K 2 (l % 4) + {0, 1} and + 8): no shared memory.
 Value registerWordsOfA(DotOp dot, GpuLowering& g, OpBuilder& b) {
+  if (dot.getTransposeA()) return Value();  // [K, M]: read from shared memory
   auto layout = dyn_cast_or_null<TiledLayoutAttr>(g.layoutOf(dot.getA()));
   if (!layout) return Value();
   FailureOr<Value> frag = g.operandIn(b, dot.getLoc(), dot.getA(), layout);
@@ -546,7 +554,7 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
   Location loc = dot.getLoc();
   MLIRContext* ctx = b.getContext();
   const int64_t m = dot.getM() / g.warpgroups(), n = dot.getN(), k = dot.getK();
-  const bool bt = dot.getTransposeB();
+  const bool at = dot.getTransposeA(), bt = dot.getTransposeB();
   const bool bf16 = dot.getA().getType().getElementType().isBF16();
   // Operands a pipeline staged are read where they are (their loads only
   // waited for the copies); others are stored by the threads first.
@@ -612,8 +620,14 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
         aWords.push_back(words);
         continue;
       }
-      Value row =
-          add(add(firstRow, idx(b, loc, m0)), add(scaled(warp, 16), add(lane8, scaled(half, 8))));
+      Value rows16 = add(add(firstRow, idx(b, loc, m0)), scaled(warp, 16));  // the warp's 16 rows
+      if (at) {  // a as [K, M]: lane l addresses K row k0 + l % 8 + 8 (l / 16), M rows + 8 ((l / 8)
+                 // % 2)
+        Value kRow = add(idx(b, loc, k0), add(lane8, scaled(quarter, 8)));
+        aWords.push_back(ldmatrix(rowAddress(a, kRow, add(rows16, scaled(half, 8))), 4, true));
+        continue;
+      }
+      Value row = add(rows16, add(lane8, scaled(half, 8)));
       aWords.push_back(
           ldmatrix(rowAddress(a, row, add(idx(b, loc, k0), scaled(quarter, 8))), 4, false));
     }
@@ -682,9 +696,10 @@ LogicalResult lowerDot(DotOp dot, GpuLowering& g, OpBuilder& b) {
     return dot.emitOpError("the accumulator layout ")
            << layout << " does not hold mma.sync's fragments in the order the rule assumes";
   const int64_t vec = g.strided().getVec();
-  if (!g.wgmma && (k % vec != 0 || (dot.getTransposeB() ? k : n) % vec != 0))
+  const int64_t aRow = dot.getTransposeA() ? m : k, bRow = dot.getTransposeB() ? k : n;
+  if (!g.wgmma && (aRow % vec != 0 || bRow % vec != 0))
     return dot.emitOpError("mma.sync stores the operands' rows whole; their lengths (")
-           << k << ", " << (dot.getTransposeB() ? k : n) << ") must be multiples of the " << vec
+           << aRow << ", " << bRow << ") must be multiples of the " << vec
            << "-element runs of the strided layout";
   VectorType fragType = g.threadType(dot.getResult().getType(), layout);
   Value frag;
@@ -718,7 +733,8 @@ FailureOr<SharedOperand> stagedOperand(WgmmaOp op, Value ref, StringRef which, b
                               << "] must be an input staged with a swizzle of exactly its rows' "
                                  "bytes (64 f16/bf16 with swizzle 128) to be read in place";
     return op.emitOpError() << which << " [" << shape[0] << ", " << shape[1]
-                            << "] is [K, N]: it must be an f16/bf16 input staged with a swizzle "
+                            << "] is read MN-major (b as [K, N], a transposed as [K, M]): it must "
+                               "be an f16/bf16 input staged with a swizzle "
                                "and tiled [tk, swizzle / 2] (e.g. InShared{.swizzle = 128, "
                                ".tiling = {"
                             << shape[0] << ", 64}}), tk 8 or a multiple of 16";
@@ -741,7 +757,7 @@ LogicalResult lowerWgmma(WgmmaOp op, GpuLowering& g, OpBuilder& b) {
     return op.emitOpError("this target multiplies synchronously; run pallas-expand-wgmma first");
   auto aValue = dyn_cast<TypedValue<VectorType>>(op.getA());  // else a staged block's ref
   FailureOr<SharedOperand> a = SharedOperand{};
-  if (!aValue) a = stagedOperand(op, op.getA(), "operand a", true, g, b);
+  if (!aValue) a = stagedOperand(op, op.getA(), "operand a", !op.getTransposeA(), g, b);
   if (failed(a)) return failure();
   FailureOr<SharedOperand> bOp =
       stagedOperand(op, op.getB(), "operand b", op.getTransposeB(), g, b);
