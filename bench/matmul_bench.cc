@@ -504,8 +504,8 @@ int main(int argc, char** argv) {
       {4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
   for (auto [n, k] : llm)
     for (int64_t m : ms) run(Product::kMatmulBt, m, n, k);
-  // Decode steps against a [K, N] weight (JAX's layout for a dense layer's kernel): the
-  // unswapped split-K instance (128 rows of A a tile, its stages mostly TMA's zero fill).
+  // Decode steps against a [K, N] weight (JAX's layout for a dense layer's kernel): split-K and
+  // decode read its [64 K, 128 N] blocks through a transposed view, M-major (.tnspA).
   for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {11008, 4096}})
     for (int64_t m : ms)
       if (m <= 256) run(Product::kMatmul, m, n, k);

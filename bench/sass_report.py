@@ -134,14 +134,16 @@ MATMULS = ["matmul", "matmul_bt", "gemm", "gemm_bt", "linear_bias", "linear_bias
 # pipeline (all of them, B [K, N] too since it is read in place): its producer warpgroup gives up registers (USETMAXREG.DEALLOC, PTX
 # setmaxnreg.dec) and the consumer takes them (USETMAXREG.TRY_ALLOC), and its K loop keeps
 # one wgmma in flight: HGMMA and WARPGROUP.DEPBAR.LE gsb0, 0x1 on every iteration, no
-# WARPGROUP.DEPBAR.LE gsb0, 0x0 (mma_pipelining), except the split-K instances of a [N, K] B
-# (SWAPPED_SPLIT_K): their step waits for its multiplies once, after the last of them, and
-# releases its stage at once (mma_step_waits).
+# WARPGROUP.DEPBAR.LE gsb0, 0x0 (mma_pipelining), except the split-K instances (split_k):
+# their step waits for its multiplies once, after the last of them, and releases its stage at
+# once (mma_step_waits).
 WARP_SPECIALIZED = set(MATMULS) - {"attention", "causal_attention"}  # one warpgroup, no producer
-# Products whose `_splitk` and `_decode` instances multiply D^T = B A^T (kernel_specs/matmul.cc:
-# `swapped`).
-SWAPPED_SPLIT_K = {"matmul_bt", "gemm_bt", "linear_bias", "linear_bias_gelu", "linear_bias_silu",
-                   "linear_residual"}
+
+
+def split_k(instance: str) -> bool:
+    """Whether a product's instance is split-K's (`_splitk`, `_decode`), which multiplies D^T =
+    B A^T (kernel_specs/matmul.cc), each step's multiplies waited for at once."""
+    return "_splitk" in instance or "_decode" in instance
 # Ops whose outputs are per-row or per-array scalars: no 16-byte store rule.
 REDUCTIONS = {"row_sum", "row_max", "cross_entropy", "sum_all", "max_all"}
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}
@@ -546,7 +548,7 @@ def mma_pipelining(instrs: list[Instr], blocks: list[Block],
 
 def mma_step_waits(instrs: list[Instr], blocks: list[Block],
                    loops: list[tuple[int, int]]) -> tuple[bool, tuple]:
-    """The K loop of a swapped split-K instance (SWAPPED_SPLIT_K) issues its step's HGMMAs
+    """The K loop of a split-K instance (split_k) issues its step's HGMMAs
     (on either arm of the scale-d branch) and then waits for all of them, once
     (`WARPGROUP.DEPBAR.LE gsb0, 0x0` on every iteration), before it releases the stage. A
     wait before a step's last HGMMA (in the same block) would run its multiplies one at a
@@ -916,10 +918,9 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
             if staged_sm90:
                 # The K loop: a swapped split-K step waits once, after its last HGMMA
                 # (mma_step_waits); the others keep one multiply in flight (mma_pipelining).
-                if k.op in SWAPPED_SPLIT_K and ("_splitk" in k.instance
-                                                or "_decode" in k.instance):
+                if split_k(k.instance):
                     loop_ok, bad_waits = k.sass.mma_step_wait, k.sass.mma_early_waits
-                    no_loop = ("a swapped split-K K loop without its one wait per step "
+                    no_loop = ("a split-K K loop without its one wait per step "
                                "(WARPGROUP.DEPBAR.LE gsb0, 0x0 after the step's HGMMAs)")
                     bad_wait = ("a wait between a step's HGMMAs (WARPGROUP.DEPBAR at {addr:#06x}): "
                                 "its multiplies run one at a time")

@@ -31,21 +31,20 @@
 // decode step: M of 1..128 against a 4096-wide weight gives 16 programs on
 // 132 SMs), the grid is (i, j, s, k): split s multiplies K steps
 // [s * per, (s + 1) * per), stores its f32 tile to a workspace (the rows D
-// has: the workspace is min(M, 128) rows high) and adds one
-// to the tile's semaphore; the split that brings it to S sums the S partial
-// tiles in order (the result does not depend on which finished last), runs
-// the epilogue and stores D, 16 rows at a time, and puts the semaphore back
-// to zero (the pattern of sum_all and the split row reductions); with S = 1
-// the program runs the epilogue from its accumulator. Steps past
-// K read zeros (TMA's fill, masked loads), so any split is exact. With B
-// [N, K] (matmul_bt, gemm_bt, linear_*) the split instance multiplies
-// D^T = B A^T in tiles of 64 rows of D by 128 columns (see `swapped` below):
-// B's 128 rows, not A's few, fill wgmma's 64-row side.
+// has) and adds one to the tile's semaphore; the split that brings it to S
+// sums the S partial tiles in order (the result does not depend on which
+// finished last), runs the epilogue and stores D, 16 rows at a time, and
+// puts the semaphore back to zero (the pattern of sum_all and the split row
+// reductions); with S = 1 the program runs the epilogue from its
+// accumulator. Steps past K read zeros (TMA's fill, masked loads), so any
+// split is exact. With either orientation of B the split instance
+// multiplies D^T = B A^T in tiles of 64 rows of D by 128 columns (see
+// `split` below): B's 128 rows (columns of a [K, N] B, read M-major through
+// a transposed view), not A's few, fill wgmma's 64-row side.
 //
-// With B [N, K] and at most 16 rows of D the split instance is `decode`
-// where the device has room for its pipeline (16 rows of D a tile, twelve
-// stages, one program an SM: see `decode` below); its direct twin is
-// split-K's.
+// With at most 16 rows of D the split instance is `decode` where the device
+// has room for its pipeline (16 rows of D a tile, twelve stages, one program
+// an SM: see `decode` below); its direct twin is split-K's.
 //
 // The entry point runs the split instance where its programs fit one wave
 // (fewer than 264 tiles of 128 x 64; S = floor(264 / tiles) where D has at
@@ -64,24 +63,22 @@
 // an SM, each multiplying a quarter of the tile at m64n64, shared-memory
 // bound): the tiles schedule runs. A narrow D counts its tiles of 128 x 64
 // (M = 16384, N = 64: 128 tiles of 128 x 256 are 128 of 128 x 64, three
-// quarters of each wide tile empty: split-K; with B [K, N] S = 1, 128
-// programs; with B [N, K] the swapped instance's 256 tiles of 64
-// x 128, half of each empty, S = 1: the chooser counts the same tiles for
-// every instance, and the swap is for few rows of D, not few columns).
-// Worked example, matmul (B [K, N]), M = 16, N = 4096, K = 4096: 16 tiles
-// of 128 x 256; 64 tiles of 128 x 64 and 64 K steps want min(cdiv(64, 4),
-// floor(264 / 64)) = 4 splits (splits_for), per = cdiv(64, 4) = 16 steps,
-// S = 4: 256 programs, one wave, instead of 16. K = 4000 (63 steps, the last
-// partial): per = 16, S = 4, the last split 15 steps and one past K.
-// matmul_bt, the same shape: the chooser still counts 64 tiles of 128 x 64
-// (the choice does not depend on the instance), and the decode instance
-// runs 32 tiles of 16 x 128: S = min(16, floor(132 / 32)) = 4 splits of 16
-// steps, 128 programs (where it does not fit, sm_80, the swapped split-K
-// instance's 32 tiles of 64 x 128 take S = min(16, floor(264 / 32)) = 8
-// splits of 8 steps, 256 programs). M = 64, the same N and K: 32 tiles of 64 x 128, one
-// wave of 132: S = min(16, floor(132 / 32)) = 4 splits of 16 steps, 128
-// programs. M = 128, N = 11008: 172 tiles of 128 x 64 (swapped: 2 x 86 of 64
-// x 128), S = 1, 172 programs (the tiles schedule: 43 of 128 x 256).
+// quarters of each wide tile empty: split-K, its 256 tiles of 64 x 128,
+// half of each empty, S = 1: the chooser counts the same tiles for every
+// instance, and the swap is for few rows of D, not few columns).
+// Worked example, M = 16, N = 4096, K = 4096, either orientation of B: 16
+// tiles of 128 x 256; the chooser counts 64 tiles of 128 x 64 (the choice
+// does not depend on the instance) and 64 K steps: split-K. The decode
+// instance runs 32 tiles of 16 x 128: min(cdiv(64, 4), floor(132 / 32)) = 4
+// splits (splits_for), per = cdiv(64, 4) = 16 steps, S = 4: 128 programs,
+// one wave, instead of 16. K = 4000 (63 steps, the last partial): per = 16,
+// S = 4, the last split 15 steps and one past K. Where the decode instance
+// does not fit (sm_80), split-K's 32 tiles of 64 x 128 take S = min(16,
+// floor(264 / 32)) = 8 splits of 8 steps, 256 programs. M = 64, the same N
+// and K: 32 tiles of 64 x 128, one wave of 132: S = min(16, floor(132 / 32))
+// = 4 splits of 16 steps, 128 programs. M = 128, N = 11008: 172 tiles of 128
+// x 64 (split-K's: 2 x 86 of 64 x 128), S = 1, 172 programs (the tiles
+// schedule: 43 of 128 x 256).
 //
 // `linear_*` take the weight as a linear layer stores it, [N, K], and keep
 // the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
@@ -109,8 +106,8 @@ constexpr int64_t kTileK = 64;
 /// Pipeline stages of the 128 x 256 tiles schedule (48 KiB each, 193 KiB; see the stages
 /// below).
 constexpr int64_t kWideStages = 4;
-/// The `decode` instance: split-K of a [N, K] B, swapped, with 16 rows of D a tile (wgmma's N
-/// of 16) and 12 stages of 18 KiB (see the stages below).
+/// The `decode` instance: split-K (D^T = B A^T) with 16 rows of D a tile (wgmma's N of 16) and
+/// 12 stages of 18 KiB (see the stages below).
 constexpr int64_t kDecodeRows = 16;
 constexpr int64_t kDecodeStages = 12;
 
@@ -249,33 +246,32 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr half_idle = le(schedule_tiles, kSmCount / 2);
     const DimExpr split_wanted = long_k * fits_one_wave * max(splits, half_idle);
     const DimExpr choose = split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted);
-    // A [N, K] B has a fourth instance for D of at most 16 rows where the device holds its
-    // pipeline (sm_90's 227 KiB a block; see `decode` below).
+    // A fourth instance for D of at most 16 rows where the device holds its pipeline (sm_90's
+    // 227 KiB a block; see `decode` below).
     const DimExpr decode_fits =
         DimExpr(1) - le(KernelSpec::device_shared_bytes(), kDecodePlanBytes - 1);
     const int option =
-        b_transposed
-            ? spec.variant("schedule", {"tiles", "splitk", "tiles128", "decode"},
-                           choose + DimExpr(2) * split_wanted * le(m, kDecodeRows) * decode_fits)
-            : spec.variant("schedule", {"tiles", "splitk", "tiles128"}, choose);
+        spec.variant("schedule", {"tiles", "splitk", "tiles128", "decode"},
+                     choose + DimExpr(2) * split_wanted * le(m, kDecodeRows) * decode_fits);
     schedule = option == 1 || option == 3 ? Schedule::kSplitK : Schedule::kTiles;
     narrow = option == 2;
     // Its direct twin is split-K's (the same kernel: the codegen compiles it once).
     decode = option == 3 && !spec.direct();
   }
   const bool split = schedule == Schedule::kSplitK;
-  // Split-K of a [N, K] B swaps the operands (cuBLAS's decode kernels do): it multiplies
-  // D^T = B A^T, so that N, not a decode step's few rows of A, fills wgmma's 64-row side
-  // and A's rows are wgmma's narrow N. A tile is 64 rows of D by 128 columns, its
-  // accumulator [128, 64] (D^T's tile); a stage holds 16 KiB of B and 8 KiB of A. Before
-  // the swap a stage held 16 KiB of A (128 rows, for M = 1 all but one of them TMA's zero
-  // fill) and 8 KiB of B: an H200 streamed B at 1.2 TB/s (ncu: 25 % of DRAM's peak) where
-  // cuBLASLt's swapped kernel reached 3.45. The partial tiles keep D^T's orientation; the
-  // split that completes a tile transposes 16 of its columns at a time (through shared
-  // memory) into rows of D for the epilogue. (A [K, N] B stays unswapped: as wgmma's A
-  // operand it would be M-major, which MatmulRules does not read in place.)
-  const bool swapped = split && b_transposed;
-  // The `decode` instance is that swapped split-K with 16 rows of D a tile instead of 64 (D^T's
+  // Split-K swaps the operands (cuBLAS's decode kernels do): it multiplies D^T = B A^T, so
+  // that N, not a decode step's few rows of A, fills wgmma's 64-row side and A's rows are
+  // wgmma's narrow N. A tile is 64 rows of D by 128 columns, its accumulator [128, 64]
+  // (D^T's tile); a stage holds 16 KiB of B and 8 KiB of A. A [N, K] B is wgmma's operand a
+  // K-major; a [K, N] B's block, staged N-major in [64, 64] tiles as the tiles schedule
+  // stages it, is read through its transposed view, M-major (imm-trans-a). Before the swap
+  // (the twenty-second session for [N, K], the twenty-fifth for [K, N]) a stage held 16 KiB
+  // of A (128 rows, for M = 1 all but one of them TMA's zero fill) and 8 KiB of B: an H200
+  // streamed a [N, K] B at 1.2 TB/s (ncu: 25 % of DRAM's peak) where cuBLASLt's swapped
+  // kernel reached 3.45. The partial tiles keep D^T's orientation; the split that completes
+  // a tile transposes 16 of its columns at a time (through shared memory) into rows of D for
+  // the epilogue.
+  // The `decode` instance is that split-K with 16 rows of D a tile instead of 64 (D^T's
   // tile [128, 16]: wgmma m64n16k16) for D of at most 16 rows, where the device holds its
   // deeper pipeline (sm_90). A stage is 16 KiB of B and 2 KiB of A, not 8 KiB of A of which a
   // decode step's 1..16 rows are all there is (the rest TMA's zero fill, which costs no DRAM
@@ -300,16 +296,16 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //    until the twenty-fourth session, at 2.0..2.2x cuBLASLt's time on an
   //    H100: 779 ns a K step at 8 x 2048^3, the 128 x 256 step's time for half
   //    its work);
-  //  - 128 x 64 on one warpgroup for split-K (decode shapes gain programs;
-  //    its sm_80 form spilled at 128 x 128 on one warpgroup); swapped, 64 x 128
-  //    (the same [128, 64] accumulator, of D^T);
+  //  - 64 x 128 on one warpgroup for split-K, swapped (its [128, 64]
+  //    accumulator is D^T's tile; decode shapes gain programs; the sm_80 form
+  //    spilled at 128 x 128 on one warpgroup), 16 x 128 in the decode instance;
   //  - 64 x 64 where the threads first store the operands into wgmma's
   //    layout (the direct twin).
   const bool in_place = !spec.direct();
   const bool two_consumers = in_place && !split;
   const bool wide = two_consumers && !narrow;
-  const int64_t kTileM = decode ? kDecodeRows : swapped || !in_place ? 64 : 128;
-  const int64_t kTileN = swapped ? (in_place ? 128 : 64) : wide ? 256 : two_consumers ? 128 : 64;
+  const int64_t kTileM = decode ? kDecodeRows : split || !in_place ? 64 : 128;
+  const int64_t kTileN = split ? (in_place ? 128 : 64) : wide ? 256 : two_consumers ? 128 : 64;
   if (two_consumers) spec.threads(256);
   // Batched: a leading dim on every matrix and on the grid, (batch, i, j, k);
   // blocks squeeze it. `mat` prefixes it to a shape, `blk` a squeezed dim to
@@ -338,7 +334,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   if (extra == Extra::kBiasRow) e = spec.input(names.extra, out, {n});
   Operand d = spec.output(names.d, out, mat({m, n}));
   Operand acc = spec.accumulator(
-      "acc", swapped ? std::vector<int64_t>{kTileN, kTileM} : std::vector<int64_t>{kTileM, kTileN});
+      "acc", split ? std::vector<int64_t>{kTileN, kTileM} : std::vector<int64_t>{kTileM, kTileN});
   (void)acc;
   Scalar alpha, beta;
   if (epilogue == Epilogue::kAlphaBetaC) {
@@ -355,17 +351,14 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // instances keep cdiv: one more max in their index math made the 128 x 128
   // sm_80 forms spill.)
   const DimExpr k_steps = spec.direct() ? max(cdiv(k, kTileK), 1) : cdiv(k, kTileK);
-  // The partial tiles side by side, [min(M, 128), S tiles x 128 x 64 ... ]: tile t's split s
-  // is columns [(t S + s) 64, + 64). Rows past M (a decode step's M of 1..127) are past the
-  // workspace's first extent: stores skip them and loads read 0, so they cost no traffic.
-  // Swapped, D^T's: [S tiles x 128, min(M rounded up to 4, 64)], tile t's split s rows
-  // [(t S + s) 128, + 128). Rounded up, a row is whole 16-byte runs (M = 1: 4 floats, the
-  // last three zero, since A's rows past M are TMA's zero fill), so the sum's loads are
-  // 16 bytes wide instead of one float each.
-  if (swapped)
+  // The partial tiles of D^T one under the other, [S tiles x 128, min(M rounded up to 4,
+  // 64)]: tile t's split s is rows [(t S + s) 128, + 128). Columns past M (a decode step's M
+  // of 1..63) are past the workspace's second extent: stores skip them and loads read 0, so
+  // they cost no traffic. Rounded up, a row is whole 16-byte runs (M = 1: 4 floats, the
+  // last three zero, since A's rows past M are TMA's zero fill), so the sum's loads are 16
+  // bytes wide instead of one float each.
+  if (split)
     spec.workspace("partials", f32, {splits.count * tiles * kTileN, min(cdiv(m, 4) * 4, kTileM)});
-  else if (split)
-    spec.workspace("partials", f32, {min(m, kTileM), splits.count * tiles * kTileN});
   else
     spec.workspace("partials", f32, {DimExpr(0), DimExpr(kTileN)});
   Semaphores arrived = spec.semaphores("arrived", split ? tiles : DimExpr(0));
@@ -439,7 +432,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // flight per SM instead of 16 (one program of three stages: at 232,
     // 34816 registers a program, one fit).
     //
-    // Swapped, a stage's multiply (eight m64n64k16) is short beside its 16 KiB of B from
+    // A split-K stage's multiply (eight m64n64k16) is short beside its 16 KiB of B from
     // DRAM, so the step waits for it (wgmma_wait(0)) and releases its stage at once: three
     // steps (48 KiB of B) ahead instead of two. (Measured on an H200 with the delayed release:
     // 2.46 TB/s at M = 1, N = 11008, where cuBLASLt kept 11 stages of 16 KiB in flight.)
@@ -447,7 +440,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // The decode instance (above) keeps twelve stages of 18 KiB: 221184 bytes, 230180 with the
     // sum's transposition buffer and the barriers (sm_90 allows 232448 a block).
     spec.max_concurrent_steps(decode ? kDecodeStages : split ? 4 : wide ? kWideStages : 3);
-    spec.delay_release(swapped ? 0 : 1);
+    spec.delay_release(split ? 0 : 1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = split ? 168 : 232});
   }
   // Grid axes, after the batch: 0 = i (rows of D), 1 = j (columns), 2 = k;
@@ -465,13 +458,14 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   };
   spec.block(a, blk({Blocked{kTileM}, Blocked{kTileK}}), a_map, InShared{.swizzle = 128});
   // B in two copies (two tiles of rows of B^T; [K, N]: four of 64 columns):
-  // the same layout as one copy, which wgmma reads in place.
-  if (swapped)  // wgmma's A operand: one [128, 64] copy (split-K runs no clusters)
+  // the same layout as one copy, which wgmma reads in place. (Split-K runs no clusters: its
+  // [N, K] B is one [128, 64] copy, wgmma's operand a K-major.)
+  if (split && b_transposed)
     spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), b_map, InShared{.swizzle = 128});
   else if (b_transposed)
     spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), b_map,
                InShared{.swizzle = 128, .tiling = {kTileN / 2, kTileK}});
-  else  // N-major: tiles of one swizzle span (64 elements) of N
+  else  // N-major: tiles of one swizzle span (64 elements) of N (split-K: wgmma's a, M-major)
     spec.block(b, blk({Blocked{kTileK}, Blocked{kTileN}}), b_map,
                InShared{.swizzle = 128, .tiling = {kTileK, 64}});
   if (extra == Extra::kMatrix) spec.block(e, blk({Blocked{kTileM}, Blocked{kTileN}}), tile(0, 1));
@@ -573,69 +567,57 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
                     return acc;
                   })[0];
     };
-    // Both orientations sum slabs of 16 rows of D (a decode step's M of 1..16 is one slab),
-    // each a [16, kTileN] slab of D's tile, or swapped a [kTileN, 16] slab of D^T's (16 of its
-    // columns), transposed through shared memory into D's rows for the epilogue.
+    // The sum runs over slabs of 16 rows of D (a decode step's M of 1..16 is one slab), each
+    // a [kTileN, 16] slab of D^T's tile (16 of its columns), transposed through shared memory
+    // into D's rows for the epilogue.
     Value rows = d.extent(0) - program_id(0) * index(kTileM);  // of D in this tile, > 0
     // One split (S = 1: a wave of whole tiles, e.g. M = 64, N = 14336: 112 tiles of 64 x 128):
     // the tile is this program's alone, so its epilogue reads the accumulator, as the tiles
-    // schedule's does, without the workspace's round trip; swapped, 16 columns of D^T at a
-    // time, transposed as the sum's slabs are.
+    // schedule's does, without the workspace's round trip, 16 columns of D^T at a time,
+    // transposed as the sum's slabs are.
     when(count == index(1), [&] {
-      if (!swapped) return store_tile(acc, e, d);
       for (int64_t r0 = 0; r0 < kTileM; r0 += slab)
         when(index(r0) < rows, [&] {
           store_rows(transpose(acc.load({0, r0}, {kTileN, slab})), e, d, r0, slab);
         });
     });
     when(count != index(1), [&] {
-      if (swapped) {
-        store_then_last_sums({(tile * count + program_id(2)) * index(kTileN), index(0)}, [&] {
-          for (int64_t r0 = 0; r0 < kTileM; r0 += slab)
-            when(index(r0) < rows, [&] {  // a slab with rows of D
-              Value sum = sum_splits(
-                  [&](const Value& s) {
-                    return partials->load_at({(tile * count + s) * index(kTileN), index(r0)},
-                                             {kTileN, slab});
-                  },
-                  {kTileN, slab});
-              store_rows(transpose(sum), e, d, r0, slab);
-            });
-        });
-        return;
-      }
-      store_then_last_sums({index(0), (tile * count + program_id(2)) * index(kTileN)}, [&] {
+      store_then_last_sums({(tile * count + program_id(2)) * index(kTileN), index(0)}, [&] {
         for (int64_t r0 = 0; r0 < kTileM; r0 += slab)
           when(index(r0) < rows, [&] {  // a slab with rows of D
             Value sum = sum_splits(
                 [&](const Value& s) {
-                  return partials->load_at({index(r0), (tile * count + s) * index(kTileN)},
-                                           {slab, kTileN});
+                  return partials->load_at({(tile * count + s) * index(kTileN), index(r0)},
+                                           {kTileN, slab});
                 },
-                {slab, kTileN});
-            store_rows(sum, e, d, r0, slab);
+                {kTileN, slab});
+            store_rows(transpose(sum), e, d, r0, slab);
           });
       });
     });
   };
 
-  // One K step's multiply, acc += a @ b (swapped: acc, D^T's tile, += B's block @ A's
-  // block^T; a swapped product's B is [N, K], so both read their second operand transposed).
+  // One K step's multiply, acc += a @ b (split-K: acc, D^T's tile, += B^T @ A^T: B's [N, K]
+  // block as it is, or the [N, K] view of its [K, N] block, and A's block read transposed).
   // The accumulator starts every tile at zero (spec.accumulator; a persistent program's is
   // reset after each tile's epilogue, where its registers die, and on sm_90a no zeros are
   // written: the tile's first wgmma ignores the accumulator (scale-d 0, MatmulRules.cpp). A
   // zeroing branch at each tile's first step instead kept the registers live beside the
   // epilogue, and the sm_80 forms spilled).
   auto multiply = [=](const Ref& a, const Ref& b, const Ref& acc) {
-    const Ref& lhs = swapped ? b : a;
-    const Ref& rhs = swapped ? a : b;
     if (in_place) {  // both tiles are read where TMA put them
-      wgmma(acc, lhs, rhs, {.transpose_b = b_transposed});
-      // Swapped: done reading the stage, which is released at once. Otherwise the previous
+      if (split)
+        wgmma(acc, b_transposed ? b : b.transposed(), a, {.transpose_b = true});
+      else
+        wgmma(acc, a, b, {.transpose_b = b_transposed});
+      // Split-K: done reading the stage, which is released at once. Otherwise the previous
       // step's multiply is done: its buffers may be refilled.
-      wgmma_wait(swapped ? 0 : 1);
+      wgmma_wait(split ? 0 : 1);
+    } else if (split) {
+      acc.store(
+          dot(b.load(), a.load(), acc.load(), {.transpose_a = !b_transposed, .transpose_b = true}));
     } else {
-      acc.store(dot(lhs.load(), rhs.load(), acc.load(), {.transpose_b = b_transposed}));
+      acc.store(dot(a.load(), b.load(), acc.load(), {.transpose_b = b_transposed}));
     }
   };
   // A K step: at the last one (of the tile, or of split-K's split) the product is finished

@@ -380,18 +380,19 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
   }
   if (backend == Backend::kEmulator) {
     check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kBias}, {7, 130, 520, 8}, 80);
-    // Several rows of tiles: B [N, K] swapped (D^T = B A^T), 8 tiles of 64 x 128 in 3 splits,
-    // the last row of tiles 8 rows and the last column 2 (one slab of the transposing sum);
-    // B [K, N] unswapped, 6 tiles of 128 x 64 whose partials are 128 rows of the workspace.
+    // Several rows of tiles, D^T = B A^T: 8 tiles of 64 x 128 in 3 splits, the last row of
+    // tiles 8 rows and the last column 2 (one slab of the transposing sum), with B [N, K]
+    // (read K-major) and [K, N] (read M-major through a transposed view; on sm_80 by
+    // ldmatrix.trans).
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600});
     check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, {200, 130, 600}, 80);
     check_product<half, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, -1.5f},
                                {200, 130, 600});
     check_product<bfloat16, bfloat16>(backend, {false}, {200, 130, 600}, 80);  // cp.async form
     // One split (S = 1), finished from the accumulator without the workspace: 17 rows (more
-    // than one slab of 16, so one program an SM, 132 on an H100) in 67 tiles of 64 x 128
-    // (swapped) and 134 of 128 x 64 (B [K, N]), 5 K steps (the smallest such shapes; ~20 s of
-    // the emulator's time each, the only runs of this path here).
+    // than one slab of 16, so one program an SM, 132 on an H100) in 67 tiles of 64 x 128,
+    // 5 K steps (the smallest such shapes; ~20 s of the emulator's time each, the only runs of
+    // this path here).
     check_product<bfloat16, bfloat16>(backend, {true}, {17, 8576, 320});
     check_product<half, float>(backend, {false}, {17, 8576, 320});
     // The decode instance's one split: 16 rows, 67 tiles of 16 x 128 fill one wave of 132
