@@ -5,15 +5,16 @@
 //
 // --only runs the rows it names (repeat it for several; e.g. `--only matmul_bt,1,11008,4096`;
 // attention rows: `attention,B*H,SEQ,D`): a profiler (ncu) sees one kernel among few, and a
-// tuning run times a handful of shapes in seconds. A comparison row (`matmul_bt/tiles128`)
-// runs only beside its base row (`matmul_bt` of the same shape, whose instance decides it):
-// name both.
+// tuning run times a handful of shapes in seconds. A comparison row (`matmul_bt/tiles128`,
+// `matmul_bt/splitk`) runs only beside its base row (`matmul_bt` of the same shape, whose
+// instance decides it): name both.
 //
 // Shapes: squares 512..8192 and LLM shapes (M in 1, 16, 64, 128, 256, 1024, 4096 with (N, K) in
 // (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), and 1024 x N x 4096 whose 128 x 256
 // tiles are whole rounds of the SMs, N = 8448 on 132); products: `matmul_bt` (D = A B^T,
-// B [N, K], bf16 -> bf16; `matmul_bt/tiles128`: its 128 x 128 instance), `matmul` (B [K,
-// N]) on the squares, `linear_bias_gelu` against
+// B [N, K], bf16 -> bf16; `matmul_bt/tiles128`: its 128 x 128 instance; `matmul_bt/splitk`:
+// its 64-row split-K instance where the decode instance ran), `matmul` (B [K, N]) on the
+// squares and decode shapes, `linear_bias_gelu` against
 // cuBLASLt's GELU_BIAS epilogue, `gemm_bt` as a residual add (D = A B^T + C, beta 1,
 // against cuBLASLt's beta = 1) and `batched_matmul_bt/xB` (B products, against cuBLASLt's
 // strided batch); then
@@ -229,11 +230,17 @@ struct Buffer {
 // whether the entry point should choose by waves too (an H200: no, 128 x 128 ran at about
 // half the rate). (The 2-CTA clusters' rows, `matmul_bt/1cta`, went with the clusters: an
 // H200 ran every tiles shape faster without them; bench/RESULTS.md.)
+// kMatmulBtSplitK: matmul_bt's 64-row split-K instance where the entry point ran the decode
+// instance (Launch::max_shared_bytes_per_block 224 KiB: below the decode pipeline's 225 KiB,
+// above the 128 x 256 one's 193), beside it: twelve stages, one program an SM, against three
+// steps in flight in each of two programs an SM (the twenty-fifth session added the decode
+// instance without a device).
 // kBatchedMatmulBt: batched_matmul_bt on [batch, M, K] x [batch, N, K] (rows
 // `batched_matmul_bt/xB`), against cuBLASLt's strided batch.
 enum class Product {
   kMatmulBt,
   kMatmulBtTiles128,
+  kMatmulBtSplitK,
   kMatmul,
   kLinearBiasGelu,
   kGemmBt,
@@ -246,6 +253,8 @@ const char* product_name(Product p) {
       return "matmul_bt";
     case Product::kMatmulBtTiles128:
       return "matmul_bt/tiles128";
+    case Product::kMatmulBtSplitK:
+      return "matmul_bt/splitk";
     case Product::kMatmul:
       return "matmul";
     case Product::kLinearBiasGelu:
@@ -312,6 +321,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
   launch.record = &record;
   if (product == Product::kMatmulBtTiles128) launch.max_shared_bytes_per_block = 99 * 1024;
+  if (product == Product::kMatmulBtSplitK) launch.max_shared_bytes_per_block = 224 * 1024;
   auto ours = [&](int i) {
     const bfloat16* bw = b[i % sets].data;
     TensorView<const bfloat16, 2> av(a.data, {m, k});
@@ -320,6 +330,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
     switch (product) {
       case Product::kMatmulBt:
       case Product::kMatmulBtTiles128:
+      case Product::kMatmulBtSplitK:
         s = pallas::kernels::matmul_bt(av, TensorView<const bfloat16, 2>(bw, {n, k}), dv, launch);
         break;
       case Product::kMatmul:
@@ -529,6 +540,10 @@ int main(int argc, char** argv) {
   for (auto [n, k] : llm)
     for (int64_t m : ms)
       if (tiles_ran(m, n, k)) run(Product::kMatmulBtTiles128, m, n, k);
+  // split-K beside the decode instance where that ran.
+  for (auto [n, k] : llm)
+    for (int64_t m : ms)
+      if (ends_with(chosen(rows, m, n, k), "_decode")) run(Product::kMatmulBtSplitK, m, n, k);
   for (int64_t m : ms) run(Product::kLinearBiasGelu, m, 11008, 4096);
   // The products with C or R (128 x 256 tiles, C read 16 columns at a time in the
   // epilogue): the squares, and a residual down projection.

@@ -965,52 +965,67 @@ void expect_product(Array<float>& d, int64_t m, int64_t n, int64_t k, A a, B b,
     }
 }
 
+// A product kernel d = a @ b with bf16 a and b, f32 d: a as [M, K] or (a_transposed) [K, M],
+// b as [K, N] or (b_transposed) [N, K].
+using OrientedProduct = Status (*)(TensorView<const bfloat16, 2>, TensorView<const bfloat16, 2>,
+                                   TensorView<float, 2>, const Launch&);
+struct OrientedShape {
+  int64_t m, n, k, a_stride, b_stride;  // row strides of a and b as stored
+};
+
+/// Runs `kernel` on fresh random a and b of shape `sh` in the given orientations and compares
+/// its poisoned d with a float64 reference.
+void check_oriented_product(Backend backend, OrientedProduct kernel, const char* form, int cc,
+                            OrientedShape sh, bool a_transposed, bool b_transposed) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(std::string(form) + " sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) +
+               " n " + std::to_string(sh.n) + " k " + std::to_string(sh.k) + " a stride " +
+               std::to_string(sh.a_stride) + " b stride " + std::to_string(sh.b_stride) + " seed " +
+               std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int64_t a_rows = a_transposed ? sh.k : sh.m, a_cols = a_transposed ? sh.m : sh.k;
+  const int64_t b_rows = b_transposed ? sh.n : sh.k, b_cols = b_transposed ? sh.k : sh.n;
+  Array<bfloat16> a(backend, a_rows * sh.a_stride), b(backend, b_rows * sh.b_stride);
+  Array<float> d(backend, sh.m * sh.n);
+  a.fill_random(rng, -2, 2);
+  b.fill_random(rng, -2, 2);
+  d.poison();
+  a.upload();
+  b.upload();
+  d.upload();
+  TensorView<const bfloat16, 2> av(a.data(), {a_rows, a_cols}, {sh.a_stride, 1});
+  TensorView<const bfloat16, 2> bv(b.data(), {b_rows, b_cols}, {sh.b_stride, 1});
+  TensorView<float, 2> dv(d.data(), {sh.m, sh.n}, {sh.n, 1});
+  Status st = kernel(av, bv, dv, Launch{backend, nullptr, {.compute_capability = cc}});
+  ASSERT_TRUE(st.ok()) << st.message();
+  d.download();
+  expect_product(
+      d, sh.m, sh.n, sh.k,
+      [&](int64_t i, int64_t kk) {
+        return a.host()[a_transposed ? kk * sh.a_stride + i : i * sh.a_stride + kk];
+      },
+      [&](int64_t kk, int64_t j) {
+        return b.host()[b_transposed ? j * sh.b_stride + kk : kk * sh.b_stride + j];
+      });
+}
+
 // b as [K, N] read in place N-major from tiled stages (dot_n_major_*):
 // d = a @ b against a float64 reference, K from one step to five, edges in
 // every dim, row strides wider than the arrays, a B row stride TMA cannot
 // copy (the direct twin), and the sm_80 form (ldmatrix.trans through the
 // tiles) on the emulator.
-using NMajorMatmul = Status (*)(TensorView<const bfloat16, 2>, TensorView<const bfloat16, 2>,
-                                TensorView<float, 2>, const Launch&);
-
 TEST_P(FeaturesTest, DotReadsTiledNMajorStagesInPlace) {
-  struct Shape {
-    int64_t m, n, k, a_stride, b_stride;
-  };
-  const std::pair<NMajorMatmul, const char*> kernels_under_test[] = {
+  const std::pair<OrientedProduct, const char*> kernels_under_test[] = {
       {kernels::dot_n_major_t64, "tiling {64, 64}, swizzle 128"},
       {kernels::dot_n_major_t8, "tiling {8, 64}, swizzle 128"},
       {kernels::dot_n_major_s64, "tiling {64, 32}, swizzle 64"}};
   for (auto [kernel, form] : kernels_under_test)
     for (int cc : {90, 80}) {
       if (cc == 80 && GetParam() != Backend::kEmulator) continue;
-      for (Shape sh : {Shape{64, 128, 64, 64, 128}, Shape{65, 130, 320, 320, 136},
-                       Shape{7, 9, 200, 200, 16}, Shape{128, 257, 72, 80, 257}}) {
-        const uint32_t seed = fresh_seed();
-        SCOPED_TRACE(std::string(form) + " sm_" + std::to_string(cc) + " m " +
-                     std::to_string(sh.m) + " n " + std::to_string(sh.n) + " k " +
-                     std::to_string(sh.k) + " b stride " + std::to_string(sh.b_stride) + " seed " +
-                     std::to_string(seed));
-        std::mt19937 rng(seed);
-        Array<bfloat16> a(GetParam(), sh.m * sh.a_stride), b(GetParam(), sh.k * sh.b_stride);
-        Array<float> d(GetParam(), sh.m * sh.n);
-        a.fill_random(rng, -2, 2);
-        b.fill_random(rng, -2, 2);
-        d.poison();
-        a.upload();
-        b.upload();
-        d.upload();
-        TensorView<const bfloat16, 2> av(a.data(), {sh.m, sh.k}, {sh.a_stride, 1});
-        TensorView<const bfloat16, 2> bv(b.data(), {sh.k, sh.n}, {sh.b_stride, 1});
-        TensorView<float, 2> dv(d.data(), {sh.m, sh.n}, {sh.n, 1});
-        Status st = kernel(av, bv, dv, Launch{GetParam(), nullptr, {.compute_capability = cc}});
-        ASSERT_TRUE(st.ok()) << st.message();
-        d.download();
-        expect_product(
-            d, sh.m, sh.n, sh.k,
-            [&](int64_t i, int64_t kk) { return a.host()[i * sh.a_stride + kk]; },
-            [&](int64_t kk, int64_t j) { return b.host()[kk * sh.b_stride + j]; });
-      }
+      for (OrientedShape sh :
+           {OrientedShape{64, 128, 64, 64, 128}, OrientedShape{65, 130, 320, 320, 136},
+            OrientedShape{7, 9, 200, 200, 16}, OrientedShape{128, 257, 72, 80, 257}})
+        check_oriented_product(GetParam(), kernel, form, cc, sh, false, false);
     }
 }
 
@@ -1021,42 +1036,16 @@ TEST_P(FeaturesTest, DotReadsTiledNMajorStagesInPlace) {
 // arrays, an a row stride TMA cannot copy (the direct twin, dot's
 // transpose_a), and the sm_80 form (ldmatrix.trans of a) on the emulator.
 TEST_P(FeaturesTest, WgmmaReadsTransposedAInPlace) {
-  struct Shape {
-    int64_t m, n, k, a_stride, b_stride;
-  };
-  const std::pair<NMajorMatmul, const char*> kernels_under_test[] = {
+  const std::pair<OrientedProduct, const char*> kernels_under_test[] = {
       {kernels::wgmma_m_major_a_t64, "tiling {64, 64}"},
       {kernels::wgmma_m_major_a_t8, "tiling {8, 64}"}};
   for (auto [kernel, form] : kernels_under_test)
     for (int cc : {90, 80}) {
       if (cc == 80 && GetParam() != Backend::kEmulator) continue;
-      for (Shape sh : {Shape{128, 64, 64, 128, 64}, Shape{130, 65, 320, 136, 320},
-                       Shape{9, 7, 200, 16, 200}, Shape{257, 128, 72, 257, 80}}) {
-        const uint32_t seed = fresh_seed();
-        SCOPED_TRACE(std::string(form) + " sm_" + std::to_string(cc) + " m " +
-                     std::to_string(sh.m) + " n " + std::to_string(sh.n) + " k " +
-                     std::to_string(sh.k) + " a stride " + std::to_string(sh.a_stride) + " seed " +
-                     std::to_string(seed));
-        std::mt19937 rng(seed);
-        Array<bfloat16> a(GetParam(), sh.k * sh.a_stride), b(GetParam(), sh.n * sh.b_stride);
-        Array<float> d(GetParam(), sh.m * sh.n);
-        a.fill_random(rng, -2, 2);
-        b.fill_random(rng, -2, 2);
-        d.poison();
-        a.upload();
-        b.upload();
-        d.upload();
-        TensorView<const bfloat16, 2> av(a.data(), {sh.k, sh.m}, {sh.a_stride, 1});
-        TensorView<const bfloat16, 2> bv(b.data(), {sh.n, sh.k}, {sh.b_stride, 1});
-        TensorView<float, 2> dv(d.data(), {sh.m, sh.n}, {sh.n, 1});
-        Status st = kernel(av, bv, dv, Launch{GetParam(), nullptr, {.compute_capability = cc}});
-        ASSERT_TRUE(st.ok()) << st.message();
-        d.download();
-        expect_product(
-            d, sh.m, sh.n, sh.k,
-            [&](int64_t i, int64_t kk) { return a.host()[kk * sh.a_stride + i]; },
-            [&](int64_t kk, int64_t j) { return b.host()[j * sh.b_stride + kk]; });
-      }
+      for (OrientedShape sh :
+           {OrientedShape{128, 64, 64, 128, 64}, OrientedShape{130, 65, 320, 136, 320},
+            OrientedShape{9, 7, 200, 16, 200}, OrientedShape{257, 128, 72, 257, 80}})
+        check_oriented_product(GetParam(), kernel, form, cc, sh, true, true);
     }
 }
 
