@@ -47,6 +47,14 @@
 // 128 columns: tiles 0 and 1) starts at 0x400 + 16 * 128 = 0xc00, i.e.
 // descriptor 0x4000_0040_0200_00c0.
 //
+// a as [K, M] (transpose_a: a transposed view, matmul's split-K of a [K, N]
+// B) is read the same way M-major (imm-trans-a = 1): the same tiled stage,
+// the same descriptor fields with M for N. Warpgroup w's rows 64 w.. are
+// (64 w / (S / 2)) tiles further: 64 w * tk * 2 bytes (fromRow). Worked
+// example: a = [64, 128] bf16 (K, M) tiled [8, 64], S = 128, two
+// warpgroups: warpgroup 1 starts 64 * 8 * 2 = 1024 bytes (one tile of 8 K
+// rows) further, and K 16..31 is 2 rows of tiles (2 * 2 * 1024 bytes) on.
+//
 // Several warpgroups (a program of 128 W threads, W > 1: CUTLASS's
 // cooperative consumers): the accumulator layout gives warpgroup w rows
 // [64 w, 64 w + 64) (PallasLayouts.td), so each warpgroup issues the
@@ -343,11 +351,11 @@ Value fenceOperands(OpBuilder& b, Location loc, Value frag, bool copy = false) {
   return unpackStruct(b, loc, fence.getResult(0), frag, 0, n);
 }
 
-/// The wgmma instructions of frag += a @ b (a [m, k] and b [n, k] in shared memory, each
-/// K-major or MN-major: imm-trans-a / imm-trans-b) (a [m, k], b [n, k] K-major in
-/// shared memory), one per 64 rows, 16 of K and at most 256 columns; no
-/// fence, commit or wait. With several warpgroups `a` starts at the
-/// warpgroup's rows and `m` is its share (64).
+/// The wgmma instructions of frag += a @ b (a [m, k] and b [n, k] in shared
+/// memory, each K-major or MN-major: imm-trans-a / imm-trans-b), one per 64
+/// rows, 16 of K and at most 256 columns; no fence, commit or wait. With
+/// several warpgroups `a` starts at the warpgroup's rows and `m` is its
+/// share (64).
 ///
 /// `zeroFirst`: the first K slice's wgmmas ignore the accumulator (scale-d 0,
 /// acc = a @ b), for an accumulator flagged zero (accumulatorIsZero).
@@ -621,8 +629,10 @@ Value multiplyWithMmaSync(DotOp dot, GpuLowering& g, OpBuilder& b, Value frag) {
         continue;
       }
       Value rows16 = add(add(firstRow, idx(b, loc, m0)), scaled(warp, 16));  // the warp's 16 rows
-      if (at) {  // a as [K, M]: lane l addresses K row k0 + l % 8 + 8 (l / 16), M rows + 8 ((l / 8)
-                 // % 2)
+      // a as [K, M]: the same four 8 x 8 matrices, each read from its 8 rows of K and
+      // transposed (ldmatrix.trans): lane l addresses K row k0 + l % 8 + 8 (l / 16) at the
+      // warp's M row + 8 ((l / 8) % 2).
+      if (at) {
         Value kRow = add(idx(b, loc, k0), add(lane8, scaled(quarter, 8)));
         aWords.push_back(ldmatrix(rowAddress(a, kRow, add(rows16, scaled(half, 8))), 4, true));
         continue;
