@@ -13,7 +13,7 @@
 // (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), and 1024 x N x 4096 whose 128 x 256
 // tiles are whole rounds of the SMs, N = 8448 on 132); products: `matmul_bt` (D = A B^T,
 // B [N, K], bf16 -> bf16; `matmul_bt/tiles128`: its 128 x 128 instance; `matmul_bt/splitk`:
-// its 64-row split-K instance where the decode instance ran), `matmul` (B [K, N]) on the
+// its four-stage split-K instance where a deep one ran), `matmul` (B [K, N]) on the
 // squares and decode shapes, `linear_bias_gelu` against
 // cuBLASLt's GELU_BIAS epilogue, `gemm_bt` as a residual add (D = A B^T + C, beta 1,
 // against cuBLASLt's beta = 1) and `batched_matmul_bt/xB` (B products, against cuBLASLt's
@@ -230,11 +230,10 @@ struct Buffer {
 // whether the entry point should choose by waves too (an H200: no, 128 x 128 ran at about
 // half the rate). (The 2-CTA clusters' rows, `matmul_bt/1cta`, went with the clusters: an
 // H200 ran every tiles shape faster without them; bench/RESULTS.md.)
-// kMatmulBtSplitK: matmul_bt's 64-row split-K instance where the entry point ran the decode
-// instance (Launch::max_shared_bytes_per_block 224 KiB: below the decode pipeline's 225 KiB,
-// above the 128 x 256 one's 193), beside it: twelve stages, one program an SM, against three
-// steps in flight in each of two programs an SM (the twenty-fifth session added the decode
-// instance without a device).
+// kMatmulBtSplitK: matmul_bt's four-stage split-K instance where the entry point ran a deep one
+// (decode: 16 rows a tile, twelve stages; splitk_deep: 64 rows, eight), beside it
+// (Launch::max_shared_bytes_per_block 200 KiB: below their 225 and 201 KiB, above the 128 x 256
+// pipeline's 193): the twenty-fifth session added the deep instances without a device.
 // kBatchedMatmulBt: batched_matmul_bt on [batch, M, K] x [batch, N, K] (rows
 // `batched_matmul_bt/xB`), against cuBLASLt's strided batch.
 enum class Product {
@@ -321,7 +320,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
   launch.record = &record;
   if (product == Product::kMatmulBtTiles128) launch.max_shared_bytes_per_block = 99 * 1024;
-  if (product == Product::kMatmulBtSplitK) launch.max_shared_bytes_per_block = 224 * 1024;
+  if (product == Product::kMatmulBtSplitK) launch.max_shared_bytes_per_block = 200 * 1024;
   auto ours = [&](int i) {
     const bfloat16* bw = b[i % sets].data;
     TensorView<const bfloat16, 2> av(a.data, {m, k});
@@ -540,10 +539,16 @@ int main(int argc, char** argv) {
   for (auto [n, k] : llm)
     for (int64_t m : ms)
       if (tiles_ran(m, n, k)) run(Product::kMatmulBtTiles128, m, n, k);
-  // split-K beside the decode instance where that ran.
+  // split-K's four stages beside the deep split instances where they ran.
+  auto deep_ran = [&](int64_t m, int64_t n, int64_t k) {
+    const std::string instance = chosen(rows, m, n, k);
+    return ends_with(instance, "_decode") || ends_with(instance, "_splitk_deep");
+  };
+  for (int64_t s : squares)
+    if (deep_ran(s, s, s)) run(Product::kMatmulBtSplitK, s, s, s);
   for (auto [n, k] : llm)
     for (int64_t m : ms)
-      if (ends_with(chosen(rows, m, n, k), "_decode")) run(Product::kMatmulBtSplitK, m, n, k);
+      if (deep_ran(m, n, k)) run(Product::kMatmulBtSplitK, m, n, k);
   for (int64_t m : ms) run(Product::kLinearBiasGelu, m, 11008, 4096);
   // The products with C or R (128 x 256 tiles, C read 16 columns at a time in the
   // epilogue): the squares, and a residual down projection.

@@ -42,9 +42,11 @@
 // `split` below): B's 128 rows (columns of a [K, N] B, read M-major through
 // a transposed view), not A's few, fill wgmma's 64-row side.
 //
-// With at most 16 rows of D the split instance is `decode` where the device
-// has room for its pipeline (16 rows of D a tile, twelve stages, one program
-// an SM: see `decode` below); its direct twin is split-K's.
+// Where the device has room for their pipelines (sm_90) the split instance
+// is a deep one: `decode` with at most 16 rows of D (16 rows of D a tile,
+// twelve stages, one program an SM), `splitk_deep` with more (split-K's
+// tiles in eight stages); see `decode` below. Their direct twins are
+// split-K's.
 //
 // The entry point runs the split instance where its programs fit one wave
 // (fewer than 264 tiles of 128 x 64; S = floor(264 / tiles) where D has at
@@ -110,6 +112,9 @@ constexpr int64_t kWideStages = 4;
 /// 12 stages of 18 KiB (see the stages below).
 constexpr int64_t kDecodeRows = 16;
 constexpr int64_t kDecodeStages = 12;
+/// The `splitk_deep` instance: split-K's 64 x 128 tiles in 8 stages of 24 KiB (see the stages
+/// below).
+constexpr int64_t kDeepSplitStages = 8;
 
 /// What the last K step does with the accumulator before D is stored.
 enum class Epilogue {
@@ -230,10 +235,14 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   Schedule schedule = Schedule::kTiles;
   bool narrow = false;  // the tiles128 instance
   bool decode = false;  // the decode instance (its direct twin is split-K's)
+  bool deep = false;    // the splitk_deep instance (likewise)
   const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
-  // The decode instance's stages, the sum's [128, 16] f32 transposition buffer, barriers.
-  const int64_t kDecodePlanBytes =
-      kDecodeStages * (128 + kDecodeRows) * kTileK * 2 + 128 * kDecodeRows * 4 + 1024;
+  // The deep split instances' stages, the sum's [128, 16] f32 transposition buffer, barriers.
+  auto split_plan_bytes = [](int64_t stages, int64_t rows) {
+    return stages * (128 + rows) * kTileK * 2 + 128 * 16 * 4 + 1024;
+  };
+  const int64_t kDecodePlanBytes = split_plan_bytes(kDecodeStages, kDecodeRows);
+  const int64_t kDeepSplitPlanBytes = split_plan_bytes(kDeepSplitStages, 64);
   const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
   if (form.batched) {
     narrow = spec.variant("schedule", {"tiles", "tiles128"}, too_small) == 1;
@@ -246,17 +255,21 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr half_idle = le(schedule_tiles, kSmCount / 2);
     const DimExpr split_wanted = long_k * fits_one_wave * max(splits, half_idle);
     const DimExpr choose = split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted);
-    // A fourth instance for D of at most 16 rows where the device holds its pipeline (sm_90's
-    // 227 KiB a block; see `decode` below).
-    const DimExpr decode_fits =
-        DimExpr(1) - le(KernelSpec::device_shared_bytes(), kDecodePlanBytes - 1);
-    const int option =
-        spec.variant("schedule", {"tiles", "splitk", "tiles128", "decode"},
-                     choose + DimExpr(2) * split_wanted * le(m, kDecodeRows) * decode_fits);
-    schedule = option == 1 || option == 3 ? Schedule::kSplitK : Schedule::kTiles;
+    // Deep split instances where the device holds their pipelines (sm_90's 227 KiB a block):
+    // `decode` for D of at most 16 rows, `splitk_deep` above (see `decode` below).
+    auto fits = [](int64_t bytes) {
+      return DimExpr(1) - le(KernelSpec::device_shared_bytes(), bytes - 1);
+    };
+    const DimExpr few_rows = le(m, kDecodeRows);
+    const int option = spec.variant(
+        "schedule", {"tiles", "splitk", "tiles128", "decode", "splitk_deep"},
+        choose + split_wanted * (DimExpr(2) * few_rows * fits(kDecodePlanBytes) +
+                                 DimExpr(3) * (DimExpr(1) - few_rows) * fits(kDeepSplitPlanBytes)));
+    schedule = option == 1 || option >= 3 ? Schedule::kSplitK : Schedule::kTiles;
     narrow = option == 2;
-    // Its direct twin is split-K's (the same kernel: the codegen compiles it once).
+    // Their direct twins are split-K's (the same kernel: the codegen compiles it once).
     decode = option == 3 && !spec.direct();
+    deep = option == 4 && !spec.direct();
   }
   const bool split = schedule == Schedule::kSplitK;
   // Split-K swaps the operands (cuBLAS's decode kernels do): it multiplies D^T = B A^T, so
@@ -281,6 +294,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // RESULTS.md, twenty-third session). One program an SM, its splits fill one wave of 132
   // (splits_for), not 264: M = 1, N = K = 4096 runs 32 tiles in 4 splits of 16 steps (128
   // programs, four parts to sum), not 8 of 8. Not yet measured on a GPU.
+  //
+  // `splitk_deep` is split-K's 64-row instance in eight stages (196 KiB; 201 KiB a block in
+  // all) for D above 16 rows, where split-K runs one program an SM anyway (splits_for's
+  // target of 132) with four stages, 98 KiB of the 227: seven steps (112 KiB of B) in flight
+  // instead of three. The same programs and splits; not yet measured on a GPU.
   // The accumulator's registers decide the tile (no spills on any target;
   // the instance also serves sm_80, whose mma.sync form holds the same
   // accumulator plus a and b fragments):
@@ -344,6 +362,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // Every instance declares the same operands: split-K's partial tiles in a workspace and its
   // semaphores (S per tile of D, a semaphore per tile), none of either in the tiles schedule.
   DimExpr tiles = cdiv(m, kTileM) * cdiv(n, kTileN);
+  // (splitk_deep's m is above 16, so its target is split_target's 132 too.)
   Splits splits = splits_for(tiles, cdiv(k, kTileK), decode ? DimExpr(kSmCount) : split_target(m));
   // With K = 0 the product is zero and D is still its epilogue (BLAS's
   // D = beta C): the direct twin, which the entry point runs then (TMA needs
@@ -438,8 +457,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // 2.46 TB/s at M = 1, N = 11008, where cuBLASLt kept 11 stages of 16 KiB in flight.)
     //
     // The decode instance (above) keeps twelve stages of 18 KiB: 221184 bytes, 230180 with the
-    // sum's transposition buffer and the barriers (sm_90 allows 232448 a block).
-    spec.max_concurrent_steps(decode ? kDecodeStages : split ? 4 : wide ? kWideStages : 3);
+    // sum's transposition buffer and the barriers (sm_90 allows 232448 a block); splitk_deep
+    // eight of 24 KiB.
+    spec.max_concurrent_steps(decode  ? kDecodeStages
+                              : deep  ? kDeepSplitStages
+                              : split ? 4
+                              : wide  ? kWideStages
+                                      : 3);
     spec.delay_release(split ? 0 : 1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = split ? 168 : 232});
   }

@@ -354,9 +354,9 @@ TEST_P(MatmulTest, EveryEdgeDim) {
 
 // Split-K, the `splitk` instance each non-batched product's entry point
 // picks when D has few tiles and K is long (decode: M of 1..128), and with
-// B [N, K] and at most 16 rows of D the `decode` instance (16 rows a tile,
-// 12 stages) where the device has the shared memory (here sm_90's; sm_80's
-// runs `splitk`): several splits, a last split with fewer K steps (or only
+// at most 16 rows of D the `decode` instance (16 rows a tile, 12 stages),
+// with more `splitk_deep` (8 stages), where the device has the shared memory
+// (here sm_90's; sm_80's runs `splitk`): several splits, a last split with fewer K steps (or only
 // steps past K), every epilogue, both orientations of B, the direct twin (a
 // row stride TMA cannot copy), and the sm_80 form.
 std::vector<MatmulShape> decode_shapes_for(Backend backend) {
@@ -384,7 +384,9 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     // tiles 8 rows and the last column 2 (one slab of the transposing sum), with B [N, K]
     // (read K-major) and [K, N] (read M-major through a transposed view; on sm_80 by
     // ldmatrix.trans).
-    check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600});
+    check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600});  // splitk_deep
+    // split-K's four stages on sm_90a (no room for splitk_deep's eight in 200 KiB).
+    check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600}, 90, 4, 200 * 1024);
     check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, {200, 130, 600}, 80);
     check_product<half, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, -1.5f},
                                {200, 130, 600});
@@ -412,9 +414,9 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
 // keeps the host's runs cheap): a split instance where its 128 x 64 tiles
 // are fewer than 264 (one wave) with K of at least 5 steps, and either at
 // most 132 of them (it splits) or the tiles schedule fills at most 66 of 132
-// SMs; with at most 16 rows of D the decode instance where the device has its
-// 225 KiB a block (the host: always; the emulator: sm_90's 227 KiB), else
-// `splitk`.
+// SMs; with at most 16 rows of D the decode instance, with more
+// `splitk_deep`, where the device has their 225 or 201 KiB a block (the host:
+// always; the emulator: sm_90's 227 KiB), else `splitk`.
 TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
@@ -425,9 +427,12 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   auto call_decode = [&](int64_t m, int64_t n, int64_t k) {
     return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_decode_argv, m, n, k, launch);
   };
-  // The split instance the shape's rows ask for.
+  auto call_deep = [&](int64_t m, int64_t n, int64_t k) {
+    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_deep_argv, m, n, k, launch);
+  };
+  // The split instance the shape's rows ask for where the device has the shared memory.
   auto call = [&](int64_t m, int64_t n, int64_t k) {
-    return m <= 16 ? call_decode(m, n, k) : call_splitk(m, n, k);
+    return m <= 16 ? call_decode(m, n, k) : call_deep(m, n, k);
   };
   auto call_tiles = [&](int64_t m, int64_t n, int64_t k) {
     return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_tiles_argv, m, n, k, launch);
@@ -440,15 +445,22 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   EXPECT_TRUE(call(1, 65, 600).ok());
   EXPECT_TRUE(call(7, 130, 520).ok());
   EXPECT_TRUE(call(17, 65, 600).ok());
-  expect_refused(call_splitk(16, 65, 600), "16 rows on the 64-row split instance");
+  expect_refused(call_splitk(16, 65, 600), "16 rows on split-K's four stages");
+  expect_refused(call_splitk(17, 65, 600), "17 rows on split-K's four stages");
   expect_refused(call_decode(17, 65, 600), "17 rows on the decode instance");
-  if (backend == Backend::kEmulator) {  // sm_80's 163 KiB: no room for the decode pipeline
+  expect_refused(call_deep(16, 65, 600), "16 rows on the deep 64-row instance");
+  if (backend == Backend::kEmulator) {  // sm_80's 163 KiB: no room for the deep pipelines
     const Launch small{backend, nullptr, {.shared_bytes_per_block = 163 * 1024}};
-    EXPECT_TRUE(
-        call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_argv, 16, 65, 600, small).ok());
-    expect_refused(
-        call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_decode_argv, 16, 65, 600, small),
-        "the decode instance in 163 KiB");
+    for (int64_t m : {16, 17}) {
+      EXPECT_TRUE(
+          call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_argv, m, 65, 600, small)
+              .ok());
+      expect_refused(
+          call_matmul_bt_instance(m <= 16 ? kernels::matmul_bt_bf16_bf16_decode_argv
+                                          : kernels::matmul_bt_bf16_bf16_splitk_deep_argv,
+                                  m, 65, 600, small),
+          "a deep split instance in 163 KiB");
+    }
   }
   expect_refused(call(256, 256, 64), "many tiles, one K step");
   // 128 tiles of 128 x 256 (as 2048^2) are one wave of the tiles schedule;
@@ -495,8 +507,8 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
 // D has at most 16 rows, of 132 above, and many tiles run the persistent
 // tiles schedule, in clusters of two where the tile rows are even. The host runs each choice's
 // direct twin (64 x 64 tiles, its own splits; the decode instance's is split-K's); the emulator
-// the TMA instance: at most 16 rows the decode instance (one program an SM: one wave of 132)
-// where the device has its shared memory.
+// the TMA instance: at most 16 rows the decode instance (one program an SM: one wave of 132),
+// more the deep 64-row split-K (splitk_deep) where the device has their shared memory.
 TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
@@ -520,15 +532,23 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
       // 128 tiles of 128 x 256 (512 of 64 x 64 in the twin): the tiles schedule.
       {Backend::kHost, 1, 32768, 320, "matmul_bt_bf16_bf16_tiles_direct", {512, 1, 1}},
       // 17 rows, 67 tiles of 64 x 128 (swapped), 5 K steps: one wave of 132 takes one split,
-      // finished from the accumulator (DecodeShapesSplitK checks its result).
-      {Backend::kEmulator, 17, 8576, 320, "matmul_bt_bf16_bf16_splitk", {1, 67, 1}},
+      // finished from the accumulator (DecodeShapesSplitK checks its result), in the deep
+      // 64-row instance where the device has its 201 KiB.
+      {Backend::kEmulator, 17, 8576, 320, "matmul_bt_bf16_bf16_splitk_deep", {1, 67, 1}},
+      {Backend::kEmulator, 17, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}, 1, 200 * 1024},
       // Swapped (D^T = B A^T): 1 tile of 16 x 128, 10 K steps: 3 splits.
       {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_decode", {1, 1, 3}},
       // sm_80's 163 KiB: no room for the decode pipeline; 1 tile of 64 x 128, 3 splits.
       {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}, 1, 163 * 1024},
       // A byte short of the decode instance's shared memory: the chooser's bound for it is
       // not below what its kernel takes.
-      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}, 1,
+      {Backend::kEmulator,
+       1,
+       65,
+       600,
+       "matmul_bt_bf16_bf16_splitk",
+       {1, 1, 3},
+       1,
        kernels::matmul_bt_bf16_bf16_decode_metadata().targets[0].shared_bytes - 1},
       // 4 tiles of 128 x 256 in 2 tile rows: clusters of 2 (sharing B's blocks).
       {Backend::kEmulator, 130, 300, 64, "matmul_bt_bf16_bf16_tiles", {4, 1, 1}, 2},
