@@ -916,7 +916,7 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
                 out.append(("mma", f"{k.instance} ({k.arch}): a warp-specialized product without "
                                    "USETMAXREG (the warpgroups' setmaxnreg)"))
             if staged_sm90:
-                # The K loop: a swapped split-K step waits once, after its last HGMMA
+                # The K loop: a split-K (or decode) step waits once, after its last HGMMA
                 # (mma_step_waits); the others keep one multiply in flight (mma_pipelining).
                 if split_k(k.instance):
                     loop_ok, bad_waits = k.sass.mma_step_wait, k.sass.mma_early_waits

@@ -260,11 +260,16 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     auto fits = [](int64_t bytes) {
       return DimExpr(1) - le(KernelSpec::device_shared_bytes(), bytes - 1);
     };
+    // One program an SM: splitk_deep only where its 64 x 128 tiles fit one wave of 132 (from
+    // 133, S = 1 would run two waves where split-K's four stages run one of two an SM: M = 128,
+    // N = 11008, 172 tiles). decode's tiles always do (at most 16832 / 128 columns, above).
     const DimExpr few_rows = le(m, kDecodeRows);
-    const int option = spec.variant(
-        "schedule", {"tiles", "splitk", "tiles128", "decode", "splitk_deep"},
-        choose + split_wanted * (DimExpr(2) * few_rows * fits(kDecodePlanBytes) +
-                                 DimExpr(3) * (DimExpr(1) - few_rows) * fits(kDeepSplitPlanBytes)));
+    const DimExpr deep_one_wave = le(cdiv(m, 64) * cdiv(n, 128), kSmCount);
+    const int option =
+        spec.variant("schedule", {"tiles", "splitk", "tiles128", "decode", "splitk_deep"},
+                     choose + split_wanted * (DimExpr(2) * few_rows * fits(kDecodePlanBytes) +
+                                              DimExpr(3) * (DimExpr(1) - few_rows) * deep_one_wave *
+                                                  fits(kDeepSplitPlanBytes)));
     schedule = option == 1 || option >= 3 ? Schedule::kSplitK : Schedule::kTiles;
     narrow = option == 2;
     // Their direct twins are split-K's (the same kernel: the codegen compiles it once).
@@ -295,10 +300,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // (splits_for), not 264: M = 1, N = K = 4096 runs 32 tiles in 4 splits of 16 steps (128
   // programs, four parts to sum), not 8 of 8. Not yet measured on a GPU.
   //
-  // `splitk_deep` is split-K's 64-row instance in eight stages (196 KiB; 201 KiB a block in
-  // all) for D above 16 rows, where split-K runs one program an SM anyway (splits_for's
-  // target of 132) with four stages, 98 KiB of the 227: seven steps (112 KiB of B) in flight
-  // instead of three. The same programs and splits; not yet measured on a GPU.
+  // `splitk_deep` is split-K's 64-row instance in eight stages (192 KiB; 201 KiB a block in
+  // all) for D above 16 rows and at most 132 tiles, where split-K runs one program an SM
+  // anyway (splits_for's target of 132) with four stages, 98 KiB of the 227: seven steps (112
+  // KiB of B) in flight instead of three. The same programs and splits; not yet measured on a
+  // GPU.
   // The accumulator's registers decide the tile (no spills on any target;
   // the instance also serves sm_80, whose mma.sync form holds the same
   // accumulator plus a and b fragments):

@@ -363,8 +363,8 @@ std::vector<MatmulShape> decode_shapes_for(Backend backend) {
   // {1, 65, 1216}: 19 K steps in 5 splits (both orientations), so the last split's sum
   // takes a whole quad of splits and one with three past the last.
   if (backend == Backend::kEmulator) return {{1, 65, 1216}, {7, 130, 520, 8}};
-  // {40, 9000, 400}: one split (S = 1: 71 tiles of 64 x 128 swapped, 141 of 128 x 64 not, one
-  // an SM above 16 rows), finished from the accumulator.
+  // {40, 9000, 400}: one split (S = 1: 71 tiles of 64 x 128, one an SM above 16 rows),
+  // finished from the accumulator.
   return {{1, 200, 1500}, {16, 129, 1031},  {64, 256, 2048, 3},
           {128, 64, 777}, {7, 130, 520, 8}, {40, 9000, 400}};
 }
@@ -449,6 +449,11 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   expect_refused(call_splitk(17, 65, 600), "17 rows on split-K's four stages");
   expect_refused(call_decode(17, 65, 600), "17 rows on the decode instance");
   expect_refused(call_deep(16, 65, 600), "16 rows on the deep 64-row instance");
+  // splitk_deep holds one program an SM: 134 of its 64 x 128 tiles (128 x 8576) would run two
+  // waves, so split-K's four stages (two programs an SM) take them; 132 (128 x 8448) it takes.
+  expect_refused(call_deep(128, 8576, 320), "134 tiles on the deep 64-row instance");
+  expect_refused(call_splitk(128, 8448, 320), "132 tiles on split-K's four stages");
+  if (backend == Backend::kHost) EXPECT_TRUE(call_splitk(128, 8576, 320).ok());
   if (backend == Backend::kEmulator) {  // sm_80's 163 KiB: no room for the deep pipelines
     const Launch small{backend, nullptr, {.shared_bytes_per_block = 163 * 1024}};
     for (int64_t m : {16, 17}) {
@@ -536,6 +541,14 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
       // 64-row instance where the device has its 201 KiB.
       {Backend::kEmulator, 17, 8576, 320, "matmul_bt_bf16_bf16_splitk_deep", {1, 67, 1}},
       {Backend::kEmulator, 17, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}, 1, 200 * 1024},
+      {Backend::kEmulator,
+       17,
+       65,
+       600,
+       "matmul_bt_bf16_bf16_splitk",
+       {1, 1, 3},
+       1,
+       kernels::matmul_bt_bf16_bf16_splitk_deep_metadata().targets[0].shared_bytes - 1},
       // Swapped (D^T = B A^T): 1 tile of 16 x 128, 10 K steps: 3 splits.
       {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_decode", {1, 1, 3}},
       // sm_80's 163 KiB: no room for the decode pipeline; 1 tile of 64 x 128, 3 splits.

@@ -323,8 +323,9 @@ def Pallas_WgmmaOp : Pallas_Op<"wgmma"> {
     `[N, K]` transposed) refs of blocks staged in shared memory (InShared),
     both f16 or both bf16; `a` may instead be a block value held in registers
     (Pallas' wgmma with an array `a`: e.g. attention's probabilities, computed
-    in the accumulator layout; never transposed). A transposed operand is
-    read in place MN-major (wgmma's imm-trans-a / imm-trans-b). The multiply runs asynchronously:
+    in the accumulator layout; never transposed). A transposed `a` ([K, M])
+    and an untransposed `b` ([K, N]) are read in place MN-major (wgmma's
+    imm-trans-a / imm-trans-b = 1), the others K-major. The multiply runs asynchronously:
     `pallas.wgmma_wait` bounds how many are in flight, and the operands must
     not be overwritten before it (the emulator checks). Reading or writing
     the accumulator waits for every multiply in flight (Pallas'

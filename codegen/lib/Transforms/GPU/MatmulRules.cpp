@@ -238,8 +238,9 @@ bool onlyFeedsStagedDots(LoadOp load, const GpuLowering& g) {
 
 namespace {
 
-/// Operand `operandNumber` of `dot` in shared memory, K-major: in place when
-/// staged so, else stored by the threads into a rule buffer (`rows` x `k`).
+/// Operand `operandNumber` of `dot` in shared memory: in place when staged so
+/// (K-major, or MN-major for a transposed a or an untransposed b), else stored
+/// by the threads into a K-major rule buffer (`rows` x `k`).
 SharedOperand operandInShared(DotOp dot, unsigned operandNumber, GpuLowering& g, OpBuilder& b) {
   Location loc = dot.getLoc();
   Value v = dot->getOperand(operandNumber);
