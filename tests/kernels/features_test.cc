@@ -976,12 +976,13 @@ struct OrientedShape {
 /// Runs `kernel` on fresh random a and b of shape `sh` in the given orientations and compares
 /// its poisoned d with a float64 reference.
 void check_oriented_product(Backend backend, OrientedProduct kernel, const char* form, int cc,
-                            OrientedShape sh, bool a_transposed, bool b_transposed) {
+                            OrientedShape sh, bool a_transposed, bool b_transposed,
+                            uint64_t schedule) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(std::string(form) + " sm_" + std::to_string(cc) + " m " + std::to_string(sh.m) +
                " n " + std::to_string(sh.n) + " k " + std::to_string(sh.k) + " a stride " +
-               std::to_string(sh.a_stride) + " b stride " + std::to_string(sh.b_stride) + " seed " +
-               std::to_string(seed));
+               std::to_string(sh.a_stride) + " b stride " + std::to_string(sh.b_stride) +
+               " schedule " + std::to_string(schedule) + " seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const int64_t a_rows = a_transposed ? sh.k : sh.m, a_cols = a_transposed ? sh.m : sh.k;
   const int64_t b_rows = b_transposed ? sh.n : sh.k, b_cols = b_transposed ? sh.k : sh.n;
@@ -996,7 +997,8 @@ void check_oriented_product(Backend backend, OrientedProduct kernel, const char*
   TensorView<const bfloat16, 2> av(a.data(), {a_rows, a_cols}, {sh.a_stride, 1});
   TensorView<const bfloat16, 2> bv(b.data(), {b_rows, b_cols}, {sh.b_stride, 1});
   TensorView<float, 2> dv(d.data(), {sh.m, sh.n}, {sh.n, 1});
-  Status st = kernel(av, bv, dv, Launch{backend, nullptr, {.compute_capability = cc}});
+  Status st = kernel(
+      av, bv, dv, Launch{backend, nullptr, {.schedule_seed = schedule, .compute_capability = cc}});
   ASSERT_TRUE(st.ok()) << st.message();
   d.download();
   expect_product(
@@ -1009,24 +1011,37 @@ void check_oriented_product(Backend backend, OrientedProduct kernel, const char*
       });
 }
 
+/// check_oriented_product for every kernel and shape, on sm_90 and (the emulator) sm_80, the
+/// emulator's threads in round-robin and in a random order.
+void check_oriented_products(Backend backend,
+                             std::initializer_list<std::pair<OrientedProduct, const char*>> kernels,
+                             std::initializer_list<OrientedShape> shapes, bool a_transposed,
+                             bool b_transposed) {
+  for (auto [kernel, form] : kernels)
+    for (int cc : {90, 80})
+      for (uint64_t schedule : {0, 7}) {
+        if ((cc == 80 || schedule != 0) && backend != Backend::kEmulator) continue;
+        for (OrientedShape sh : shapes)
+          check_oriented_product(backend, kernel, form, cc, sh, a_transposed, b_transposed,
+                                 schedule);
+      }
+}
+
 // b as [K, N] read in place N-major from tiled stages (dot_n_major_*):
 // d = a @ b against a float64 reference, K from one step to five, edges in
 // every dim, row strides wider than the arrays, a B row stride TMA cannot
 // copy (the direct twin), and the sm_80 form (ldmatrix.trans through the
 // tiles) on the emulator.
 TEST_P(FeaturesTest, DotReadsTiledNMajorStagesInPlace) {
-  const std::pair<OrientedProduct, const char*> kernels_under_test[] = {
-      {kernels::dot_n_major_t64, "tiling {64, 64}, swizzle 128"},
-      {kernels::dot_n_major_t8, "tiling {8, 64}, swizzle 128"},
-      {kernels::dot_n_major_s64, "tiling {64, 32}, swizzle 64"}};
-  for (auto [kernel, form] : kernels_under_test)
-    for (int cc : {90, 80}) {
-      if (cc == 80 && GetParam() != Backend::kEmulator) continue;
-      for (OrientedShape sh :
-           {OrientedShape{64, 128, 64, 64, 128}, OrientedShape{65, 130, 320, 320, 136},
-            OrientedShape{7, 9, 200, 200, 16}, OrientedShape{128, 257, 72, 80, 257}})
-        check_oriented_product(GetParam(), kernel, form, cc, sh, false, false);
-    }
+  check_oriented_products(GetParam(),
+                          {{kernels::dot_n_major_t64, "tiling {64, 64}, swizzle 128"},
+                           {kernels::dot_n_major_t8, "tiling {8, 64}, swizzle 128"},
+                           {kernels::dot_n_major_s64, "tiling {64, 32}, swizzle 64"}},
+                          {{64, 128, 64, 64, 128},
+                           {65, 130, 320, 320, 136},
+                           {7, 9, 200, 200, 16},
+                           {128, 257, 72, 80, 257}},
+                          false, false);
 }
 
 // a as [K, M] read in place M-major through a transposed view
@@ -1036,17 +1051,14 @@ TEST_P(FeaturesTest, DotReadsTiledNMajorStagesInPlace) {
 // arrays, an a row stride TMA cannot copy (the direct twin, dot's
 // transpose_a), and the sm_80 form (ldmatrix.trans of a) on the emulator.
 TEST_P(FeaturesTest, WgmmaReadsTransposedAInPlace) {
-  const std::pair<OrientedProduct, const char*> kernels_under_test[] = {
-      {kernels::wgmma_m_major_a_t64, "tiling {64, 64}"},
-      {kernels::wgmma_m_major_a_t8, "tiling {8, 64}"}};
-  for (auto [kernel, form] : kernels_under_test)
-    for (int cc : {90, 80}) {
-      if (cc == 80 && GetParam() != Backend::kEmulator) continue;
-      for (OrientedShape sh :
-           {OrientedShape{128, 64, 64, 128, 64}, OrientedShape{130, 65, 320, 136, 320},
-            OrientedShape{9, 7, 200, 16, 200}, OrientedShape{257, 128, 72, 257, 80}})
-        check_oriented_product(GetParam(), kernel, form, cc, sh, true, true);
-    }
+  check_oriented_products(GetParam(),
+                          {{kernels::wgmma_m_major_a_t64, "tiling {64, 64}"},
+                           {kernels::wgmma_m_major_a_t8, "tiling {8, 64}"}},
+                          {{128, 64, 64, 128, 64},
+                           {130, 65, 320, 136, 320},
+                           {9, 7, 200, 16, 200},
+                           {257, 128, 72, 257, 80}},
+                          true, true);
 }
 
 // wgmma with operand a in registers (wgmma_register_a): d = sum over chunks c

@@ -385,6 +385,11 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     // (read K-major) and [K, N] (read M-major through a transposed view; on sm_80 by
     // ldmatrix.trans).
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600});  // splitk_deep
+    // The deep instances with the emulator's threads in a random order: decode with B [N, K]
+    // and (transposed view) [K, N], splitk_deep.
+    for (bool bt : {true, false})
+      check_product<bfloat16, bfloat16>(backend, {bt}, {1, 65, 1216}, 90, 4, 0, true, 7);
+    check_product<bfloat16, bfloat16>(backend, {false}, {200, 130, 600}, 90, 4, 0, true, 7);
     // split-K's four stages on sm_90a (no room for splitk_deep's eight in 200 KiB).
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600}, 90, 4, 200 * 1024);
     check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, {200, 130, 600}, 80);
