@@ -24,6 +24,13 @@
 // (the same inputs: a wrong kernel is reported, not timed). Weights rotate over enough copies that
 // they are read from HBM, not L2, as in a model. cuBLASLt is loaded at run time (dlopen), so the
 // program runs where the library is missing and says so. Without a device it exits 0.
+// Each product is timed twice: each launch waited for (median_ms: the launch's whole cost, the
+// host's part included, as a caller that synchronizes sees it) and launches back to back
+// (back_to_back_ms: the device's time, as a model's stream of launches sees it); a row prints
+// our time over cuBLASLt's for both, the CSV has both times (ours_b2b_ms, cublaslt_b2b_ms),
+// and the host's microseconds a launch of each (ours_host_us, cublaslt_host_us: the call's
+// own cost on the caller's thread). Where the two ratios differ, the difference is in the
+// launch's host path or the gap between kernels.
 // A persistent row (the tiles schedule) also says how many programs walked its tiles (in
 // clusters of how many), their K steps and the time of a step (walk_steps): the rate of the
 // main loop, whatever the shape's last round costs.
@@ -274,6 +281,9 @@ struct Row {
   std::string why;       // why a direct twin ran instead, if one did
   std::array<int64_t, 3> grid;
   int64_t programs;  // a persistent grid's programs (Launch::record), else 0
+  // Back to back (timing.h's back_to_back_ms): the device's time a launch, the host's hidden.
+  double ours_b2b_ms = NAN, peer_b2b_ms = NAN;
+  double ours_host_us = NAN, peer_host_us = NAN;  // the host's time a launch, back to back
 };
 
 /// A persistent tiles-schedule row's K steps per program: cdiv(T, W) K for T tiles of K steps
@@ -294,6 +304,41 @@ std::string chosen(const std::vector<Row>& rows, int64_t m, int64_t n, int64_t k
 }
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+/// The --csv file (null: none), a row written as soon as it is measured: a run cut short (a
+/// time limit) keeps the rows it finished.
+FILE* csv_file = nullptr;
+
+bool open_csv(const std::string& path) {
+  csv_file = std::fopen(path.c_str(), "w");
+  if (!csv_file) return false;
+  std::fprintf(csv_file,
+               "op,m,n,k,ours_ms,cublaslt_ms,ours_tflops,cublaslt_tflops,max_error,instance,grid,"
+               "programs,walk_steps,ours_b2b_ms,cublaslt_b2b_ms,ours_host_us,cublaslt_host_us\n");
+  std::fflush(csv_file);
+  return true;
+}
+
+/// Appends `r` to the --csv file, if any.
+void write_csv(const Row& r) {
+  if (!csv_file) return;
+  // Attention rows: m = batch x heads, n = seq, k = d.
+  const bool attention = r.op.find("attention") != std::string::npos;
+  const double flop = attention ? 4.0 * r.m * r.n * r.n * r.k * (r.op[0] == 'c' ? 0.5 : 1.0)
+                                : 2.0 * r.m * r.n * r.k;
+  const int64_t steps = attention ? 0 : walk_steps(r.grid[0], r.programs, (r.k + 63) / 64);
+  std::fprintf(csv_file,
+               "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld,%lld,%lld,%.5f,%.5f,%."
+               "2f,%.2f\n",
+               r.op.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
+               static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
+               flop / (r.peer_ms * 1e9), r.max_error, (r.instance + r.why).c_str(),
+               static_cast<long long>(r.grid[0]), static_cast<long long>(r.grid[1]),
+               static_cast<long long>(r.grid[2]), static_cast<long long>(r.programs),
+               static_cast<long long>(steps), r.ours_b2b_ms, r.peer_b2b_ms, r.ours_host_us,
+               r.peer_host_us);
+  std::fflush(csv_file);
 }
 
 /// Times one product of one shape, ours and cuBLASLt's, after comparing their results.
@@ -386,10 +431,14 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   }
   const double ours_ms = median_ms(ours, reps);
   const double peer_ms = peer ? median_ms(theirs, reps) : NAN;
+  double ours_host_us = NAN, peer_host_us = NAN;
+  const double ours_b2b_ms = back_to_back_ms(ours, reps, &ours_host_us);
+  const double peer_b2b_ms = peer ? back_to_back_ms(theirs, reps, &peer_host_us) : NAN;
   const std::string instance = record.instance ? record.instance : "?";
   const std::string why = fallback_text(record);  // a direct twin ran: say why
-  rows.push_back(
-      {op, m, n, k, ours_ms, peer_ms, max_error, instance, why, record.grid, record.programs});
+  rows.push_back({op, m, n, k, ours_ms, peer_ms, max_error, instance, why, record.grid,
+                  record.programs, ours_b2b_ms, peer_b2b_ms, ours_host_us, peer_host_us});
+  write_csv(rows.back());
   const double flop = 2.0 * batch * m * n * k;
   // A persistent row: its programs (and clusters), their K steps and the time of one.
   std::string walk;
@@ -403,11 +452,12 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   }
   std::printf(
       "%-18s %6lld %6lld %6lld  ours %8.1f TFLOP/s  cuBLASLt %8.1f TFLOP/s  ours/theirs "
-      "time %.2fx  %s [%lld, %lld, %lld]%s%s\n",
+      "time %.2fx (back to back %.2fx; host %.1f / %.1f us)  %s [%lld, %lld, %lld]%s%s\n",
       op.c_str(), static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
-      flop / (ours_ms * 1e9), flop / (peer_ms * 1e9), ours_ms / peer_ms, instance.c_str(),
-      static_cast<long long>(record.grid[0]), static_cast<long long>(record.grid[1]),
-      static_cast<long long>(record.grid[2]), why.c_str(), walk.c_str());
+      flop / (ours_ms * 1e9), flop / (peer_ms * 1e9), ours_ms / peer_ms, ours_b2b_ms / peer_b2b_ms,
+      ours_host_us, peer_host_us, instance.c_str(), static_cast<long long>(record.grid[0]),
+      static_cast<long long>(record.grid[1]), static_cast<long long>(record.grid[2]), why.c_str(),
+      walk.c_str());
   std::fflush(stdout);
   return true;
 }
@@ -442,6 +492,7 @@ void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int
   const std::string instance = record.instance ? record.instance : "?";
   rows.push_back({op, batch * heads, seq, d, ms, NAN, NAN, instance, fallback_text(record),
                   record.grid, record.programs});
+  write_csv(rows.back());
   std::printf(
       "%-18s b*h %4lld seq %6lld d %4lld  ours %8.1f TFLOP/s  %.2f of the best GEMM's "
       "%.1f  %s [%lld, %lld, %lld]\n",
@@ -490,6 +541,10 @@ int main(int argc, char** argv) {
   void* workspace = nullptr;
   CHECK_CUDA(cudaMalloc(&workspace, workspace_bytes));
 
+  if (!csv.empty() && !open_csv(csv)) {
+    std::fprintf(stderr, "pallas_matmul_bench: cannot write %s\n", csv.c_str());
+    return 2;
+  }
   std::mt19937 rng(12345);
   std::vector<Row> rows;
   bool ok = true;
@@ -589,29 +644,7 @@ int main(int argc, char** argv) {
                  "e.g. matmul_bt,1,11008,4096; attention rows attention,B*H,SEQ,D)\n");
     ok = false;
   }
-  if (!csv.empty()) {
-    if (FILE* f = std::fopen(csv.c_str(), "w")) {
-      std::fprintf(
-          f,
-          "op,m,n,k,ours_ms,cublaslt_ms,ours_tflops,cublaslt_tflops,max_error,instance,grid,"
-          "programs,walk_steps\n");
-      for (const Row& r : rows) {
-        // Attention rows: m = batch x heads, n = seq, k = d.
-        const bool attention = r.op.find("attention") != std::string::npos;
-        const double flop = attention ? 4.0 * r.m * r.n * r.n * r.k * (r.op[0] == 'c' ? 0.5 : 1.0)
-                                      : 2.0 * r.m * r.n * r.k;
-        const int64_t steps = attention ? 0 : walk_steps(r.grid[0], r.programs, (r.k + 63) / 64);
-        std::fprintf(f, "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld,%lld,%lld\n",
-                     r.op.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
-                     static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
-                     flop / (r.peer_ms * 1e9), r.max_error, (r.instance + r.why).c_str(),
-                     static_cast<long long>(r.grid[0]), static_cast<long long>(r.grid[1]),
-                     static_cast<long long>(r.grid[2]), static_cast<long long>(r.programs),
-                     static_cast<long long>(steps));
-      }
-      std::fclose(f);
-    }
-  }
+  if (csv_file) std::fclose(csv_file);
   CHECK_CUDA(cudaFree(workspace));
   if (have_peer) lt.cublasLtDestroy(lt.handle);
   return ok ? 0 : 1;

@@ -44,7 +44,7 @@
 //
 // Where the device has room for their pipelines (sm_90) the split instance
 // is a deep one: `decode` with at most 16 rows of D (16 rows of D a tile,
-// twelve stages, one program an SM), `splitk_deep` with more (split-K's
+// twelve stages, one program an SM), `splitk_deep` with more than 64 (split-K's
 // tiles in eight stages); see `decode` below. Their direct twins are
 // split-K's.
 //
@@ -115,6 +115,8 @@ constexpr int64_t kDecodeStages = 12;
 /// The `splitk_deep` instance: split-K's 64 x 128 tiles in 8 stages of 24 KiB (see the stages
 /// below).
 constexpr int64_t kDeepSplitStages = 8;
+/// ... for D of at least this many rows (two rows of its tiles; measured, see the chooser).
+constexpr int64_t kDeepSplitMinRows = 65;
 
 /// What the last K step does with the accumulator before D is stored.
 enum class Epilogue {
@@ -263,13 +265,17 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // One program an SM: splitk_deep only where its 64 x 128 tiles fit one wave of 132 (from
     // 133, S = 1 would run two waves where split-K's four stages run one of two an SM: M = 128,
     // N = 11008, 172 tiles). decode's tiles always do (at most 16832 / 128 columns, above).
+    // And only from kDeepSplitMinRows (65) rows of D: measured on an H100 (bench/RESULTS.md,
+    // twenty-sixth session), D of 17..64 rows ran 2..7 % slower in eight stages than in four
+    // (one row of tiles: every B byte from DRAM once), 128 and 256 rows 3..4 % faster.
     const DimExpr few_rows = le(m, kDecodeRows);
+    const DimExpr deep_rows = DimExpr(1) - le(m, kDeepSplitMinRows - 1);
     const DimExpr deep_one_wave = le(cdiv(m, 64) * cdiv(n, 128), kSmCount);
-    const int option =
-        spec.variant("schedule", {"tiles", "splitk", "tiles128", "decode", "splitk_deep"},
-                     choose + split_wanted * (DimExpr(2) * few_rows * fits(kDecodePlanBytes) +
-                                              DimExpr(3) * (DimExpr(1) - few_rows) * deep_one_wave *
-                                                  fits(kDeepSplitPlanBytes)));
+    const int option = spec.variant(
+        "schedule", {"tiles", "splitk", "tiles128", "decode", "splitk_deep"},
+        choose +
+            split_wanted * (DimExpr(2) * few_rows * fits(kDecodePlanBytes) +
+                            DimExpr(3) * deep_rows * deep_one_wave * fits(kDeepSplitPlanBytes)));
     schedule = option == 1 || option >= 3 ? Schedule::kSplitK : Schedule::kTiles;
     narrow = option == 2;
     // Their direct twins are split-K's (the same kernel: the codegen compiles it once).
@@ -298,13 +304,17 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // cuBLASLt's decode kernels keep 8 to 16 stages of one unsplit pipeline per CTA (bench/
   // RESULTS.md, twenty-third session). One program an SM, its splits fill one wave of 132
   // (splits_for), not 264: M = 1, N = K = 4096 runs 32 tiles in 4 splits of 16 steps (128
-  // programs, four parts to sum), not 8 of 8. Not yet measured on a GPU.
+  // programs, four parts to sum), not 8 of 8. On an H100 (twenty-sixth session) it ran 0..5 %
+  // faster than split-K's four stages at M = 1..16 (16 x 14336 x 4096: 57.0 us against 60.2,
+  // three runs); both stayed ~5 us above cuBLASLt at every N (bench/RESULTS.md).
   //
   // `splitk_deep` is split-K's 64-row instance in eight stages (192 KiB; 201 KiB a block in
-  // all) for D above 16 rows and at most 132 tiles, where split-K runs one program an SM
+  // all) for D above 64 rows and at most 132 tiles, where split-K runs one program an SM
   // anyway (splits_for's target of 132) with four stages, 98 KiB of the 227: seven steps (112
-  // KiB of B) in flight instead of three. The same programs and splits; not yet measured on a
-  // GPU.
+  // KiB of B) in flight instead of three. The same programs and splits. On an H100
+  // (twenty-sixth session) 128 and 256 rows ran 3..4 % faster than in four stages, 17..64
+  // rows 2..7 % slower (M = 64, N = 11008: 49..53 us against 46; ncu: DRAM 67 % busy against
+  // 70 %, the same 86 programs), hence kDeepSplitMinRows.
   // The accumulator's registers decide the tile (no spills on any target;
   // the instance also serves sm_80, whose mma.sync form holds the same
   // accumulator plus a and b fragments):

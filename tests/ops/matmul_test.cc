@@ -355,7 +355,7 @@ TEST_P(MatmulTest, EveryEdgeDim) {
 // Split-K, the `splitk` instance each non-batched product's entry point
 // picks when D has few tiles and K is long (decode: M of 1..128), and with
 // at most 16 rows of D the `decode` instance (16 rows a tile, 12 stages),
-// with more `splitk_deep` (8 stages), where the device has the shared memory
+// with more than 64 `splitk_deep` (8 stages), where the device has the shared memory
 // (here sm_90's; sm_80's runs `splitk`): several splits, a last split with fewer K steps (or only
 // steps past K), every epilogue, both orientations of B, the direct twin (a
 // row stride TMA cannot copy), and the sm_80 form.
@@ -419,7 +419,7 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
 // keeps the host's runs cheap): a split instance where its 128 x 64 tiles
 // are fewer than 264 (one wave) with K of at least 5 steps, and either at
 // most 132 of them (it splits) or the tiles schedule fills at most 66 of 132
-// SMs; with at most 16 rows of D the decode instance, with more
+// SMs; with at most 16 rows of D the decode instance, with more than 64
 // `splitk_deep`, where the device has their 225 or 201 KiB a block (the host:
 // always; the emulator: sm_90's 227 KiB), else `splitk`.
 TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
@@ -437,7 +437,7 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   };
   // The split instance the shape's rows ask for where the device has the shared memory.
   auto call = [&](int64_t m, int64_t n, int64_t k) {
-    return m <= 16 ? call_decode(m, n, k) : call_deep(m, n, k);
+    return m <= 16 ? call_decode(m, n, k) : m <= 64 ? call_splitk(m, n, k) : call_deep(m, n, k);
   };
   auto call_tiles = [&](int64_t m, int64_t n, int64_t k) {
     return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_tiles_argv, m, n, k, launch);
@@ -450,10 +450,13 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   EXPECT_TRUE(call(1, 65, 600).ok());
   EXPECT_TRUE(call(7, 130, 520).ok());
   EXPECT_TRUE(call(17, 65, 600).ok());
+  EXPECT_TRUE(call(64, 65, 600).ok());
+  EXPECT_TRUE(call(65, 65, 600).ok());
   expect_refused(call_splitk(16, 65, 600), "16 rows on split-K's four stages");
-  expect_refused(call_splitk(17, 65, 600), "17 rows on split-K's four stages");
+  expect_refused(call_splitk(65, 65, 600), "65 rows on split-K's four stages");
   expect_refused(call_decode(17, 65, 600), "17 rows on the decode instance");
   expect_refused(call_deep(16, 65, 600), "16 rows on the deep 64-row instance");
+  expect_refused(call_deep(64, 65, 600), "64 rows on the deep 64-row instance");
   // splitk_deep holds one program an SM: 134 of its 64 x 128 tiles (128 x 8576) would run two
   // waves, so split-K's four stages (two programs an SM) take them; 132 (128 x 8448) it takes.
   expect_refused(call_deep(128, 8576, 320), "134 tiles on the deep 64-row instance");
@@ -518,7 +521,7 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
 // tiles schedule, in clusters of two where the tile rows are even. The host runs each choice's
 // direct twin (64 x 64 tiles, its own splits; the decode instance's is split-K's); the emulator
 // the TMA instance: at most 16 rows the decode instance (one program an SM: one wave of 132),
-// more the deep 64-row split-K (splitk_deep) where the device has their shared memory.
+// more than 64 the deep 64-row split-K (splitk_deep) where the device has their shared memory.
 TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
@@ -542,16 +545,20 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
       // 128 tiles of 128 x 256 (512 of 64 x 64 in the twin): the tiles schedule.
       {Backend::kHost, 1, 32768, 320, "matmul_bt_bf16_bf16_tiles_direct", {512, 1, 1}},
       // 17 rows, 67 tiles of 64 x 128 (swapped), 5 K steps: one wave of 132 takes one split,
-      // finished from the accumulator (DecodeShapesSplitK checks its result), in the deep
-      // 64-row instance where the device has its 201 KiB.
-      {Backend::kEmulator, 17, 8576, 320, "matmul_bt_bf16_bf16_splitk_deep", {1, 67, 1}},
-      {Backend::kEmulator, 17, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}, 1, 200 * 1024},
+      // finished from the accumulator (DecodeShapesSplitK checks its result); 17..64 rows
+      // keep split-K's four stages whatever the shared memory.
+      {Backend::kEmulator, 17, 8576, 320, "matmul_bt_bf16_bf16_splitk", {1, 67, 1}},
+      {Backend::kEmulator, 64, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}},
+      // 65 rows, 2 tiles of 64 x 128, 10 K steps: 3 splits, in the deep 64-row instance where
+      // the device has its 201 KiB.
+      {Backend::kEmulator, 65, 65, 600, "matmul_bt_bf16_bf16_splitk_deep", {2, 1, 3}},
+      {Backend::kEmulator, 65, 65, 600, "matmul_bt_bf16_bf16_splitk", {2, 1, 3}, 1, 200 * 1024},
       {Backend::kEmulator,
-       17,
+       65,
        65,
        600,
        "matmul_bt_bf16_bf16_splitk",
-       {1, 1, 3},
+       {2, 1, 3},
        1,
        kernels::matmul_bt_bf16_bf16_splitk_deep_metadata().targets[0].shared_bytes - 1},
       // Swapped (D^T = B A^T): 1 tile of 16 x 128, 10 K steps: 3 splits.
