@@ -8,6 +8,10 @@
 // CHECK-LABEL: gpu.func @transpose_bf16
 // CHECK-SAME: %[[DX:[a-z0-9]+]]: !llvm.ptr, %[[DY:[a-z0-9]+]]: !llvm.ptr) kernel attributes
 // CHECK-SAME: pallas.tma_params = 2 : i64
+// Thread 0 first brings both descriptors (parameters) into the tensormap cache.
+// CHECK: scf.if
+// CHECK-NEXT: nvvm.prefetch tensormap in_param_space, %[[DX]]
+// CHECK-NEXT: nvvm.prefetch tensormap in_param_space, %[[DY]]
 // Thread 0 initialises the input's mbarrier; every thread sees it after a barrier.
 // CHECK: scf.if
 // CHECK: nvvm.mbarrier.init %{{.*}}, %c1_i32

@@ -17,6 +17,9 @@
 // one per consumer warp), shared by a and b (both have 3 stages).
 // TMA-LABEL: gpu.func @pipelined_wgmma_ws
 // TMA-SAME: known_block_size = array<i32: 256, 1, 1>, nvvm.maxnreg = 136
+// Thread 0 first prefetches a's and b's descriptors (the sm_80 form has none).
+// TMA: nvvm.prefetch tensormap in_param_space
+// TMA-NEXT: nvvm.prefetch tensormap in_param_space
 // TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c1_i32
 // TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c1_i32
 // TMA-COUNT-3: nvvm.mbarrier.init %{{.*}}, %c4_i32
@@ -28,13 +31,13 @@
 // TMA: %[[CONSUMER:.*]] = arith.cmpi ult, %thread_id_x, %c128
 // TMA-NEXT: scf.if %[[CONSUMER]] {
 // TMA-NEXT: nvvm.setmaxregister increase 232
-// TMA-NEXT: scf.for %[[K:.*]] = %c0 to
+// TMA-NEXT: scf.for %[[K:.*]] = %[[ZERO:c0(_[0-9]+)?]] to
 // TMA-NOT: nvvm.cp.async.bulk.tensor
 // TMA: nvvm.mbarrier.try_wait.parity
 // TMA: nvvm.mbarrier.try_wait.parity
 // TMA-COUNT-4: nvvm.wgmma.mma_async
 // TMA: nvvm.wgmma.wait.group.sync.aligned 1
-// TMA-NEXT: %[[STEP:.*]] = arith.subi %[[K]], %c0
+// TMA-NEXT: %[[STEP:.*]] = arith.subi %[[K]], %[[ZERO]]
 // TMA: %[[LATE:.*]] = arith.cmpi uge, %[[STEP]], %c1
 // TMA-NEXT: scf.if %[[LATE]] {
 // Each warp meets, then its lane 0 arrives for it.
@@ -83,6 +86,7 @@
 // cp.async pipeline itself, with plain barriers: there is no one to skip.
 // CPASYNC-LABEL: gpu.func @pipelined_wgmma_ws
 // CPASYNC-SAME: known_block_size = array<i32: 128, 1, 1>, nvvm.maxnreg = 255
+// CPASYNC-NOT: nvvm.prefetch
 // CPASYNC-NOT: setmaxregister
 // CPASYNC-NOT: arith.cmpi ult, %thread_id_x
 // CPASYNC-NOT: nvvm.barrier id
@@ -104,10 +108,10 @@
 // runs. (The kernel below, not peeled: the EARLY run.)
 // EARLY-LABEL: gpu.func @pipelined_wgmma_ws
 // EARLY: nvvm.setmaxregister increase 232
-// EARLY: scf.for %[[K:.*]] = %c0 to
+// EARLY: scf.for %[[K:.*]] = %[[ZERO:c0(_[0-9]+)?]] to
 // EARLY-COUNT-4: nvvm.wgmma.mma_async
 // EARLY: nvvm.wgmma.wait.group.sync.aligned 1
-// EARLY-NEXT: %[[STEP:.*]] = arith.subi %[[K]], %c0
+// EARLY-NEXT: %[[STEP:.*]] = arith.subi %[[K]], %[[ZERO]]
 // EARLY: %[[LATE:.*]] = arith.cmpi uge, %[[STEP]], %c1
 // EARLY-NEXT: scf.if %[[LATE]] {
 // EARLY: nvvm.mbarrier.arrive

@@ -291,6 +291,12 @@ class Rewriter {
       replace(op, {});
       return success();
     }
+    // A prefetch (a cache line, or a TMA descriptor into the tensormap cache) is a hint:
+    // nothing to emulate.
+    if (isa<NVVM::PrefetchOp>(op)) {
+      replace(op, {});
+      return success();
+    }
     // Other fences order memory for other threads; the emulator is
     // sequentially consistent.
     if (isa<NVVM::MembarOp, NVVM::FenceScClusterOp, NVVM::FenceProxyOp>(op) ||

@@ -391,6 +391,23 @@ LogicalResult GpuLowering::run() {
     tmaDescriptors[arg] = entry.getArgument(kernel.getNumArguments() + k);
   OpBuilder b = OpBuilder::atBlockEnd(&entry);
   tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  // Thread 0 brings each TMA descriptor (a 128-byte kernel parameter) into the tensormap cache
+  // first thing (`prefetch.tensormap`, as CUTLASS's kernels do), so that the first copy of each
+  // array does not also wait for its descriptor's fetch: the barrier inits, the CTA barrier
+  // and the first block's index math run meanwhile. In parameter order (tmaArrays). The
+  // descriptor is a parameter (byval, grid-constant), so the prefetch names the parameter
+  // space (`prefetch.param.tensormap`): through the generic address LLVM 22 emitted it twice
+  // (`prefetch.param.tensormap` and `prefetch.tensormap`, two UTMACCTL.PF a descriptor).
+  if (usesTma()) {
+    Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid,
+                                        arith::ConstantIndexOp::create(b, loc, 0));
+    auto once = scf::IfOp::create(b, loc, first, /*withElseRegion=*/false);
+    OpBuilder tb = once.getThenBodyBuilder();
+    for (BlockArgument array : tmaArrays)
+      NVVM::PrefetchOp::create(tb, loc, /*cacheLevel=*/nullptr, /*evictPriority=*/nullptr,
+                               tmaDescriptors.lookup(array), /*predicate=*/Value(),
+                               /*tensormap=*/true, /*uniform=*/false, /*in_param_space=*/true);
+  }
   auto bytes =
       MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
                       gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
