@@ -28,9 +28,9 @@
 // host's part included, as a caller that synchronizes sees it) and launches back to back
 // (back_to_back_ms: the device's time, as a model's stream of launches sees it); a row prints
 // our time over cuBLASLt's for both, the CSV has both times (ours_b2b_ms, cublaslt_b2b_ms),
-// and the host's microseconds a launch of each (ours_host_us, cublaslt_host_us: the call's
-// own cost on the caller's thread). Where the two ratios differ, the difference is in the
-// launch's host path or the gap between kernels.
+// and the host's microseconds a waited launch's call took (ours_host_us, cublaslt_host_us:
+// median_ms's, the call's own cost on the caller's thread). Where the two ratios differ, the
+// difference is in the launch's host path or the gap between kernels.
 // A persistent row (the tiles schedule) also says how many programs walked its tiles (in
 // clusters of how many), their K steps and the time of a step (walk_steps): the rate of the
 // main loop, whatever the shape's last round costs.
@@ -283,7 +283,8 @@ struct Row {
   int64_t programs;  // a persistent grid's programs (Launch::record), else 0
   // Back to back (timing.h's back_to_back_ms): the device's time a launch, the host's hidden.
   double ours_b2b_ms = NAN, peer_b2b_ms = NAN;
-  double ours_host_us = NAN, peer_host_us = NAN;  // the host's time a launch, back to back
+  double ours_host_us = NAN, peer_host_us = NAN;  // the launch call's host time (median_ms)
+  int64_t batch = 1;                              // products in a batched row
 };
 
 /// A persistent tiles-schedule row's K steps per program: cdiv(T, W) K for T tiles of K steps
@@ -326,7 +327,7 @@ void write_csv(const Row& r) {
   // Attention rows: m = batch x heads, n = seq, k = d.
   const bool attention = r.op.find("attention") != std::string::npos;
   const double flop = attention ? 4.0 * r.m * r.n * r.n * r.k * (r.op[0] == 'c' ? 0.5 : 1.0)
-                                : 2.0 * r.m * r.n * r.k;
+                                : 2.0 * r.batch * r.m * r.n * r.k;
   const int64_t steps = attention ? 0 : walk_steps(r.grid[0], r.programs, (r.k + 63) / 64);
   std::fprintf(csv_file,
                "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld,%lld,%lld,%.5f,%.5f,%."
@@ -429,15 +430,15 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
       return false;
     }
   }
-  const double ours_ms = median_ms(ours, reps);
-  const double peer_ms = peer ? median_ms(theirs, reps) : NAN;
   double ours_host_us = NAN, peer_host_us = NAN;
-  const double ours_b2b_ms = back_to_back_ms(ours, reps, &ours_host_us);
-  const double peer_b2b_ms = peer ? back_to_back_ms(theirs, reps, &peer_host_us) : NAN;
+  const double ours_ms = median_ms(ours, reps, 5, &ours_host_us);
+  const double peer_ms = peer ? median_ms(theirs, reps, 5, &peer_host_us) : NAN;
+  const double ours_b2b_ms = back_to_back_ms(ours, reps);
+  const double peer_b2b_ms = peer ? back_to_back_ms(theirs, reps) : NAN;
   const std::string instance = record.instance ? record.instance : "?";
   const std::string why = fallback_text(record);  // a direct twin ran: say why
   rows.push_back({op, m, n, k, ours_ms, peer_ms, max_error, instance, why, record.grid,
-                  record.programs, ours_b2b_ms, peer_b2b_ms, ours_host_us, peer_host_us});
+                  record.programs, ours_b2b_ms, peer_b2b_ms, ours_host_us, peer_host_us, batch});
   write_csv(rows.back());
   const double flop = 2.0 * batch * m * n * k;
   // A persistent row: its programs (and clusters), their K steps and the time of one.
@@ -514,7 +515,7 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--csv" && i + 1 < argc)
       csv = argv[++i];
-    else if (arg == "--reps" && i + 1 < argc)
+    else if (arg == "--reps" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
       reps = std::atoi(argv[++i]);
     else if (arg == "--quick")
       quick = true;

@@ -258,16 +258,18 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr split_wanted = long_k * fits_one_wave * max(splits, half_idle);
     const DimExpr choose = split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted);
     // Deep split instances where the device holds their pipelines (sm_90's 227 KiB a block):
-    // `decode` for D of at most 16 rows, `splitk_deep` above (see `decode` below).
+    // `decode` for D of at most 16 rows, `splitk_deep` from 65 (see `decode` below).
     auto fits = [](int64_t bytes) {
       return DimExpr(1) - le(KernelSpec::device_shared_bytes(), bytes - 1);
     };
     // One program an SM: splitk_deep only where its 64 x 128 tiles fit one wave of 132 (from
     // 133, S = 1 would run two waves where split-K's four stages run one of two an SM: M = 128,
     // N = 11008, 172 tiles). decode's tiles always do (at most 16832 / 128 columns, above).
-    // And only from kDeepSplitMinRows (65) rows of D: measured on an H100 (bench/RESULTS.md,
-    // twenty-sixth session), D of 17..64 rows ran 2..7 % slower in eight stages than in four
-    // (one row of tiles: every B byte from DRAM once), 128 and 256 rows 3..4 % faster.
+    // And only from kDeepSplitMinRows (65) rows of D: on an H100 (bench/RESULTS.md,
+    // twenty-sixth session) 64 rows, the only count from 17 to 64 the bench times, ran 2..7 %
+    // slower in eight stages than in four (one row of tiles: every B byte from DRAM once; 64 x
+    // 11008 x 4096 in 3 of 3 rounds), 128 and 256 rows 3..4 % faster on average (within the
+    // rounds' spread, but in 4 of 5 shapes).
     const DimExpr few_rows = le(m, kDecodeRows);
     const DimExpr deep_rows = DimExpr(1) - le(m, kDeepSplitMinRows - 1);
     const DimExpr deep_one_wave = le(cdiv(m, 64) * cdiv(n, 128), kSmCount);
@@ -312,9 +314,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // all) for D above 64 rows and at most 132 tiles, where split-K runs one program an SM
   // anyway (splits_for's target of 132) with four stages, 98 KiB of the 227: seven steps (112
   // KiB of B) in flight instead of three. The same programs and splits. On an H100
-  // (twenty-sixth session) 128 and 256 rows ran 3..4 % faster than in four stages, 17..64
-  // rows 2..7 % slower (M = 64, N = 11008: 49..53 us against 46; ncu: DRAM 67 % busy against
-  // 70 %, the same 86 programs), hence kDeepSplitMinRows.
+  // (twenty-sixth session) 128 and 256 rows ran 3..4 % faster than in four stages on average,
+  // 64 rows 2..7 % slower (M = 64, N = 11008: 49..53 us against 46; ncu: DRAM 67 % busy against
+  // 70 %, the same 86 programs), hence kDeepSplitMinRows (17..63 rows are not timed; they
+  // take split-K's four stages with 64).
   // The accumulator's registers decide the tile (no spills on any target;
   // the instance also serves sm_80, whose mma.sync form holds the same
   // accumulator plus a and b fragments):

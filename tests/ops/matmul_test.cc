@@ -402,6 +402,15 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     // this path here).
     check_product<bfloat16, bfloat16>(backend, {true}, {17, 8576, 320});
     check_product<half, float>(backend, {false}, {17, 8576, 320});
+    // The same in the deep 64-row instance (from 65 rows): 68 tiles of 64 x 128 in two rows
+    // of tiles, one split of 5 K steps, fewer than its eight stages.
+    {
+      LaunchRecord deep;
+      check_product<bfloat16, bfloat16>(backend, {true}, {65, 4352, 320}, 90, 4, 0, true, 0, &deep);
+      ASSERT_NE(deep.instance, nullptr);
+      EXPECT_STREQ(deep.instance, "matmul_bt_bf16_bf16_splitk_deep");
+      EXPECT_EQ(deep.grid, (std::array<int64_t, 3>{2, 34, 1}));
+    }
     // The decode instance's one split: 16 rows, 67 tiles of 16 x 128 fill one wave of 132
     // programs (one an SM: floor(132 / 67) = 1; split-K's target of 264 for 16 rows would
     // split in 2).
@@ -464,7 +473,7 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   if (backend == Backend::kHost) EXPECT_TRUE(call_splitk(128, 8576, 320).ok());
   if (backend == Backend::kEmulator) {  // sm_80's 163 KiB: no room for the deep pipelines
     const Launch small{backend, nullptr, {.shared_bytes_per_block = 163 * 1024}};
-    for (int64_t m : {16, 17}) {
+    for (int64_t m : {16, 65}) {  // the rows each deep instance takes where it fits
       EXPECT_TRUE(
           call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_argv, m, 65, 600, small)
               .ok());
