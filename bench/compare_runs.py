@@ -8,7 +8,8 @@ or both `pallas_bench --csv` files (pallas.csv: op,dtype,shape,...,us,...). For 
 present in both it prints our time before and after, their ratio (after / before: below 1 is
 faster), and for matmul rows cuBLASLt's before and after, since the peer's own run-to-run
 spread (676..776 TFLOP/s at 8192^3 on the H200 across four runs) bounds what a change shows.
-Rows in only one file are listed at the end. Example, the nineteenth session's last run
+Where a run timed launches back to back too (its CSV has ours_b2b_ms), the row ends with our
+time over cuBLASLt's that way ("b2b"). Rows in only one file are listed at the end. Example, the nineteenth session's last run
 against a later one:
 
     bench/compare_runs.py bench/results/2026-11-26-h200-run4-final/matmul.csv $OUT/matmul.csv
@@ -41,6 +42,21 @@ def read(path):
     return kind, keyed
 
 
+def back_to_back(old, new):
+    """Ours / cuBLASLt's back-to-back time (the device's, host hidden) where a run has it
+    (pallas_matmul_bench from the twenty-sixth session on): '  b2b 1.21 -> 1.05'."""
+    def ratio(r):
+        try:
+            ours, peer = float(r["ours_b2b_ms"]), float(r["cublaslt_b2b_ms"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        return ours / peer if peer > 0 else None
+    before, after = ratio(old), ratio(new)
+    if after is None:
+        return ""
+    return f"  b2b {before:.2f} -> {after:.2f}" if before is not None else f"  b2b {after:.2f}"
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -61,7 +77,7 @@ def main():
             change = ours1 / ours0 if ours0 > 0 else float("nan")
             print(f"{k[0]:<20} {k[1]:>6} {k[2]:>6} {k[3]:>6} {ours0:>8.4f} -> {ours1:<8.4f}"
                   f"{change:>12.2f} {peer0:>8.4f} -> {peer1:<8.4f}"
-                  f" {vs0:>5.2f} -> {vs1:<5.2f}  {n['instance']}")
+                  f" {vs0:>5.2f} -> {vs1:<5.2f}  {n['instance']}{back_to_back(o, n)}")
     else:
         print(f"{'op':<20} {'dtype':<6} {'shape':<22} {'us':>20} {'after/before':>12}  instance "
               f"(after)")
