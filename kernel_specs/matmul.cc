@@ -49,8 +49,8 @@
 // split-K's. And for a [N, K] B, D of at most 64 rows and N of 3073 to
 // 4224 (97 to 132 tiles of 64 x 32: one wave), the `thin` instance takes
 // the shape from them all: the tiles schedule in unsplit 64 x 32 tiles,
-// sixteen stages (kThinRows and below), no sum; its direct twin is the tiles
-// schedule's. Worked example, M = 16, N = K = 4096: 128 tiles of 64 x 32,
+// sixteen stages (kThinRows and below), no sum; its direct twin is split-K's
+// too. Worked example, M = 16, N = K = 4096: 128 tiles of 64 x 32,
 // 128 programs of 64 K steps each, where `decode` ran 32 tiles in 4 splits.
 //
 // The entry point runs the split instance where its programs fit one wave
@@ -73,7 +73,8 @@
 // quarters of each wide tile empty: split-K, its 256 tiles of 64 x 128,
 // half of each empty, S = 1: the chooser counts the same tiles for every
 // instance, and the swap is for few rows of D, not few columns).
-// Worked example, M = 16, N = 4096, K = 4096, either orientation of B: 16
+// Worked example, M = 16, N = 4096, K = 4096, a [K, N] B (a [N, K] B runs
+// `thin` there, above; the split instances' numbers are the same): 16
 // tiles of 128 x 256; the chooser counts 64 tiles of 128 x 64 (the choice
 // does not depend on the instance) and 64 K steps: split-K. The decode
 // instance runs 32 tiles of 16 x 128: min(cdiv(64, 4), floor(132 / 32)) = 4
@@ -304,13 +305,18 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
       choice = DimExpr(5) * thin_wanted + (DimExpr(1) - thin_wanted) * split_choice;
     }
     const int option = spec.variant("schedule", names, choice);
-    schedule = option == 1 || option == 3 || option == 4 ? Schedule::kSplitK : Schedule::kTiles;
+    // Their direct twins are split-K's (the same kernel: the codegen compiles it once), thin's
+    // too: where TMA cannot copy an operand, a thin shape's 64 x 64 tiles are few (64 at N =
+    // 4096), so split-K's splits keep the SMs busy (256 programs at M = 1) where the tiles
+    // schedule's twin would run 64 programs over all of K.
+    const bool thin_option = option == 5;
+    thin = thin_option && !spec.direct();
+    schedule = option == 1 || option == 3 || option == 4 || (thin_option && !thin)
+                   ? Schedule::kSplitK
+                   : Schedule::kTiles;
     narrow = option == 2;
-    // Their direct twins are split-K's (the same kernel: the codegen compiles it once);
-    // thin's is the tiles schedule's.
     decode = option == 3 && !spec.direct();
     deep = option == 4 && !spec.direct();
-    thin = option == 5 && !spec.direct();
   }
   const bool split = schedule == Schedule::kSplitK;
   // Split-K swaps the operands (cuBLAS's decode kernels do): it multiplies D^T = B A^T, so

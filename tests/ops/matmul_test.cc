@@ -423,6 +423,12 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
       EXPECT_EQ(thin.grid, (std::array<int64_t, 3>{128, 1, 1}));
       EXPECT_TRUE(thin.persistent);
     }
+    // Its epilogues: a bias row of 32 columns (f16), a residual's [64, 32] block, C with
+    // alpha and beta into f32.
+    check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, {7, 4096, 320});
+    check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, {7, 4096, 320});
+    check_product<bfloat16, float>(backend, {true, Epilogue::kAlphaBetaC, 0.5f, -1.5f},
+                                   {7, 4096, 320});
     // The decode instance's one split: 16 rows, 67 tiles of 16 x 128 fill one wave of 132
     // programs (one an SM: floor(132 / 67) = 1; split-K's target of 264 for 16 rows would
     // split in 2).
@@ -570,13 +576,13 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
     int64_t shared = 0;  // Launch::emulator.shared_bytes_per_block (0: sm_90's 227 KiB)
   };
   const Want wants[] = {
-      // 32 tiles, 32 K steps: floor(264 / 32) = 8 splits of 4 steps (one wave of 256).
+      // 64 tiles, 32 K steps: floor(264 / 64) = 4 splits of 8 steps (one wave of 256). (The
+      // entry point picks thin here, whose direct twin is split-K's.)
+      {Backend::kHost, 1, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 64, 4}},
+      // 17 rows, the same 64 tiles: one wave of 132, floor(132 / 64) = 2 splits of 16 steps.
+      {Backend::kHost, 17, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 64, 2}},
+      // 32 tiles, 32 K steps: floor(264 / 32) = 8 splits of 4 steps (decode's twin).
       {Backend::kHost, 1, 2048, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 32, 8}},
-      // 17 rows, the same 32 tiles: one wave of 132, floor(132 / 32) = 4 splits of 8 steps.
-      {Backend::kHost, 17, 2048, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 32, 4}},
-      // N = 4096, at most 64 rows: the thin instance (128 tiles of 64 x 32), whose direct
-      // twin is the tiles schedule's (64 x 64 tiles, persistent).
-      {Backend::kHost, 1, 4096, 2048, "matmul_bt_bf16_bf16_tiles_direct", {64, 1, 1}},
       // 133 tiles: one wave of them, S = 1 (the tiles schedule would fill 34 of 132 SMs).
       {Backend::kHost, 1, 8512, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 133, 1}},
       // 32 tiles of 64 x 64, 10 K steps: 3 splits (4, 4 and 2 steps).
