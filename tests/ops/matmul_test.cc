@@ -423,10 +423,11 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
       EXPECT_EQ(thin.grid, (std::array<int64_t, 3>{128, 1, 1}));
       EXPECT_TRUE(thin.persistent);
     }
-    // Its epilogues: a bias row of 32 columns (f16), a residual's [64, 32] block, C with
-    // alpha and beta into f32.
+    // Its epilogues: a bias row of 32 columns (f16), a residual's [64, 32] block (with the
+    // emulator's threads in a random order), C with alpha and beta into f32.
     check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, {7, 4096, 320});
-    check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, {7, 4096, 320});
+    check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, {7, 4096, 320}, 90, 4,
+                                      0, true, 7);
     check_product<bfloat16, float>(backend, {true, Epilogue::kAlphaBetaC, 0.5f, -1.5f},
                                    {7, 4096, 320});
     // The decode instance's one split: 16 rows, 67 tiles of 16 x 128 fill one wave of 132
@@ -453,21 +454,20 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
   const Launch launch{backend, nullptr};
-  auto call_splitk = [&](int64_t m, int64_t n, int64_t k) {
-    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_argv, m, n, k, launch);
+  // A caller of one instance's entry (argv) with an m x n x k matmul_bt.
+  auto caller = [&](auto argv) {
+    return [&launch, argv](int64_t m, int64_t n, int64_t k) {
+      return call_matmul_bt_instance(argv, m, n, k, launch);
+    };
   };
-  auto call_decode = [&](int64_t m, int64_t n, int64_t k) {
-    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_decode_argv, m, n, k, launch);
-  };
-  auto call_deep = [&](int64_t m, int64_t n, int64_t k) {
-    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_deep_argv, m, n, k, launch);
-  };
+  auto call_splitk = caller(kernels::matmul_bt_bf16_bf16_splitk_argv);
+  auto call_decode = caller(kernels::matmul_bt_bf16_bf16_decode_argv);
+  auto call_deep = caller(kernels::matmul_bt_bf16_bf16_splitk_deep_argv);
+  auto call_thin = caller(kernels::matmul_bt_bf16_bf16_thin_argv);
+  auto call_tiles = caller(kernels::matmul_bt_bf16_bf16_tiles_argv);
   // The split instance the shape's rows ask for where the device has the shared memory.
   auto call = [&](int64_t m, int64_t n, int64_t k) {
     return m <= 16 ? call_decode(m, n, k) : m <= 64 ? call_splitk(m, n, k) : call_deep(m, n, k);
-  };
-  auto call_tiles = [&](int64_t m, int64_t n, int64_t k) {
-    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_tiles_argv, m, n, k, launch);
   };
   auto expect_refused = [](const Status& s, const char* what) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
@@ -485,9 +485,6 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   expect_refused(call_deep(16, 65, 600), "16 rows on the deep 64-row instance");
   expect_refused(call_deep(64, 65, 600), "64 rows on the deep 64-row instance");
   // thin: at most 64 rows, 97..132 tiles of 64 x 32 (N of 3073..4224), any K.
-  auto call_thin = [&](int64_t m, int64_t n, int64_t k) {
-    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_thin_argv, m, n, k, launch);
-  };
   expect_refused(call_thin(65, 4096, 320), "65 rows on the thin instance");
   expect_refused(call_thin(1, 3072, 320), "96 thin tiles");
   expect_refused(call_thin(1, 4256, 320), "133 thin tiles");
