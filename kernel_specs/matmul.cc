@@ -46,12 +46,7 @@
 // is a deep one: `decode` with at most 16 rows of D (16 rows of D a tile,
 // twelve stages, one program an SM), `splitk_deep` with more than 64 (split-K's
 // tiles in eight stages); see `decode` below. Their direct twins are
-// split-K's. And for a [N, K] B, D of at most 64 rows and N of 3073 to
-// 4224 (97 to 132 tiles of 64 x 32: one wave), the `thin` instance takes
-// the shape from them all: the tiles schedule in unsplit 64 x 32 tiles,
-// sixteen stages (kThinRows and below), no sum; its direct twin is split-K's
-// too. Worked example, M = 16, N = K = 4096: 128 tiles of 64 x 32,
-// 128 programs of 64 K steps each, where `decode` ran 32 tiles in 4 splits.
+// split-K's.
 //
 // The entry point runs the split instance where its programs fit one wave
 // (fewer than 264 tiles of 128 x 64; S = floor(264 / tiles) where D has at
@@ -73,8 +68,7 @@
 // quarters of each wide tile empty: split-K, its 256 tiles of 64 x 128,
 // half of each empty, S = 1: the chooser counts the same tiles for every
 // instance, and the swap is for few rows of D, not few columns).
-// Worked example, M = 16, N = 4096, K = 4096, a [K, N] B (a [N, K] B runs
-// `thin` there, above; the split instances' numbers are the same): 16
+// Worked example, M = 16, N = 4096, K = 4096, either orientation of B: 16
 // tiles of 128 x 256; the chooser counts 64 tiles of 128 x 64 (the choice
 // does not depend on the instance) and 64 K steps: split-K. The decode
 // instance runs 32 tiles of 16 x 128: min(cdiv(64, 4), floor(132 / 32)) = 4
@@ -123,12 +117,6 @@ constexpr int64_t kDecodeStages = 12;
 constexpr int64_t kDeepSplitStages = 8;
 /// ... for D of at least this many rows (two rows of its tiles; measured, see the chooser).
 constexpr int64_t kDeepSplitMinRows = 65;
-/// The `thin` instance (B [N, K] only): D in unsplit tiles of 64 rows by 32 columns, 16 stages
-/// of 12 KiB, for D of at most 64 rows whose 32-column tiles are one wave of an H100's SMs
-/// (N of 3073 to 4224: see the chooser).
-constexpr int64_t kThinRows = 64;
-constexpr int64_t kThinCols = 32;
-constexpr int64_t kThinStages = 16;
 
 /// What the last K step does with the accumulator before D is stored.
 enum class Epilogue {
@@ -250,7 +238,6 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   bool narrow = false;  // the tiles128 instance
   bool decode = false;  // the decode instance (its direct twin is split-K's)
   bool deep = false;    // the splitk_deep instance (likewise)
-  bool thin = false;    // the thin instance (its direct twin is the tiles schedule's)
   const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
   // The deep split instances' stages, the sum's [128, 16] f32 transposition buffer, barriers.
   auto split_plan_bytes = [](int64_t stages, int64_t rows) {
@@ -258,7 +245,6 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   };
   const int64_t kDecodePlanBytes = split_plan_bytes(kDecodeStages, kDecodeRows);
   const int64_t kDeepSplitPlanBytes = split_plan_bytes(kDeepSplitStages, 64);
-  const int64_t kThinPlanBytes = kThinStages * (kThinRows + kThinCols) * kTileK * 2 + 1024;
   const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
   if (form.batched) {
     narrow = spec.variant("schedule", {"tiles", "tiles128"}, too_small) == 1;
@@ -287,34 +273,14 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr few_rows = le(m, kDecodeRows);
     const DimExpr deep_rows = DimExpr(1) - le(m, kDeepSplitMinRows - 1);
     const DimExpr deep_one_wave = le(cdiv(m, 64) * cdiv(n, 128), kSmCount);
-    const DimExpr split_choice =
+    const int option = spec.variant(
+        "schedule", {"tiles", "splitk", "tiles128", "decode", "splitk_deep"},
         choose +
-        split_wanted * (DimExpr(2) * few_rows * fits(kDecodePlanBytes) +
-                        DimExpr(3) * deep_rows * deep_one_wave * fits(kDeepSplitPlanBytes));
-    std::vector<std::string> names = {"tiles", "splitk", "tiles128", "decode", "splitk_deep"};
-    DimExpr choice = split_choice;
-    if (b_transposed) {
-      // `thin` (a [N, K] B): D of at most 64 rows whose 64 x 32 tiles are 97 to 132, one wave
-      // of an H100's SMs with none of split-K's sums (N of 3073 to 4224: 4096, a model's
-      // hidden size), where the device holds its 16 stages. cuBLASLt's kernel for 64 x 4096 x
-      // 4096 (`nvjet_sm90_tst_64x32_...`, twenty-third session) splits nothing either.
-      const DimExpr thin_tiles = cdiv(n, kThinCols);
-      const DimExpr thin_wanted = le(m, kThinRows) * le(thin_tiles, kSmCount) *
-                                  (DimExpr(1) - le(thin_tiles, 96)) * fits(kThinPlanBytes);
-      names.push_back("thin");
-      choice = DimExpr(5) * thin_wanted + (DimExpr(1) - thin_wanted) * split_choice;
-    }
-    const int option = spec.variant("schedule", names, choice);
-    // Their direct twins are split-K's (the same kernel: the codegen compiles it once), thin's
-    // too: where TMA cannot copy an operand, a thin shape's 64 x 64 tiles are few (64 at N =
-    // 4096), so split-K's splits keep the SMs busy (256 programs at M = 1) where the tiles
-    // schedule's twin would run 64 programs over all of K.
-    const bool thin_option = option == 5;
-    thin = thin_option && !spec.direct();
-    schedule = option == 1 || option == 3 || option == 4 || (thin_option && !thin)
-                   ? Schedule::kSplitK
-                   : Schedule::kTiles;
+            split_wanted * (DimExpr(2) * few_rows * fits(kDecodePlanBytes) +
+                            DimExpr(3) * deep_rows * deep_one_wave * fits(kDeepSplitPlanBytes)));
+    schedule = option == 1 || option >= 3 ? Schedule::kSplitK : Schedule::kTiles;
     narrow = option == 2;
+    // Their direct twins are split-K's (the same kernel: the codegen compiles it once).
     decode = option == 3 && !spec.direct();
     deep = option == 4 && !spec.direct();
   }
@@ -373,14 +339,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //  - 64 x 64 where the threads first store the operands into wgmma's
   //    layout (the direct twin).
   const bool in_place = !spec.direct();
-  const bool two_consumers = in_place && !split && !thin;
+  const bool two_consumers = in_place && !split;
   const bool wide = two_consumers && !narrow;
-  const int64_t kTileM = decode ? kDecodeRows : split || thin || !in_place ? 64 : 128;
-  const int64_t kTileN = split           ? (in_place ? 128 : 64)
-                         : thin          ? kThinCols
-                         : wide          ? 256
-                         : two_consumers ? 128
-                                         : 64;
+  const int64_t kTileM = decode ? kDecodeRows : split || !in_place ? 64 : 128;
+  const int64_t kTileN = split ? (in_place ? 128 : 64) : wide ? 256 : two_consumers ? 128 : 64;
   if (two_consumers) spec.threads(256);
   // Batched: a leading dim on every matrix and on the grid, (batch, i, j, k);
   // blocks squeeze it. `mat` prefixes it to a shape, `blk` a squeezed dim to
@@ -476,8 +438,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // without clusters, and every other shape measured faster too. The walk's history:
   // bench/RESULTS.md (twenty-third and twenty-fourth sessions). Batched products walk their
   // batch entries' tile planes one after the other (the batch index outermost).
-  // (thin: one row of tiles, no pair to share B with.)
-  if (!split) spec.persistent({.group_rows = wide ? 16 : 8, .cluster = in_place && !thin ? 2 : 1});
+  if (!split) spec.persistent({.group_rows = wide ? 16 : 8, .cluster = in_place ? 2 : 1});
   if (in_place) {
     // Pallas' pipelined wgmma: step k's multiply stays in flight while step
     // k + 1 waits for its tiles (wgmma_wait(1)), so step k's stage buffers
@@ -516,12 +477,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     //
     // The decode instance (above) keeps twelve stages of 18 KiB: 221184 bytes, 230180 with the
     // sum's transposition buffer and the barriers (sm_90 allows 232448 a block); splitk_deep
-    // eight of 24 KiB; thin sixteen of 12 KiB (8 KiB of A, for a decode step mostly TMA's zero
-    // fill, and 4 KiB of B): 196992 bytes, fifteen steps ahead, one program an SM. Its
-    // multiplies (four m64n32k16 a step) stay in flight a step as the tiles schedule's do.
+    // eight of 24 KiB.
     spec.max_concurrent_steps(decode  ? kDecodeStages
                               : deep  ? kDeepSplitStages
-                              : thin  ? kThinStages
                               : split ? 4
                               : wide  ? kWideStages
                                       : 3);
@@ -545,7 +503,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // B in two copies (two tiles of rows of B^T; [K, N]: four of 64 columns):
   // the same layout as one copy, which wgmma reads in place. (Split-K runs no clusters: its
   // [N, K] B is one [128, 64] copy, wgmma's operand a K-major.)
-  if ((split || thin) && b_transposed)
+  if (split && b_transposed)
     spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), b_map, InShared{.swizzle = 128});
   else if (b_transposed)
     spec.block(b, blk({Blocked{kTileN}, Blocked{kTileK}}), b_map,

@@ -365,10 +365,8 @@ std::vector<MatmulShape> decode_shapes_for(Backend backend) {
   if (backend == Backend::kEmulator) return {{1, 65, 1216}, {7, 130, 520, 8}};
   // {40, 9000, 400}: one split (S = 1: 71 tiles of 64 x 128, one an SM above 16 rows),
   // finished from the accumulator.
-  // {16, 4096, 1000} and {64, 4224, 640}: the thin instance (128 and 132 tiles of 64 x 32,
-  // unsplit), the last K step partial in the first.
-  return {{1, 200, 1500},   {16, 129, 1031}, {64, 256, 2048, 3}, {128, 64, 777},
-          {7, 130, 520, 8}, {40, 9000, 400}, {16, 4096, 1000},   {64, 4224, 640}};
+  return {{1, 200, 1500}, {16, 129, 1031},  {64, 256, 2048, 3},
+          {128, 64, 777}, {7, 130, 520, 8}, {40, 9000, 400}};
 }
 
 TEST_P(MatmulTest, DecodeShapesSplitK) {
@@ -413,23 +411,6 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
       EXPECT_STREQ(deep.instance, "matmul_bt_bf16_bf16_splitk_deep");
       EXPECT_EQ(deep.grid, (std::array<int64_t, 3>{2, 34, 1}));
     }
-    // The thin instance: 7 rows, 128 unsplit tiles of 64 x 32 (N = 4096), 5 K steps, B [N, K]
-    // (the only orientation it serves).
-    {
-      LaunchRecord thin;
-      check_product<bfloat16, bfloat16>(backend, {true}, {7, 4096, 320}, 90, 4, 0, true, 0, &thin);
-      ASSERT_NE(thin.instance, nullptr);
-      EXPECT_STREQ(thin.instance, "matmul_bt_bf16_bf16_thin");
-      EXPECT_EQ(thin.grid, (std::array<int64_t, 3>{128, 1, 1}));
-      EXPECT_TRUE(thin.persistent);
-    }
-    // Its epilogues: a bias row of 32 columns (f16), a residual's [64, 32] block (with the
-    // emulator's threads in a random order), C with alpha and beta into f32.
-    check_product<half, half>(backend, {true, Epilogue::kBiasGelu}, {7, 4096, 320});
-    check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, {7, 4096, 320}, 90, 4,
-                                      0, true, 7);
-    check_product<bfloat16, float>(backend, {true, Epilogue::kAlphaBetaC, 0.5f, -1.5f},
-                                   {7, 4096, 320});
     // The decode instance's one split: 16 rows, 67 tiles of 16 x 128 fill one wave of 132
     // programs (one an SM: floor(132 / 67) = 1; split-K's target of 264 for 16 rows would
     // split in 2).
@@ -454,20 +435,21 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
   const Launch launch{backend, nullptr};
-  // A caller of one instance's entry (argv) with an m x n x k matmul_bt.
-  auto caller = [&](auto argv) {
-    return [&launch, argv](int64_t m, int64_t n, int64_t k) {
-      return call_matmul_bt_instance(argv, m, n, k, launch);
-    };
+  auto call_splitk = [&](int64_t m, int64_t n, int64_t k) {
+    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_argv, m, n, k, launch);
   };
-  auto call_splitk = caller(kernels::matmul_bt_bf16_bf16_splitk_argv);
-  auto call_decode = caller(kernels::matmul_bt_bf16_bf16_decode_argv);
-  auto call_deep = caller(kernels::matmul_bt_bf16_bf16_splitk_deep_argv);
-  auto call_thin = caller(kernels::matmul_bt_bf16_bf16_thin_argv);
-  auto call_tiles = caller(kernels::matmul_bt_bf16_bf16_tiles_argv);
+  auto call_decode = [&](int64_t m, int64_t n, int64_t k) {
+    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_decode_argv, m, n, k, launch);
+  };
+  auto call_deep = [&](int64_t m, int64_t n, int64_t k) {
+    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_deep_argv, m, n, k, launch);
+  };
   // The split instance the shape's rows ask for where the device has the shared memory.
   auto call = [&](int64_t m, int64_t n, int64_t k) {
     return m <= 16 ? call_decode(m, n, k) : m <= 64 ? call_splitk(m, n, k) : call_deep(m, n, k);
+  };
+  auto call_tiles = [&](int64_t m, int64_t n, int64_t k) {
+    return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_tiles_argv, m, n, k, launch);
   };
   auto expect_refused = [](const Status& s, const char* what) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
@@ -484,18 +466,6 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   expect_refused(call_decode(17, 65, 600), "17 rows on the decode instance");
   expect_refused(call_deep(16, 65, 600), "16 rows on the deep 64-row instance");
   expect_refused(call_deep(64, 65, 600), "64 rows on the deep 64-row instance");
-  // thin: at most 64 rows, 97..132 tiles of 64 x 32 (N of 3073..4224), any K.
-  expect_refused(call_thin(65, 4096, 320), "65 rows on the thin instance");
-  expect_refused(call_thin(1, 3072, 320), "96 thin tiles");
-  expect_refused(call_thin(1, 4256, 320), "133 thin tiles");
-  expect_refused(call_decode(1, 4096, 320), "N = 4096 on the decode instance");
-  expect_refused(call_splitk(64, 4224, 320), "132 thin tiles on split-K");
-  if (backend == Backend::kHost) {  // its direct twin; the emulator would run 97..132 programs
-    EXPECT_TRUE(call_thin(1, 3104, 320).ok());
-    EXPECT_TRUE(call_thin(64, 4224, 64).ok());
-    EXPECT_TRUE(call_decode(1, 3072, 320).ok());
-    EXPECT_TRUE(call_decode(1, 4256, 320).ok());
-  }
   // splitk_deep holds one program an SM: 134 of its 64 x 128 tiles (128 x 8576) would run two
   // waves, so split-K's four stages (two programs an SM) take them; 132 (128 x 8448) it takes.
   expect_refused(call_deep(128, 8576, 320), "134 tiles on the deep 64-row instance");
@@ -573,13 +543,10 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
     int64_t shared = 0;  // Launch::emulator.shared_bytes_per_block (0: sm_90's 227 KiB)
   };
   const Want wants[] = {
-      // 64 tiles, 32 K steps: floor(264 / 64) = 4 splits of 8 steps (one wave of 256). (The
-      // entry point picks thin here, whose direct twin is split-K's.)
+      // 64 tiles, 32 K steps: floor(264 / 64) = 4 splits of 8 steps (one wave of 256).
       {Backend::kHost, 1, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 64, 4}},
       // 17 rows, the same 64 tiles: one wave of 132, floor(132 / 64) = 2 splits of 16 steps.
       {Backend::kHost, 17, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 64, 2}},
-      // 32 tiles, 32 K steps: floor(264 / 32) = 8 splits of 4 steps (decode's twin).
-      {Backend::kHost, 1, 2048, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 32, 8}},
       // 133 tiles: one wave of them, S = 1 (the tiles schedule would fill 34 of 132 SMs).
       {Backend::kHost, 1, 8512, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 133, 1}},
       // 32 tiles of 64 x 64, 10 K steps: 3 splits (4, 4 and 2 steps).

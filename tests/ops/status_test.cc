@@ -333,14 +333,13 @@ TEST(Metadata, EveryKernelHasSpillFreeCubinsForBothTargets) {
   // A staged form no target part could launch is not built: the 128 x 256 tiles in four
   // stages (196704 bytes of shared memory) have no sm_80 cubin, since no sm_8x part has
   // more than 163 KiB a block (Driver.cpp); such a device runs tiles128, which has both. Nor
-  // has the decode instance's twelve stages (230180 bytes), splitk_deep's eight (205508; sm_8x
-  // runs splitk) or thin's sixteen (196992).
+  // has the decode instance's twelve stages (230180 bytes) or splitk_deep's eight (205508; sm_8x
+  // runs splitk).
   for (const KernelMetadata* m : {&kernels::matmul_bt_bf16_bf16_tiles_metadata(),
                                   &kernels::gemm_bt_bf16_bf16_tiles_metadata(),
                                   &kernels::matmul_bt_bf16_bf16_decode_metadata(),
                                   &kernels::linear_bias_gelu_f16_f16_decode_metadata(),
-                                  &kernels::matmul_bf16_f32_splitk_deep_metadata(),
-                                  &kernels::matmul_bt_bf16_bf16_thin_metadata()}) {
+                                  &kernels::matmul_bf16_f32_splitk_deep_metadata()}) {
     SCOPED_TRACE(m->name);
     ASSERT_EQ(m->targets.size(), 1u);
     EXPECT_STREQ(m->targets[0].arch, "sm_90a");
