@@ -16,13 +16,35 @@ namespace pallas::detail {
 
 namespace {
 
+// The pool's regions are handed out under one lock. A region used by a launch on stream S is
+// free again:
+//  - at once for S's next launch: a stream runs its work in order, so that launch starts only
+//    after the one that used the region has completed (and left its semaphores at zero);
+//  - for any other stream once S has passed the fence recorded after the launch.
+// Streams are told apart by cudaStreamGetId, unique for the life of the process: a stream
+// destroyed and another created at the same address, or two threads' cudaStreamPerThread,
+// are different streams. Worked example, one stream queueing 100 split-K matmuls (a workspace
+// and a semaphore region each) without waiting: launch 0 allocates two regions; launches
+// 1..99 take the same two again, with no event queried and no allocation, so the pool stays
+// at two regions however deep the queue (when every stream waited on events instead, each
+// launch found the earlier regions in flight and allocated two more).
+
+// An event recorded on a stream after a launch, shared by the regions that launch held: one
+// cudaEventRecord per launch whatever its number of regions. Its event goes back to
+// free_events when no region refers to it any more (always under pool_mutex).
+struct Fence {
+  cudaEvent_t event = nullptr;
+  ~Fence();
+};
+
 struct Region {
   int device = 0;
   void* ptr = nullptr;
   uint64_t bytes = 0;
   bool semaphores = false;
   bool busy = false;
-  cudaEvent_t done = nullptr;  // recorded after the last launch that used it
+  unsigned long long stream_id = 0;  // the stream of its last launch; 0: none or unknown
+  std::shared_ptr<Fence> done;       // recorded after that launch
 };
 
 std::mutex pool_mutex;
@@ -30,19 +52,76 @@ std::vector<std::unique_ptr<Region>>& pool() {
   static auto* regions = new std::vector<std::unique_ptr<Region>>();  // kept for the process
   return *regions;
 }
+std::vector<cudaEvent_t>& free_events() {
+  static auto* events = new std::vector<cudaEvent_t>();  // kept for the process
+  return *events;
+}
 
-/// A free region of the pool with room for `bytes`, or a new one. A new
-/// semaphore region is zeroed on `stream`, ahead of the launch that takes it:
-/// cudaMemset would run on the legacy default stream, which a non-blocking
-/// stream does not wait for.
-Status take_region(int device, uint64_t bytes, bool semaphores, Stream stream, const char* kernel,
-                   Region*& out) {
+Fence::~Fence() {
+  if (event) free_events().push_back(event);
+}
+
+// A fence for a launch on `stream`: an event from free_events (or a new one) recorded there;
+// null when the event cannot be created or recorded.
+std::shared_ptr<Fence> record_fence(Stream stream) {
+  auto fence = std::make_shared<Fence>();
+  if (!free_events().empty()) {
+    fence->event = free_events().back();
+    free_events().pop_back();
+  } else if (cudaEventCreateWithFlags(&fence->event, cudaEventDisableTiming) != cudaSuccess) {
+    (void)cudaGetLastError();
+    fence->event = nullptr;
+    return nullptr;
+  }
+  if (cudaEventRecord(fence->event, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;  // its event goes back to free_events, unrecorded
+  }
+  return fence;
+}
+
+// The stream's process-wide id, or 0 (no same-stream reuse) when CUDA cannot say.
+unsigned long long stream_id_of(Stream stream) {
+  unsigned long long id = 0;
+  if (cudaStreamGetId(stream, &id) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return id;
+}
+
+bool fits(const Region& r, int device, uint64_t bytes, bool semaphores) {
+  return r.device == device && r.semaphores == semaphores && !r.busy && r.bytes >= bytes;
+}
+
+/// A free region of the pool with room for `bytes` (the stream's own first, then one whose
+/// fence has passed), or a new one. A new semaphore region is zeroed on `stream`, ahead of
+/// the launch that takes it: cudaMemset would run on the legacy default stream, which a
+/// non-blocking stream does not wait for.
+Status take_region(int device, uint64_t bytes, bool semaphores, Stream stream,
+                   unsigned long long stream_id, const char* kernel, Region*& out) {
   std::lock_guard<std::mutex> lock(pool_mutex);
-  for (auto& r : pool()) {
-    if (r->device != device || r->semaphores != semaphores || r->busy || r->bytes < bytes) continue;
-    if (r->done && cudaEventQuery(r->done) != cudaSuccess) continue;  // still in flight
-    r->busy = true;
-    out = r.get();
+  Region* found = nullptr;
+  if (stream_id != 0)
+    for (auto& r : pool())
+      if (fits(*r, device, bytes, semaphores) && r->stream_id == stream_id) {
+        found = r.get();
+        break;
+      }
+  if (!found)
+    for (auto& r : pool()) {
+      if (!fits(*r, device, bytes, semaphores)) continue;
+      if (r->done && cudaEventQuery(r->done->event) != cudaSuccess) {
+        (void)cudaGetLastError();  // cudaErrorNotReady: still in flight
+        continue;
+      }
+      found = r.get();
+      break;
+    }
+  if (found) {
+    found->busy = true;
+    found->done.reset();
+    out = found;
     return Status::Ok();
   }
   auto r = std::make_unique<Region>();
@@ -71,37 +150,41 @@ Status take_region(int device, uint64_t bytes, bool semaphores, Stream stream, c
 
 }  // namespace
 
+size_t pooled_regions(int device) {
+  std::lock_guard<std::mutex> lock(pool_mutex);
+  size_t n = 0;
+  for (auto& r : pool()) n += r->device == device;
+  return n;
+}
+
 LaunchResources::~LaunchResources() {
-  // A region is free for another launch once this stream has passed its event. Where the
-  // event cannot be recorded, once this stream has drained: that synchronization runs without
-  // the pool's lock (other threads take other regions meanwhile; these stay busy), and if the
-  // stream failed they stay busy for good (leaked, never shared).
-  std::vector<Region*> unrecorded;
+  // The regions are free for this stream's next launch at once, for other streams once the
+  // stream has passed the fence. Where no fence can be recorded, once this stream has drained:
+  // that synchronization runs without the pool's lock (other threads take other regions
+  // meanwhile; these stay busy), and if the stream failed they stay busy for good (leaked,
+  // never shared).
+  std::vector<Region*> regions;
+  for (Item& item : items_)
+    if (item.pool_region) regions.push_back(static_cast<Region*>(item.pool_region));
+  if (regions.empty()) return;
   {
     std::lock_guard<std::mutex> lock(pool_mutex);
-    for (Item& item : items_) {
-      auto* r = static_cast<Region*>(item.pool_region);
-      if (!r) continue;
-      bool recorded = r->done != nullptr ||
-                      cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming) == cudaSuccess;
-      if (recorded) recorded = cudaEventRecord(r->done, stream_) == cudaSuccess;
-      if (recorded) {
+    if (std::shared_ptr<Fence> fence = record_fence(stream_)) {
+      for (Region* r : regions) {
+        r->done = fence;
+        r->stream_id = stream_id_;
         r->busy = false;
-        continue;
       }
-      (void)cudaGetLastError();
-      unrecorded.push_back(r);
+      return;
     }
   }
-  if (unrecorded.empty()) return;
   const bool drained = cudaStreamSynchronize(stream_) == cudaSuccess;
   (void)cudaGetLastError();
   if (!drained) return;
   std::lock_guard<std::mutex> lock(pool_mutex);
-  for (Region* r : unrecorded) {
-    if (r->done) (void)cudaEventDestroy(r->done);  // it marks an older launch
-    (void)cudaGetLastError();
-    r->done = nullptr;
+  for (Region* r : regions) {
+    r->done.reset();
+    r->stream_id = 0;
     r->busy = false;
   }
 }
@@ -110,6 +193,7 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
                          std::span<const ResourceRequest> requests, LaunchResources& out) {
   const char* name = image.metadata ? image.metadata->name : image.symbol;
   out.stream_ = launch.stream;
+  bool stream_known = false;
   for (const ResourceRequest& req : requests) {
     LaunchResources::Item item;
     if (req.bytes == 0) {
@@ -141,9 +225,15 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
       out.items_.push_back(std::move(item));
       continue;
     }
+    if (!stream_known) {
+      out.stream_id_ = stream_id_of(launch.stream);
+      stream_known = true;
+    }
     const bool semaphores = req.kind == ResourceKind::kSemaphores;
     Region* region = nullptr;
-    if (Status s = take_region(device, req.bytes, semaphores, launch.stream, name, region); !s.ok())
+    if (Status s =
+            take_region(device, req.bytes, semaphores, launch.stream, out.stream_id_, name, region);
+        !s.ok())
       return s;
     item.data = region->ptr;
     item.pool_region = region;

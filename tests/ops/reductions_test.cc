@@ -5,6 +5,7 @@
 
 #include "test_support.h"
 
+#include <pallas/detail/kernel_image.h>
 #include <pallas/kernels.h>
 
 namespace pallas::testing {
@@ -103,6 +104,43 @@ TEST(WholeArrayCuda, TwoStreamsAtOnce) {
   }
   cudaStreamDestroy(s1);
   cudaStreamDestroy(s2);
+}
+
+// One stream queueing many launches without waiting takes the same pooled regions again (the
+// stream orders its launches): the pool does not grow with the queue's depth, and every sum is
+// still right (a region reused before its launch completed would corrupt the later sums).
+TEST(WholeArrayCuda, OneStreamQueueReusesItsRegions) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t n = 1 << 22;
+  std::mt19937 rng(fresh_seed());
+  Array<float> a(Backend::kCuda, n);
+  a.fill_random(rng, 0, 1);
+  a.upload();
+  double want = 0;
+  for (int64_t i = 0; i < n; ++i) want += a.host()[i];
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  constexpr int kLaunches = 64;
+  Array<float> out(Backend::kCuda, kLaunches);
+  out.poison();
+  out.upload();
+  const auto sum_into = [&](int i) {
+    return kernels::sum_all(TensorView<const float, 1>(a.data(), {n}),
+                            TensorView<float, 1>(out.data() + i, {1}),
+                            Launch{Backend::kCuda, stream});
+  };
+  ASSERT_TRUE(sum_into(0).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const size_t regions = detail::pooled_regions(device);
+  ASSERT_GT(regions, 0u) << "sum_all took no pooled semaphores: this test checks nothing";
+  for (int i = 1; i < kLaunches; ++i) ASSERT_TRUE(sum_into(i).ok()) << i;
+  EXPECT_EQ(detail::pooled_regions(device), regions)
+      << "queued launches on one stream allocated regions of their own";
+  out.download();
+  for (int i = 0; i < kLaunches; ++i) EXPECT_NEAR(out.host()[i], want, 1e-5 * n) << i;
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

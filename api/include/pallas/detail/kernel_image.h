@@ -93,10 +93,12 @@ const Cubin* select_cubin(std::span<const Cubin> cubins, int device_sm);
 // device it returns kNoDevice; other CUDA failures are kCudaError with the CUDA error text.
 // Semaphore and workspace memory of one launch. On the CUDA backend it comes from a per-device
 // pool: semaphore regions are zeroed when first allocated and, since every kernel leaves its
-// semaphores at zero, reused without clearing; a region goes back to the pool when the launch
-// that held it has completed (an event recorded on the launch's stream), so launches in flight
-// on different streams never share one. On the host and emulator backends it is zeroed heap
-// memory. Released (event recorded, or memory freed) when destroyed, after the launch.
+// semaphores at zero, reused without clearing. A region is free again at once for the next
+// launch on the same stream (the stream orders them), and for other streams when the launch
+// that held it has completed (one event per launch, recorded on its stream), so launches in
+// flight on different streams never share one, and a stream that queues many launches reuses
+// the same regions. On the host and emulator backends it is zeroed heap memory. Released
+// (event recorded, or memory freed) when destroyed, after the launch.
 class LaunchResources {
  public:
   LaunchResources() = default;
@@ -112,7 +114,12 @@ class LaunchResources {
   };
   std::vector<Item> items_;
   Stream stream_ = nullptr;
+  unsigned long long stream_id_ = 0;  // cudaStreamGetId of stream_; 0: unknown
 };
+
+// The regions the CUDA pool holds for `device` (free or in use): what a test of the pool's
+// reuse reads.
+size_t pooled_regions(int device);
 
 enum class ResourceKind {
   kWorkspace,   // uninitialised
