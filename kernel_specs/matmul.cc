@@ -285,6 +285,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     deep = option == 4 && !spec.direct();
   }
   const bool split = schedule == Schedule::kSplitK;
+  // The deep split instances keep a multiply in flight across steps (see the stages below).
+  const bool deep_split_pipelined = decode || deep;
   // Split-K swaps the operands (cuBLAS's decode kernels do): it multiplies D^T = B A^T, so
   // that N, not a decode step's few rows of A, fills wgmma's 64-row side and A's rows are
   // wgmma's narrow N. A tile is 64 rows of D by 128 columns, its accumulator [128, 64]
@@ -470,20 +472,26 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // flight per SM instead of 16 (one program of three stages: at 232,
     // 34816 registers a program, one fit).
     //
-    // A split-K stage's multiply (eight m64n64k16) is short beside its 16 KiB of B from
+    // A four-stage split-K step's multiply (eight m64n64k16) is short beside its 16 KiB of B from
     // DRAM, so the step waits for it (wgmma_wait(0)) and releases its stage at once: three
     // steps (48 KiB of B) ahead instead of two. (Measured on an H200 with the delayed release:
     // 2.46 TB/s at M = 1, N = 11008, where cuBLASLt kept 11 stages of 16 KiB in flight.)
     //
     // The decode instance (above) keeps twelve stages of 18 KiB: 221184 bytes, 230180 with the
     // sum's transposition buffer and the barriers (sm_90 allows 232448 a block); splitk_deep
-    // eight of 24 KiB.
+    // eight of 24 KiB. With that many stages one fewer ahead costs little, and the wait for
+    // the multiply did cost: on an H200 (twenty-seventh session, ncu, M = 1, N = 11008: 86
+    // programs, 33.2 us, 2.79 TB/s) the consumer warps spent 16 % of their samples at that
+    // wait (WARPGROUP.DEPBAR) and 20 % at the full barriers, where cuBLASLt's kernel of the
+    // same 86 CTAs (3.49 TB/s) waited on its barriers only: its loop never waits for a
+    // multiply. So the deep instances pipeline their multiplies as the tiles schedule does
+    // (wgmma_wait(1), the stage released a step later: `deep_split_pipelined`).
     spec.max_concurrent_steps(decode  ? kDecodeStages
                               : deep  ? kDeepSplitStages
                               : split ? 4
                               : wide  ? kWideStages
                                       : 3);
-    spec.delay_release(split ? 0 : 1);
+    spec.delay_release(split && !deep_split_pipelined ? 0 : 1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = split ? 168 : 232});
   }
   // Grid axes, after the batch: 0 = i (rows of D), 1 = j (columns), 2 = k;
@@ -653,9 +661,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
         wgmma(acc, b_transposed ? b : b.transposed(), a, {.transpose_b = true});
       else
         wgmma(acc, a, b, {.transpose_b = b_transposed});
-      // Split-K: done reading the stage, which is released at once. Otherwise the previous
-      // step's multiply is done: its buffers may be refilled.
-      wgmma_wait(split ? 0 : 1);
+      // Four-stage split-K: done reading the stage, which is released at once. Otherwise
+      // the previous step's multiply is done: its buffers may be refilled.
+      wgmma_wait(split && !deep_split_pipelined ? 0 : 1);
     } else if (split) {
       acc.store(
           dot(b.load(), a.load(), acc.load(), {.transpose_a = !b_transposed, .transpose_b = true}));
