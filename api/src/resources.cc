@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -31,9 +32,12 @@ namespace {
 
 // An event recorded on a stream after a launch, shared by the regions that launch held: one
 // cudaEventRecord per launch whatever its number of regions. Its event goes back to
-// free_events when no region refers to it any more (always under pool_mutex).
+// its device's free_events when no region refers to it any more (always under pool_mutex).
+// An event belongs to the device current at its creation: recorded on another device's stream
+// it fails, so each device keeps its own free events.
 struct Fence {
   cudaEvent_t event = nullptr;
+  int device = 0;
   ~Fence();
 };
 
@@ -52,22 +56,25 @@ std::vector<std::unique_ptr<Region>>& pool() {
   static auto* regions = new std::vector<std::unique_ptr<Region>>();  // kept for the process
   return *regions;
 }
-std::vector<cudaEvent_t>& free_events() {
-  static auto* events = new std::vector<cudaEvent_t>();  // kept for the process
-  return *events;
+std::vector<cudaEvent_t>& free_events(int device) {
+  static auto* events = new std::map<int, std::vector<cudaEvent_t>>();  // kept for the process
+  return (*events)[device];
 }
 
 Fence::~Fence() {
-  if (event) free_events().push_back(event);
+  if (event) free_events(device).push_back(event);
 }
 
-// A fence for a launch on `stream`: an event from free_events (or a new one) recorded there;
-// null when the event cannot be created or recorded.
-std::shared_ptr<Fence> record_fence(Stream stream) {
+// A fence for a launch on `stream` of `device` (the current device): an event from that
+// device's free_events (or a new one) recorded there; null when the event cannot be created
+// or recorded.
+std::shared_ptr<Fence> record_fence(Stream stream, int device) {
   auto fence = std::make_shared<Fence>();
-  if (!free_events().empty()) {
-    fence->event = free_events().back();
-    free_events().pop_back();
+  fence->device = device;
+  std::vector<cudaEvent_t>& free = free_events(device);
+  if (!free.empty()) {
+    fence->event = free.back();
+    free.pop_back();
   } else if (cudaEventCreateWithFlags(&fence->event, cudaEventDisableTiming) != cudaSuccess) {
     (void)cudaGetLastError();
     fence->event = nullptr;
@@ -75,7 +82,7 @@ std::shared_ptr<Fence> record_fence(Stream stream) {
   }
   if (cudaEventRecord(fence->event, stream) != cudaSuccess) {
     (void)cudaGetLastError();
-    return nullptr;  // its event goes back to free_events, unrecorded
+    return nullptr;  // its event goes back to the free events, unrecorded
   }
   return fence;
 }
@@ -169,7 +176,7 @@ LaunchResources::~LaunchResources() {
   if (regions.empty()) return;
   {
     std::lock_guard<std::mutex> lock(pool_mutex);
-    if (std::shared_ptr<Fence> fence = record_fence(stream_)) {
+    if (std::shared_ptr<Fence> fence = record_fence(stream_, device_)) {
       for (Region* r : regions) {
         r->done = fence;
         r->stream_id = stream_id_;
@@ -227,6 +234,7 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
     }
     if (!stream_known) {
       out.stream_id_ = stream_id_of(launch.stream);
+      out.device_ = device;
       stream_known = true;
     }
     const bool semaphores = req.kind == ResourceKind::kSemaphores;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -209,6 +211,71 @@ TEST_F(CudaLaunch, NoBinaryForArchNamesDevice) {
   const std::string want = std::string("test_add_f32: no binary for ") + prop.name + " (sm_" +
                            std::to_string(10 * prop.major + prop.minor) + "); built targets: sm_10";
   EXPECT_EQ(s.message(), want);
+}
+
+// Holds a stream at a host function until opened (or destroyed), so that whatever is queued
+// behind it is provably still in flight: the pool cannot see its launches complete.
+class StreamGate {
+ public:
+  explicit StreamGate(cudaStream_t stream) : stream_(stream) {
+    ok_ = cudaLaunchHostFunc(stream, &StreamGate::hold, this) == cudaSuccess;
+  }
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+  ~StreamGate() {
+    open();
+    (void)cudaStreamSynchronize(stream_);
+  }
+  bool ok() const { return ok_; }
+  void open() { open_.store(true); }
+
+ private:
+  static void CUDART_CB hold(void* self) {
+    auto* gate = static_cast<StreamGate*>(self);
+    // At most 30 s, so that a test failing before it opens the gate cannot hang.
+    for (int i = 0; i < 30000 && !gate->open_.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  cudaStream_t stream_;
+  bool ok_ = false;
+  std::atomic<bool> open_{false};
+};
+
+// The pool's regions follow their stream (resources.cc): a stream's next launch takes them
+// again at once, even with the earlier launch still queued (the stream orders the two), so a
+// deep queue does not grow the pool; another stream never gets them while that launch is in
+// flight.
+TEST_F(CudaLaunch, PooledRegionsFollowTheirStream) {
+  cudaStream_t a = nullptr, b = nullptr;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  int device = 0;
+  ASSERT_CUDA(cudaGetDevice(&device));
+  const detail::ResourceRequest requests[] = {{4096, detail::ResourceKind::kWorkspace},
+                                              {64, detail::ResourceKind::kSemaphores}};
+  auto acquire = [&](cudaStream_t stream, std::vector<void*>& data) {
+    detail::LaunchResources resources;
+    Status s = detail::acquire_resources(kAdd, Launch{Backend::kCuda, stream}, requests, resources);
+    ASSERT_TRUE(s.ok()) << s.message();
+    data = {resources.data(0), resources.data(1)};
+  };  // released here: a fence recorded on `stream`, behind whatever it has queued
+  {
+    StreamGate gate(a);
+    ASSERT_TRUE(gate.ok());
+    std::vector<void*> first, again, other;
+    acquire(a, first);
+    const size_t regions = detail::pooled_regions(device);
+    for (int i = 0; i < 32; ++i) {
+      acquire(a, again);
+      EXPECT_EQ(again, first) << "launch " << i << " on the same stream took other regions";
+    }
+    EXPECT_EQ(detail::pooled_regions(device), regions) << "a queue on one stream grew the pool";
+    acquire(b, other);  // a's fence has not passed: the gate holds it
+    EXPECT_NE(other[0], first[0]) << "stream b got stream a's workspace while a's is in flight";
+    EXPECT_NE(other[1], first[1]) << "stream b got stream a's semaphores while a's is in flight";
+  }  // the gate opens; a drains
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
 }
 
 }  // namespace

@@ -98,7 +98,9 @@ const Cubin* select_cubin(std::span<const Cubin> cubins, int device_sm);
 // that held it has completed (one event per launch, recorded on its stream), so launches in
 // flight on different streams never share one, and a stream that queues many launches reuses
 // the same regions. On the host and emulator backends it is zeroed heap memory. Released
-// (event recorded, or memory freed) when destroyed, after the launch.
+// (event recorded, or memory freed) when destroyed, after the launch, with the launch's device
+// still current. Not for launches under CUDA graph capture (the pool records and queries
+// events, and a captured launch would keep its regions for every replay): untested there.
 class LaunchResources {
  public:
   LaunchResources() = default;
@@ -115,6 +117,7 @@ class LaunchResources {
   std::vector<Item> items_;
   Stream stream_ = nullptr;
   unsigned long long stream_id_ = 0;  // cudaStreamGetId of stream_; 0: unknown
+  int device_ = 0;                    // CUDA: the device of the pooled regions
 };
 
 // The regions the CUDA pool holds for `device` (free or in use): what a test of the pool's
