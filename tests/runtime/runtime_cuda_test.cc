@@ -253,24 +253,25 @@ TEST_F(CudaLaunch, PooledRegionsFollowTheirStream) {
   ASSERT_CUDA(cudaGetDevice(&device));
   const detail::ResourceRequest requests[] = {{4096, detail::ResourceKind::kWorkspace},
                                               {64, detail::ResourceKind::kSemaphores}};
-  auto acquire = [&](cudaStream_t stream, std::vector<void*>& data) {
+  // The two regions' addresses, {} where acquire_resources failed (the failure is recorded).
+  auto acquire = [&](cudaStream_t stream) -> std::vector<void*> {
     detail::LaunchResources resources;
     Status s = detail::acquire_resources(kAdd, Launch{Backend::kCuda, stream}, requests, resources);
-    ASSERT_TRUE(s.ok()) << s.message();
-    data = {resources.data(0), resources.data(1)};
+    EXPECT_TRUE(s.ok()) << s.message();
+    if (!s.ok()) return {};
+    return {resources.data(0), resources.data(1)};
   };  // released here: a fence recorded on `stream`, behind whatever it has queued
   {
     StreamGate gate(a);
     ASSERT_TRUE(gate.ok());
-    std::vector<void*> first, again, other;
-    acquire(a, first);
+    const std::vector<void*> first = acquire(a);
+    ASSERT_EQ(first.size(), 2u);
     const size_t regions = detail::pooled_regions(device);
-    for (int i = 0; i < 32; ++i) {
-      acquire(a, again);
-      EXPECT_EQ(again, first) << "launch " << i << " on the same stream took other regions";
-    }
+    for (int i = 0; i < 32; ++i)
+      EXPECT_EQ(acquire(a), first) << "launch " << i << " on the same stream took other regions";
     EXPECT_EQ(detail::pooled_regions(device), regions) << "a queue on one stream grew the pool";
-    acquire(b, other);  // a's fence has not passed: the gate holds it
+    const std::vector<void*> other = acquire(b);  // a's fence has not passed: the gate holds it
+    ASSERT_EQ(other.size(), 2u);
     EXPECT_NE(other[0], first[0]) << "stream b got stream a's workspace while a's is in flight";
     EXPECT_NE(other[1], first[1]) << "stream b got stream a's semaphores while a's is in flight";
   }  // the gate opens; a drains
