@@ -8,8 +8,8 @@ or both `pallas_bench --csv` files (pallas.csv: op,dtype,shape,...,us,...). For 
 present in both it prints our time before and after, their ratio (after / before: below 1 is
 faster), and for matmul rows cuBLASLt's before and after, since the peer's own run-to-run
 spread (676..776 TFLOP/s at 8192^3 on the H200 across four runs) bounds what a change shows.
-Where a run timed launches back to back too (its CSV has ours_b2b_ms), the row ends with our
-time over cuBLASLt's that way ("b2b"). Rows in only one file are listed at the end. Example, the nineteenth session's last run
+Where a run timed launches back to back or in a captured graph too (its CSV has ours_b2b_ms,
+ours_graph_ms), the row ends with our time over cuBLASLt's those ways ("b2b", "graph"). Rows in only one file are listed at the end. Example, the nineteenth session's last run
 against a later one:
 
     bench/compare_runs.py bench/results/2026-11-26-h200-run4-final/matmul.csv $OUT/matmul.csv
@@ -42,19 +42,25 @@ def read(path):
     return kind, keyed
 
 
-def back_to_back(old, new):
-    """Ours / cuBLASLt's back-to-back time (the device's, host hidden) where a run has it
-    (pallas_matmul_bench from the twenty-sixth session on): '  b2b 1.21 -> 1.05'."""
-    def ratio(r):
+def device_ratios(old, new):
+    """Ours / cuBLASLt's time back to back and in a captured graph (the device's, host hidden)
+    where a run has them (pallas_matmul_bench from the twenty-sixth and the twenty-eighth
+    session on): '  b2b 1.21 -> 1.05  graph 1.10'."""
+    def ratio(r, ours_key, peer_key):
         try:
-            ours, peer = float(r["ours_b2b_ms"]), float(r["cublaslt_b2b_ms"])
+            ours, peer = float(r[ours_key]), float(r[peer_key])
         except (KeyError, TypeError, ValueError):
             return None
-        return ours / peer if peer > 0 else None
-    before, after = ratio(old), ratio(new)
-    if after is None:
-        return ""
-    return f"  b2b {before:.2f} -> {after:.2f}" if before is not None else f"  b2b {after:.2f}"
+        return ours / peer if peer > 0 and ours == ours else None
+    text = ""
+    for name, ours_key, peer_key in (("b2b", "ours_b2b_ms", "cublaslt_b2b_ms"),
+                                     ("graph", "ours_graph_ms", "cublaslt_graph_ms")):
+        before, after = ratio(old, ours_key, peer_key), ratio(new, ours_key, peer_key)
+        if after is None:
+            continue
+        text += (f"  {name} {before:.2f} -> {after:.2f}" if before is not None
+                 else f"  {name} {after:.2f}")
+    return text
 
 
 def main():
@@ -77,7 +83,7 @@ def main():
             change = ours1 / ours0 if ours0 > 0 else float("nan")
             print(f"{k[0]:<20} {k[1]:>6} {k[2]:>6} {k[3]:>6} {ours0:>8.4f} -> {ours1:<8.4f}"
                   f"{change:>12.2f} {peer0:>8.4f} -> {peer1:<8.4f}"
-                  f" {vs0:>5.2f} -> {vs1:<5.2f}  {n['instance']}{back_to_back(o, n)}")
+                  f" {vs0:>5.2f} -> {vs1:<5.2f}  {n['instance']}{device_ratios(o, n)}")
     else:
         print(f"{'op':<20} {'dtype':<6} {'shape':<22} {'us':>20} {'after/before':>12}  instance "
               f"(after)")

@@ -24,13 +24,16 @@
 // (the same inputs: a wrong kernel is reported, not timed). Weights rotate over enough copies that
 // they are read from HBM, not L2, as in a model. cuBLASLt is loaded at run time (dlopen), so the
 // program runs where the library is missing and says so. Without a device it exits 0.
-// Each product is timed twice: each launch waited for (median_ms: the launch's whole cost, the
+// Each product is timed three ways: each launch waited for (median_ms: the launch's whole cost, the
 // host's part included, as a caller that synchronizes sees it) and launches back to back
 // (back_to_back_ms: the device's time, as a model's stream of launches sees it); a row prints
 // our time over cuBLASLt's for both, the CSV has both times (ours_b2b_ms, cublaslt_b2b_ms),
 // and the host's microseconds a waited launch's call took (ours_host_us, cublaslt_host_us:
 // median_ms's, the call's own cost on the caller's thread). Where the two ratios differ, the
-// difference is in the launch's host path or the gap between kernels.
+// difference is in the launch's host path or the gap between kernels. A third time captures
+// `reps` launches into one CUDA graph and replays it (graph_ms: ours_graph_ms,
+// cublaslt_graph_ms; "graph" in the row): the device's time with no host path at all, as a
+// decode loop that replays a captured step sees it (and a check that our ops capture).
 // A persistent row (the tiles schedule) also says how many programs walked its tiles (in
 // clusters of how many), their K steps and the time of a step (walk_steps): the rate of the
 // main loop, whatever the shape's last round costs.
@@ -187,13 +190,14 @@ class LtProduct {
     lt_.cublasLtMatmulDescDestroy(desc_);
   }
   /// D = A op(B) (+ bias, gelu) (+ C when `c` is given: beta 1).
-  void run(const void* a, const void* b, const void* bias, void* d, const void* c = nullptr) {
+  void run(const void* a, const void* b, const void* bias, void* d, const void* c = nullptr,
+           cudaStream_t stream = nullptr) {
     if (bias)
       CHECK_LT(lt_.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                   sizeof(bias)));
     const float one = 1, zero = 0;
     CHECK_LT(lt_.cublasLtMatmul(lt_.handle, desc_, &one, b, b_, a, a_, c ? &one : &zero, c ? c : d,
-                                d_, d, d_, &algo_.algo, workspace_, workspace_bytes_, nullptr));
+                                d_, d, d_, &algo_.algo, workspace_, workspace_bytes_, stream));
   }
 
  private:
@@ -285,6 +289,8 @@ struct Row {
   double ours_b2b_ms = NAN, peer_b2b_ms = NAN;
   double ours_host_us = NAN, peer_host_us = NAN;  // the launch call's host time (median_ms)
   int64_t batch = 1;                              // products in a batched row
+  // Captured into one CUDA graph (timing.h's graph_ms): the device's time with no host path.
+  double ours_graph_ms = NAN, peer_graph_ms = NAN;
 };
 
 /// A persistent tiles-schedule row's K steps per program: cdiv(T, W) K for T tiles of K steps
@@ -316,7 +322,8 @@ bool open_csv(const std::string& path) {
   if (!csv_file) return false;
   std::fprintf(csv_file,
                "op,m,n,k,ours_ms,cublaslt_ms,ours_tflops,cublaslt_tflops,max_error,instance,grid,"
-               "programs,walk_steps,ours_b2b_ms,cublaslt_b2b_ms,ours_host_us,cublaslt_host_us\n");
+               "programs,walk_steps,ours_b2b_ms,cublaslt_b2b_ms,ours_host_us,cublaslt_host_us,"
+               "ours_graph_ms,cublaslt_graph_ms\n");
   std::fflush(csv_file);
   return true;
 }
@@ -331,14 +338,14 @@ void write_csv(const Row& r) {
   const int64_t steps = attention ? 0 : walk_steps(r.grid[0], r.programs, (r.k + 63) / 64);
   std::fprintf(csv_file,
                "%s,%lld,%lld,%lld,%.5f,%.5f,%.2f,%.2f,%.3g,%s,%lldx%lldx%lld,%lld,%lld,%.5f,%.5f,%."
-               "2f,%.2f\n",
+               "2f,%.2f,%.5f,%.5f\n",
                r.op.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
                static_cast<long long>(r.k), r.ours_ms, r.peer_ms, flop / (r.ours_ms * 1e9),
                flop / (r.peer_ms * 1e9), r.max_error, (r.instance + r.why).c_str(),
                static_cast<long long>(r.grid[0]), static_cast<long long>(r.grid[1]),
                static_cast<long long>(r.grid[2]), static_cast<long long>(r.programs),
                static_cast<long long>(steps), r.ours_b2b_ms, r.peer_b2b_ms, r.ours_host_us,
-               r.peer_host_us);
+               r.peer_host_us, r.ours_graph_ms, r.peer_graph_ms);
   std::fflush(csv_file);
 }
 
@@ -367,6 +374,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   launch.record = &record;
   if (product == Product::kMatmulBtTiles128) launch.max_shared_bytes_per_block = 99 * 1024;
   if (product == Product::kMatmulBtSplitK) launch.max_shared_bytes_per_block = 200 * 1024;
+  bool capturing = false, capture_failed = false;  // graph_ms: a failed call ends the capture
   auto ours = [&](int i) {
     const bfloat16* bw = b[i % sets].data;
     TensorView<const bfloat16, 2> av(a.data, {m, k});
@@ -400,6 +408,10 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
     }
     if (!s.ok()) {
       std::fprintf(stderr, "%s: %s\n", op.c_str(), s.message().c_str());
+      if (capturing) {
+        capture_failed = true;
+        return;
+      }
       std::exit(1);
     }
   };
@@ -411,7 +423,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   auto theirs = [&](int i) {
     peer->run(a.data, b[i % sets].data,
               product == Product::kLinearBiasGelu ? bias[i % sets].data : nullptr, d_peer.data,
-              with_c ? c.data : nullptr);
+              with_c ? c.data : nullptr, launch.stream);
   };
   // Same inputs, then compare: |ours - theirs| <= 2^-6 (|theirs| + 1), bf16 outputs summed in
   // f32 in different orders.
@@ -435,10 +447,24 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   const double peer_ms = peer ? median_ms(theirs, reps, 5, &peer_host_us) : NAN;
   const double ours_b2b_ms = back_to_back_ms(ours, reps);
   const double peer_b2b_ms = peer ? back_to_back_ms(theirs, reps) : NAN;
+  // Captured into graphs on a stream of the bench's own (the legacy stream cannot capture).
+  static const cudaStream_t graph_stream = [] {
+    cudaStream_t stream = nullptr;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    return stream;
+  }();
+  capturing = true;
+  launch.stream = graph_stream;
+  const double ours_graph_ms = graph_ms(ours, reps, graph_stream, capture_failed);
+  capture_failed = false;
+  const double peer_graph_ms = peer ? graph_ms(theirs, reps, graph_stream, capture_failed) : NAN;
+  launch.stream = nullptr;
+  capturing = false;
   const std::string instance = record.instance ? record.instance : "?";
   const std::string why = fallback_text(record);  // a direct twin ran: say why
   rows.push_back({op, m, n, k, ours_ms, peer_ms, max_error, instance, why, record.grid,
-                  record.programs, ours_b2b_ms, peer_b2b_ms, ours_host_us, peer_host_us, batch});
+                  record.programs, ours_b2b_ms, peer_b2b_ms, ours_host_us, peer_host_us, batch,
+                  ours_graph_ms, peer_graph_ms});
   write_csv(rows.back());
   const double flop = 2.0 * batch * m * n * k;
   // A persistent row: its programs (and clusters), their K steps and the time of one.
@@ -453,12 +479,13 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   }
   std::printf(
       "%-18s %6lld %6lld %6lld  ours %8.1f TFLOP/s  cuBLASLt %8.1f TFLOP/s  ours/theirs "
-      "time %.2fx (back to back %.2fx; host %.1f / %.1f us)  %s [%lld, %lld, %lld]%s%s\n",
+      "time %.2fx (back to back %.2fx; graph %.2fx; host %.1f / %.1f us)  %s [%lld, %lld, "
+      "%lld]%s%s\n",
       op.c_str(), static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
       flop / (ours_ms * 1e9), flop / (peer_ms * 1e9), ours_ms / peer_ms, ours_b2b_ms / peer_b2b_ms,
-      ours_host_us, peer_host_us, instance.c_str(), static_cast<long long>(record.grid[0]),
-      static_cast<long long>(record.grid[1]), static_cast<long long>(record.grid[2]), why.c_str(),
-      walk.c_str());
+      ours_graph_ms / peer_graph_ms, ours_host_us, peer_host_us, instance.c_str(),
+      static_cast<long long>(record.grid[0]), static_cast<long long>(record.grid[1]),
+      static_cast<long long>(record.grid[2]), why.c_str(), walk.c_str());
   std::fflush(stdout);
   return true;
 }

@@ -13,6 +13,13 @@
 // the time a launch spends on the host and the gap between kernels are hidden where the kernel
 // outlasts them: the device's time, as a model's stream of launches (or a CUDA graph) sees it.
 // For short kernels the two differ by the launch's own cost.
+//
+// graph_ms(launch, reps, stream): `reps` launches (launch(i) enqueuing on `stream`) captured
+// into one CUDA graph, replayed once untimed, then once between two events: the mean
+// milliseconds a launch. The device's time as a captured model sees it (a decode loop replays
+// one graph a step): no host path at all, only the graph's own gaps between kernels. NaN, the
+// reason on stderr, where a capture step fails; `launch` reports its own failures through
+// `failed` (set true) rather than exiting, since a failed call leaves the capture to end.
 #ifndef PALLAS_BENCH_TIMING_H
 #define PALLAS_BENCH_TIMING_H
 
@@ -22,6 +29,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <vector>
 
@@ -74,6 +83,43 @@ inline double back_to_back_ms(const std::function<void(int)>& launch, int reps) 
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaEventDestroy(start));
   CHECK_CUDA(cudaEventDestroy(stop));
+  return ms / reps;
+}
+
+inline double graph_ms(const std::function<void(int)>& launch, int reps, cudaStream_t stream,
+                       const bool& failed) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  auto give_up = [&](const char* step, cudaError_t e) {
+    std::fprintf(stderr, "graph_ms: %s failed: %s\n", step,
+                 e == cudaSuccess ? "the launch failed" : cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    if (exec) (void)cudaGraphExecDestroy(exec);
+    if (graph) (void)cudaGraphDestroy(graph);
+    return NAN;
+  };
+  if (cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal); e != cudaSuccess)
+    return give_up("cudaStreamBeginCapture", e);
+  for (int i = 0; i < reps && !failed; ++i) launch(i);
+  if (cudaError_t e = cudaStreamEndCapture(stream, &graph); e != cudaSuccess)
+    return give_up("cudaStreamEndCapture", e);
+  if (failed) return give_up("a captured launch", cudaSuccess);
+  if (cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess)
+    return give_up("cudaGraphInstantiate", e);
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  CHECK_CUDA(cudaGraphLaunch(exec, stream));  // untimed: uploads the graph
+  CHECK_CUDA(cudaEventRecord(start, stream));
+  CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  CHECK_CUDA(cudaEventRecord(stop, stream));
+  CHECK_CUDA(cudaEventSynchronize(stop));
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUDA(cudaGraphDestroy(graph));
   return ms / reps;
 }
 

@@ -60,4 +60,22 @@ Status cuda_failure(const char* kernel, const char* call, cudaError_t err) {
                        std::move(message));
 }
 
+cudaError_t zero_device_memory_now(void* ptr, size_t bytes) {
+  cudaStream_t zeroing = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaMemsetAsync(ptr, 0, bytes, zeroing);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(zeroing);
+  if (zeroing != nullptr) (void)cudaStreamDestroy(zeroing);
+  return e;
+}
+
+RelaxedCaptureMode::RelaxedCaptureMode() {
+  exchanged_ = cudaThreadExchangeStreamCaptureMode(&previous_) == cudaSuccess;
+  if (!exchanged_) (void)cudaGetLastError();  // no runtime: the calls that follow fail anyway
+}
+
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  if (exchanged_) (void)cudaThreadExchangeStreamCaptureMode(&previous_);
+}
+
 }  // namespace pallas::detail

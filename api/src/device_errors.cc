@@ -109,15 +109,14 @@ Status device_error_record(const KernelImage& image, int device, void*& record) 
       return Status::Ok();
     }
   // Zeroed on a private stream, waited for at once: launches on any stream see it zero, and
-  // the caller's stream is not synchronized.
+  // the caller's stream is not synchronized. In RelaxedCaptureMode: a kernel's first launch may
+  // be one being captured into a graph, whose replays then write failures here.
+  RelaxedCaptureMode relaxed;
   void* data = nullptr;
-  cudaStream_t zeroing = nullptr;
   cudaError_t e = cudaMalloc(&data, kRecordInts * sizeof(int32_t));
-  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking);
-  if (e == cudaSuccess) e = cudaMemsetAsync(data, 0, kRecordInts * sizeof(int32_t), zeroing);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(zeroing);
-  if (zeroing != nullptr) cudaStreamDestroy(zeroing);
+  if (e == cudaSuccess) e = zero_device_memory_now(data, kRecordInts * sizeof(int32_t));
   if (e != cudaSuccess) {
+    if (data != nullptr) (void)cudaFree(data);
     (void)cudaGetLastError();
     return Status::Error(
         StatusCode::kCudaError,
@@ -150,6 +149,24 @@ Status take_device_errors(Stream stream) {
     return Status::Error(StatusCode::kNoDevice,
                          "take_device_errors: no usable CUDA device: " + detail::cuda_text(e));
   }
+  // Synchronizing a stream that is capturing a graph fails and invalidates the capture.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (e == cudaErrorStreamCaptureImplicit)  // the legacy stream, a blocking one capturing
+      return Status::Error(StatusCode::kInvalidArgument,
+                           "take_device_errors: the legacy default stream cannot be synchronized "
+                           "while a blocking stream is capturing a CUDA graph; call it once the "
+                           "capture has ended");
+    return Status::Error(
+        StatusCode::kCudaError,
+        "take_device_errors: cudaStreamIsCapturing failed: " + detail::cuda_text(e));
+  }
+  if (capture != cudaStreamCaptureStatusNone)
+    return Status::Error(StatusCode::kInvalidArgument,
+                         "take_device_errors: the stream is capturing a CUDA graph, and "
+                         "synchronizing it would break the capture; call it once the graph "
+                         "has run");
   if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
     (void)cudaGetLastError();
     return Status::Error(

@@ -149,12 +149,15 @@ Status no_binary(const KernelImage& image, int device, int sm) {
 }
 
 // Loads (once) the kernel of `cubin` for `device` and raises its dynamic shared memory limit
-// when this image needs more than has been raised so far. Called with the cache locked.
+// when this image needs more than has been raised so far. Called with the cache locked. The
+// one-time calls here and in the occupancy queries below run in RelaxedCaptureMode: a first
+// call of an op under graph capture loads its kernel without breaking the capture.
 Status load_kernel(LoadCache& cache, const KernelImage& image, const Cubin& cubin, int device,
                    const DeviceInfo& info, cudaKernel_t& kernel) {
   const char* name = kernel_name(image);
   LoadedKernel& loaded = cache.kernels[{cubin.data, image.symbol, device}];
   if (loaded.kernel == nullptr) {
+    RelaxedCaptureMode relaxed;
     auto [it, inserted] = cache.libraries.try_emplace(cubin.data, nullptr);
     if (inserted) {
       const cudaError_t err =
@@ -169,6 +172,15 @@ Status load_kernel(LoadCache& cache, const KernelImage& image, const Cubin& cubi
       loaded.kernel = nullptr;
       return cuda_failure(name, "cudaLibraryGetKernel", err);
     }
+    // Loaded on this device now (lazy loading would wait for its first launch, which may be
+    // under capture, outside RelaxedCaptureMode).
+    cudaFuncAttributes attributes{};
+    if (const cudaError_t e =
+            cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(loaded.kernel));
+        e != cudaSuccess) {
+      loaded.kernel = nullptr;
+      return cuda_failure(name, "cudaFuncGetAttributes (loading the kernel)", e);
+    }
   }
   if (image.dynamic_shared_bytes > loaded.shared_bytes_raised) {
     if (image.dynamic_shared_bytes > info.max_shared_optin) {
@@ -178,6 +190,7 @@ Status load_kernel(LoadCache& cache, const KernelImage& image, const Cubin& cubi
               " bytes of dynamic shared memory per program, but " + device_name(device) + " (" +
               arch_name(info.sm, false) + ") allows " + std::to_string(info.max_shared_optin));
     }
+    RelaxedCaptureMode relaxed;
     const cudaError_t err =
         cudaKernelSetAttributeForDevice(loaded.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         image.dynamic_shared_bytes, device);
@@ -194,6 +207,7 @@ Status resident_per_sm(const KernelImage& image, cudaKernel_t kernel, int thread
                        LoadedKernel& loaded) {
   if (loaded.resident_per_sm != 0) return Status::Ok();
   const char* name = kernel_name(image);
+  RelaxedCaptureMode relaxed;
   int per_sm = 0;
   if (const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
           &per_sm, reinterpret_cast<const void*>(kernel), threads,
@@ -321,6 +335,7 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
         query.attrs = &attribute;
         query.numAttrs = 1;
         int clusters = 0;
+        RelaxedCaptureMode relaxed;
         if (const cudaError_t err = cudaOccupancyMaxActiveClusters(
                 &clusters, reinterpret_cast<const void*>(kernel), &query);
             err != cudaSuccess) {

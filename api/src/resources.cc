@@ -6,10 +6,12 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,20 @@ namespace {
 // 1..99 take the same two again, with no event queried and no allocation, so the pool stays
 // at two regions however deep the queue (when every stream waited on events instead, each
 // launch found the earlier regions in flight and allocated two more).
+//
+// A launch captured into a CUDA graph runs whenever the graph is replayed, on whatever stream,
+// with the addresses it was captured with. Its regions therefore belong to the graph: taken
+// only among regions no launch is using (never by the same-stream rule: the graph may replay
+// on another stream while this one still runs), or newly allocated and zeroed at once, and
+// kept out of the pool (Region::graph_owned) until CUDA destroys the graph's user object,
+// which it does once the graph and every instantiation of it are destroyed and their last
+// replays have finished (CUDA C++ Programming Guide, "User Objects"). Nothing is added to the
+// graph: no allocation, memset or event node, so a replay runs the kernels alone, and the
+// graph has none of the limits of graphs with memory nodes. Its copies (instantiations,
+// clones, child-graph nodes) share its regions as they share its operands: like two launches
+// writing one output, two copies must not run at the same time. Worked example: a decoder
+// layer captured once, with two split-K matmuls, holds four regions for the life of its
+// graph; eager calls meanwhile take others.
 
 // An event recorded on a stream after a launch, shared by the regions that launch held: one
 // cudaEventRecord per launch whatever its number of regions. Its event goes back to
@@ -49,6 +65,9 @@ struct Region {
   bool busy = false;
   unsigned long long stream_id = 0;  // the stream of its last launch; 0: none or unknown
   std::shared_ptr<Fence> done;       // recorded after that launch
+  // Held by a captured graph: set while the capturing launch holds the region (busy), cleared
+  // without the lock by the graph's user object's destructor on CUDA's internal thread.
+  std::atomic<bool> graph_owned{false};
 };
 
 std::mutex pool_mutex;
@@ -75,7 +94,8 @@ std::shared_ptr<Fence> record_fence(Stream stream, int device) {
   if (!free.empty()) {
     fence->event = free.back();
     free.pop_back();
-  } else if (cudaEventCreateWithFlags(&fence->event, cudaEventDisableTiming) != cudaSuccess) {
+  } else if (RelaxedCaptureMode relaxed;  // "unsafe" while another stream captures
+             cudaEventCreateWithFlags(&fence->event, cudaEventDisableTiming) != cudaSuccess) {
     (void)cudaGetLastError();
     fence->event = nullptr;
     return nullptr;
@@ -98,23 +118,30 @@ unsigned long long stream_id_of(Stream stream) {
 }
 
 bool fits(const Region& r, int device, uint64_t bytes, bool semaphores) {
-  return r.device == device && r.semaphores == semaphores && !r.busy && r.bytes >= bytes;
+  return r.device == device && r.semaphores == semaphores && !r.busy && r.bytes >= bytes &&
+         !r.graph_owned.load(std::memory_order_acquire);
 }
 
 /// A free region of the pool with room for `bytes` (the stream's own first, then one whose
 /// fence has passed), or a new one. A new semaphore region is zeroed on `stream`, ahead of
 /// the launch that takes it: cudaMemset would run on the legacy default stream, which a
-/// non-blocking stream does not wait for.
+/// non-blocking stream does not wait for. For a launch being captured (`captured`), no region
+/// of the stream's in-flight launches, and a new one is zeroed at once on a private stream:
+/// the graph's replays find it zero, and nothing is captured.
 Status take_region(int device, uint64_t bytes, bool semaphores, Stream stream,
-                   unsigned long long stream_id, const char* kernel, Region*& out) {
+                   unsigned long long stream_id, bool captured, const char* kernel, Region*& out) {
   std::lock_guard<std::mutex> lock(pool_mutex);
   Region* found = nullptr;
-  if (stream_id != 0)
+  if (stream_id != 0 && !captured)
     for (auto& r : pool())
       if (fits(*r, device, bytes, semaphores) && r->stream_id == stream_id) {
         found = r.get();
         break;
       }
+  // Querying events and allocating are "unsafe" calls while a capture in the global mode is
+  // under way (here or on any thread), yet no part of what is captured.
+  std::optional<RelaxedCaptureMode> relaxed;
+  if (!found) relaxed.emplace();
   if (!found)
     for (auto& r : pool()) {
       if (!fits(*r, device, bytes, semaphores)) continue;
@@ -143,8 +170,13 @@ Status take_region(int device, uint64_t bytes, bool semaphores, Stream stream,
                                           : s;
   }
   if (semaphores)
-    if (cudaError_t e = cudaMemsetAsync(r->ptr, 0, r->bytes, stream); e != cudaSuccess) {
-      Status s = cuda_failure(kernel, "cudaMemsetAsync (zeroing semaphores)", e);
+    if (cudaError_t e = captured ? zero_device_memory_now(r->ptr, r->bytes)
+                                 : cudaMemsetAsync(r->ptr, 0, r->bytes, stream);
+        e != cudaSuccess) {
+      Status s = cuda_failure(kernel,
+                              captured ? "zeroing semaphores on a private stream"
+                                       : "cudaMemsetAsync (zeroing semaphores)",
+                              e);
       (void)cudaFree(r->ptr);
       (void)cudaGetLastError();
       return s;
@@ -155,12 +187,56 @@ Status take_region(int device, uint64_t bytes, bool semaphores, Stream stream,
   return Status::Ok();
 }
 
+// The regions of one captured launch, owned by a CUDA user object that the graph holds.
+struct GraphRegions {
+  std::vector<Region*> regions;
+};
+
+// The user object's destructor, on CUDA's internal thread once the graph, its instantiations
+// and their replays are gone: the regions go back to the pool. It must not call CUDA, and
+// does not take pool_mutex (a thread holding it may be inside a CUDA call).
+void release_graph_regions(void* owner) {
+  std::unique_ptr<GraphRegions> owned(static_cast<GraphRegions*>(owner));
+  for (Region* r : owned->regions) r->graph_owned.store(false, std::memory_order_release);
+}
+
+/// Hands `regions` to `graph`, the graph being captured, through a user object that it
+/// holds: no other launch takes them until CUDA destroys that object.
+Status give_to_graph(cudaGraph_t graph, const std::vector<Region*>& regions, const char* kernel) {
+  auto owned = std::make_unique<GraphRegions>(GraphRegions{regions});
+  for (Region* r : regions) r->graph_owned.store(true, std::memory_order_release);
+  cudaUserObject_t object = nullptr;
+  if (cudaError_t e = cudaUserObjectCreate(&object, owned.get(), release_graph_regions, 1,
+                                           cudaUserObjectNoDestructorSync);
+      e != cudaSuccess) {
+    for (Region* r : regions) r->graph_owned.store(false, std::memory_order_release);
+    return cuda_failure(kernel, "cudaUserObjectCreate (the captured graph's workspace)", e);
+  }
+  owned.release();  // the user object's now: release_graph_regions deletes it
+  if (cudaError_t e = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
+      e != cudaSuccess) {
+    Status s =
+        cuda_failure(kernel, "cudaGraphRetainUserObject (the captured graph's workspace)", e);
+    (void)cudaUserObjectRelease(object, 1);  // its destructor frees the regions again
+    (void)cudaGetLastError();
+    return s;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 size_t pooled_regions(int device) {
   std::lock_guard<std::mutex> lock(pool_mutex);
   size_t n = 0;
   for (auto& r : pool()) n += r->device == device;
+  return n;
+}
+
+size_t graph_owned_regions(int device) {
+  std::lock_guard<std::mutex> lock(pool_mutex);
+  size_t n = 0;
+  for (auto& r : pool()) n += r->device == device && r->graph_owned.load(std::memory_order_acquire);
   return n;
 }
 
@@ -174,6 +250,15 @@ LaunchResources::~LaunchResources() {
   for (Item& item : items_)
     if (item.pool_region) regions.push_back(static_cast<Region*>(item.pool_region));
   if (regions.empty()) return;
+  if (captured_) {  // the graph's now (graph_owned), or unused if handing them over failed
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    for (Region* r : regions) {
+      r->done.reset();
+      r->stream_id = 0;
+      r->busy = false;
+    }
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(pool_mutex);
     if (std::shared_ptr<Fence> fence = record_fence(stream_, device_)) {
@@ -201,6 +286,8 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
   const char* name = image.metadata ? image.metadata->name : image.symbol;
   out.stream_ = launch.stream;
   bool stream_known = false;
+  cudaGraph_t capture_graph = nullptr;  // the graph being captured on launch.stream, if any
+  std::vector<Region*> graph_regions;
   for (const ResourceRequest& req : requests) {
     LaunchResources::Item item;
     if (req.bytes == 0) {
@@ -227,27 +314,57 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
       return Status::Error(StatusCode::kNoDevice,
                            std::string(name) + ": no usable CUDA device: " + cuda_text(e));
     }
+    if (!stream_known) {
+      out.stream_id_ = stream_id_of(launch.stream);
+      out.device_ = device;
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      if (cudaError_t e =
+              cudaStreamGetCaptureInfo(launch.stream, &capture, nullptr, &capture_graph);
+          e != cudaSuccess)
+        return cuda_failure(name, "cudaStreamGetCaptureInfo", e);
+      if (capture == cudaStreamCaptureStatusInvalidated)
+        return Status::Error(StatusCode::kCudaError,
+                             std::string(name) +
+                                 ": the stream's graph capture has been invalidated by an "
+                                 "earlier call; end it (cudaStreamEndCapture) and capture again");
+      out.captured_ = capture == cudaStreamCaptureStatusActive;
+      stream_known = true;
+    }
     if (req.kind == ResourceKind::kErrors) {  // one record per kernel and device, kept
+      if (launch.check_device_errors && out.captured_)
+        return Status::Error(StatusCode::kInvalidArgument,
+                             std::string(name) +
+                                 ": Launch::check_device_errors synchronizes the stream, which "
+                                 "is capturing a CUDA graph; capture without it and call "
+                                 "take_device_errors after a replay");
       if (Status s = device_error_record(image, device, item.data); !s.ok()) return s;
       out.items_.push_back(std::move(item));
       continue;
     }
-    if (!stream_known) {
-      out.stream_id_ = stream_id_of(launch.stream);
-      out.device_ = device;
-      stream_known = true;
-    }
     const bool semaphores = req.kind == ResourceKind::kSemaphores;
     Region* region = nullptr;
-    if (Status s =
-            take_region(device, req.bytes, semaphores, launch.stream, out.stream_id_, name, region);
+    if (Status s = take_region(device, req.bytes, semaphores, launch.stream, out.stream_id_,
+                               out.captured_, name, region);
         !s.ok())
       return s;
     item.data = region->ptr;
     item.pool_region = region;
     out.items_.push_back(std::move(item));
+    if (out.captured_) graph_regions.push_back(region);
   }
-  return Status::Ok();
+  if (graph_regions.empty()) return Status::Ok();
+  // The graph handle again: an error elsewhere (another thread's forbidden call) may have
+  // invalidated the capture since it was first asked for.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaError_t e = cudaStreamGetCaptureInfo(launch.stream, &capture, nullptr, &capture_graph);
+      e != cudaSuccess)
+    return cuda_failure(name, "cudaStreamGetCaptureInfo", e);
+  if (capture != cudaStreamCaptureStatusActive)
+    return Status::Error(StatusCode::kCudaError,
+                         std::string(name) +
+                             ": the stream's graph capture ended or was invalidated while its "
+                             "workspace was being allocated");
+  return give_to_graph(capture_graph, graph_regions, name);
 }
 
 }  // namespace pallas::detail

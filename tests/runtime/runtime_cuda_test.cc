@@ -190,10 +190,14 @@ TEST_F(CudaLaunch, BadImageIsCudaError) {
   Status s = launch_kernel(image, args, {1, 1, 1}, Launch{});
   EXPECT_EQ(s.code(), StatusCode::kCudaError);
   // The driver may check the image when it loads the library or, loading lazily (an H200's
-  // 580 driver), when the kernel is looked up: either names the call and the CUDA error.
-  const bool at_load = s.message().rfind("bad_image: cudaLibraryLoadData failed: ", 0) == 0;
-  const bool at_lookup = s.message().rfind("bad_image: cudaLibraryGetKernel failed: ", 0) == 0;
-  EXPECT_TRUE(at_load || at_lookup) << s.message();
+  // 580 driver), when the kernel is looked up or loaded onto the device (cudaFuncGetAttributes,
+  // right after): each names the call and the CUDA error.
+  const std::string& m = s.message();
+  const bool at_load = m.rfind("bad_image: cudaLibraryLoadData failed: ", 0) == 0;
+  const bool at_lookup =
+      m.rfind("bad_image: cudaLibraryGetKernel failed: ", 0) == 0 ||
+      m.rfind("bad_image: cudaFuncGetAttributes (loading the kernel) failed: ", 0) == 0;
+  EXPECT_TRUE(at_load || at_lookup) << m;
   EXPECT_NE(s.message().find("cudaError"), std::string::npos) << s.message();
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // reported through the Status, not left behind
 }
@@ -241,6 +245,19 @@ class StreamGate {
   std::atomic<bool> open_{false};
 };
 
+// A launch's two pooled regions (a workspace, semaphores) on `stream`: their addresses, {}
+// where acquire_resources failed (the failure is recorded). Released on return, as after a
+// launch: a fence recorded on `stream`, behind whatever it has queued (none if capturing).
+std::vector<void*> acquire(cudaStream_t stream) {
+  const detail::ResourceRequest requests[] = {{4096, detail::ResourceKind::kWorkspace},
+                                              {64, detail::ResourceKind::kSemaphores}};
+  detail::LaunchResources resources;
+  Status s = detail::acquire_resources(kAdd, Launch{Backend::kCuda, stream}, requests, resources);
+  EXPECT_TRUE(s.ok()) << s.message();
+  if (!s.ok()) return {};
+  return {resources.data(0), resources.data(1)};
+}
+
 // The pool's regions follow their stream (resources.cc): a stream's next launch takes them
 // again at once, even with the earlier launch still queued (the stream orders the two), so a
 // deep queue does not grow the pool; another stream never gets them while that launch is in
@@ -251,16 +268,6 @@ TEST_F(CudaLaunch, PooledRegionsFollowTheirStream) {
   ASSERT_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
   int device = 0;
   ASSERT_CUDA(cudaGetDevice(&device));
-  const detail::ResourceRequest requests[] = {{4096, detail::ResourceKind::kWorkspace},
-                                              {64, detail::ResourceKind::kSemaphores}};
-  // The two regions' addresses, {} where acquire_resources failed (the failure is recorded).
-  auto acquire = [&](cudaStream_t stream) -> std::vector<void*> {
-    detail::LaunchResources resources;
-    Status s = detail::acquire_resources(kAdd, Launch{Backend::kCuda, stream}, requests, resources);
-    EXPECT_TRUE(s.ok()) << s.message();
-    if (!s.ok()) return {};
-    return {resources.data(0), resources.data(1)};
-  };  // released here: a fence recorded on `stream`, behind whatever it has queued
   {
     StreamGate gate(a);
     ASSERT_TRUE(gate.ok());
@@ -275,6 +282,47 @@ TEST_F(CudaLaunch, PooledRegionsFollowTheirStream) {
     EXPECT_NE(other[0], first[0]) << "stream b got stream a's workspace while a's is in flight";
     EXPECT_NE(other[1], first[1]) << "stream b got stream a's semaphores while a's is in flight";
   }  // the gate opens; a drains
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+}
+
+// A launch captured into a graph runs at every replay, on any stream: it must not take the
+// regions of a launch still in flight on its own stream (the eager same-stream rule would),
+// and what it takes stays the graph's until the graph is destroyed (resources.cc).
+TEST_F(CudaLaunch, CapturedLaunchTakesNoRegionInFlight) {
+  cudaStream_t a = nullptr, b = nullptr;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  int device = 0;
+  ASSERT_CUDA(cudaGetDevice(&device));
+  const size_t owned_before = detail::graph_owned_regions(device);
+  std::vector<void*> eager, captured;
+  cudaGraph_t graph = nullptr;
+  {
+    StreamGate gate(a);
+    ASSERT_TRUE(gate.ok());
+    eager = acquire(a);  // in flight behind the gate
+    ASSERT_EQ(eager.size(), 2u);
+    ASSERT_CUDA(cudaStreamBeginCapture(a, cudaStreamCaptureModeGlobal));
+    captured = acquire(a);
+    ASSERT_CUDA(cudaStreamEndCapture(a, &graph));
+    ASSERT_EQ(captured.size(), 2u);
+    EXPECT_NE(captured[0], eager[0]) << "the capture took a workspace in flight on its stream";
+    EXPECT_NE(captured[1], eager[1]) << "the capture took semaphores in flight on its stream";
+    EXPECT_EQ(detail::graph_owned_regions(device), owned_before + 2);
+  }  // the gate opens; a drains: the eager regions are idle, the graph's still held
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<void*> other = acquire(i % 2 ? a : b);
+    ASSERT_EQ(other.size(), 2u);
+    EXPECT_NE(other[0], captured[0]) << "an eager launch got the graph's workspace";
+    EXPECT_NE(other[1], captured[1]) << "an eager launch got the graph's semaphores";
+  }
+  ASSERT_CUDA(cudaGraphDestroy(graph));
+  // CUDA destroys the graph's user object on its own thread, soon after.
+  for (int wait = 0; wait < 500 && detail::graph_owned_regions(device) > owned_before; ++wait)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(detail::graph_owned_regions(device), owned_before);
+  ASSERT_CUDA(cudaStreamSynchronize(b));
   cudaStreamDestroy(a);
   cudaStreamDestroy(b);
 }

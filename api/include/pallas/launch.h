@@ -64,6 +64,13 @@ struct LaunchRecord {
   const char* fallback_operand = nullptr;
 };
 
+// How to launch a call. On the CUDA backend the call may be captured into a CUDA graph (the
+// stream capturing, in any capture mode, the call its first of that op or not): the graph
+// then owns the call's semaphore and workspace memory, which no other work uses until the
+// graph and its instantiations are destroyed, and its replays read and write the same
+// operands and that memory, as any captured kernel does: two copies of one graph (two
+// instantiations, clones) must not run at the same time. A call whose kernel checks device
+// data (check_device_errors below) refuses that option while capturing.
 struct Launch {
   Backend backend = Backend::kCuda;
   Stream stream = nullptr;  // the legacy default stream when null
@@ -72,7 +79,9 @@ struct Launch {
   // launching, synchronize `stream` and return a failed check as the status, as
   // take_device_errors would. A debugging aid that costs a host round trip; without it the
   // launch never synchronizes and failures wait for take_device_errors. The host and emulator
-  // backends always report failed checks as the launch's status.
+  // backends always report failed checks as the launch's status. On a stream that is capturing
+  // a graph such a call is refused (kInvalidArgument) before anything is captured; capture
+  // without it and call take_device_errors after a replay.
   bool check_device_errors = false;
   // kCuda and kEmulator: at most this many programs per thread-block cluster, for kernels that
   // run in clusters (a persistent grid in clusters, spec.persistent's cluster); 0: as
@@ -98,7 +107,8 @@ struct Launch {
 // report, clearing them: kInvalidArgument naming the kernel, the check and the values of the
 // first program that failed, with how many programs failed; Ok when none did. Launches still
 // running on other streams may record failures after this reads: synchronize them first.
-// Errors of the synchronization itself are kCudaError.
+// Errors of the synchronization itself are kCudaError; a stream that is capturing a CUDA graph
+// is kInvalidArgument (synchronizing it would break the capture): call it after a replay.
 [[nodiscard]] Status take_device_errors(Stream stream = nullptr);
 
 // True when a usable CUDA device exists (cudaGetDeviceCount succeeds and reports at least one).

@@ -97,10 +97,12 @@ const Cubin* select_cubin(std::span<const Cubin> cubins, int device_sm);
 // launch on the same stream (the stream orders them), and for other streams when the launch
 // that held it has completed (one event per launch, recorded on its stream), so launches in
 // flight on different streams never share one, and a stream that queues many launches reuses
-// the same regions. On the host and emulator backends it is zeroed heap memory. Released
-// (event recorded, or memory freed) when destroyed, after the launch, with the launch's device
-// still current. Not for launches under CUDA graph capture (the pool records and queries
-// events, and a captured launch would keep its regions for every replay): untested there.
+// the same regions. A launch captured into a CUDA graph gets regions that no launch is using,
+// and the graph keeps them (a user object it holds) until it and its instantiations are
+// destroyed: its replays use them, nothing else does (so copies of one graph, like two
+// launches writing one output, must not run at the same time). On the host and emulator backends it
+// is zeroed heap memory. Released (event recorded, or memory freed) when destroyed, after the
+// launch, with the launch's device still current.
 class LaunchResources {
  public:
   LaunchResources() = default;
@@ -118,11 +120,15 @@ class LaunchResources {
   Stream stream_ = nullptr;
   unsigned long long stream_id_ = 0;  // cudaStreamGetId of stream_; 0: unknown
   int device_ = 0;                    // CUDA: the device of the pooled regions
+  bool captured_ = false;             // CUDA: the stream is capturing a graph, which owns them
 };
 
 // The regions the CUDA pool holds for `device` (free or in use): what a test of the pool's
 // reuse reads.
 size_t pooled_regions(int device);
+// Those of them that captured graphs hold (given back when CUDA destroys the graph's user
+// object, asynchronously, after the graph and its instantiations are destroyed).
+size_t graph_owned_regions(int device);
 
 enum class ResourceKind {
   kWorkspace,   // uninitialised
