@@ -1,8 +1,11 @@
 // pallas_matmul_bench: the matrix products against cuBLASLt (the toolkit's library) in the
 // same run: TFLOP/s of each, and our time over cuBLASLt's (issue 11's benchmark).
 //
-//   pallas_matmul_bench [--csv FILE] [--reps N] [--quick] [--only OP,M,N,K]...
+//   pallas_matmul_bench [--csv FILE] [--reps N] [--quick] [--pdl] [--only OP,M,N,K]...
 //
+// --pdl launches ours with Launch::programmatic_dependent_launch (each kernel may start while
+// the one before it on the stream finishes; cuBLASLt's launches are unchanged): the back to
+// back and graph times are where it shows.
 // --only runs the rows it names (repeat it for several; e.g. `--only matmul_bt,1,11008,4096`;
 // attention rows: `attention,B*H,SEQ,D`): a profiler (ncu) sees one kernel among few, and a
 // tuning run times a handful of shapes in seconds. A comparison row (`matmul_bt/tiles128`,
@@ -313,6 +316,9 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+/// --pdl: our launches with programmatic stream serialization.
+bool use_pdl = false;
+
 /// The --csv file (null: none), a row written as soon as it is measured: a run cut short (a
 /// time limit) keeps the rows it finished.
 FILE* csv_file = nullptr;
@@ -371,6 +377,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   }
   pallas::LaunchRecord record;
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  launch.programmatic_dependent_launch = use_pdl;
   launch.record = &record;
   if (product == Product::kMatmulBtTiles128) launch.max_shared_bytes_per_block = 99 * 1024;
   if (product == Product::kMatmulBtSplitK) launch.max_shared_bytes_per_block = 200 * 1024;
@@ -500,6 +507,7 @@ void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int
                      std::vector<Row>& rows) {
   pallas::LaunchRecord record;
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
+  launch.programmatic_dependent_launch = use_pdl;
   launch.record = &record;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto view = [&](bfloat16* p) { return TensorView<bfloat16, 4>(p, {batch, heads, seq, d}); };
@@ -544,13 +552,15 @@ int main(int argc, char** argv) {
       csv = argv[++i];
     else if (arg == "--reps" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
       reps = std::atoi(argv[++i]);
+    else if (arg == "--pdl")
+      use_pdl = true;
     else if (arg == "--quick")
       quick = true;
     else if (arg == "--only" && i + 1 < argc)
       only.push_back(argv[++i]);
     else {
       std::fprintf(stderr,
-                   "usage: pallas_matmul_bench [--csv FILE] [--reps N] [--quick] "
+                   "usage: pallas_matmul_bench [--csv FILE] [--reps N] [--quick] [--pdl] "
                    "[--only OP,M,N,K]...\n");
       return 2;
     }

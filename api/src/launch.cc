@@ -264,8 +264,10 @@ Status cuda_persistent_programs(const KernelImage& image, int64_t tiles, int64_t
 }
 
 // `grid` becomes the grid launched (a persistent grid: its programs, not its tiles).
+// `programmatic`: set when launched with programmatic stream serialization.
 Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>& grid,
-                   Stream stream, int cluster) {
+                   const Launch& launch, int cluster, bool& programmatic) {
+  const Stream stream = launch.stream;
   const char* name = kernel_name(image);
   static constexpr const char* kAxisNames[3] = {"x", "y", "z"};
   for (size_t axis = 0; axis < 3; ++axis) {
@@ -306,6 +308,8 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
     DeviceInfo info;
     const Cubin* cubin = nullptr;
     if (Status s = kernel_for_device(cache, image, device, info, cubin, kernel); !s.ok()) return s;
+    programmatic = launch.programmatic_dependent_launch && cubin->waits_for_prerequisite_grids &&
+                   info.sm >= 90;
     if (cubin->threads < 0 || cubin->threads > 1024) {
       return Status::Error(StatusCode::kInvalidArgument,
                            std::string(name) + ": its " +
@@ -382,13 +386,22 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
   config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
   config.dynamicSmemBytes = static_cast<size_t>(image.dynamic_shared_bytes);
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = cluster > 1 ? &attribute : nullptr;
-  config.numAttrs = cluster > 1 ? 1 : 0;
+  cudaLaunchAttribute attributes[2]{};
+  unsigned count = 0;
+  if (cluster > 1) {
+    cudaLaunchAttribute& a = attributes[count++];
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = static_cast<unsigned>(cluster);
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = 1;
+  }
+  if (programmatic) {  // the kernel waits for the one before it (griddepcontrol) itself
+    cudaLaunchAttribute& a = attributes[count++];
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+  }
+  config.attrs = count > 0 ? attributes : nullptr;
+  config.numAttrs = count;
   if (const cudaError_t err =
           cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel), args);
       err != cudaSuccess) {
@@ -524,7 +537,7 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
 /// launch_kernel's launch, its arguments checked: on the backend `launch` names. `grid`
 /// becomes the grid launched (a persistent grid's x: the programs that walk its tiles).
 Status launch_on_backend(const KernelImage& image, void** args, std::array<int64_t, 3>& grid,
-                         const Launch& launch, int cluster, const char* name) {
+                         const Launch& launch, int cluster, const char* name, bool& programmatic) {
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return Status::Ok();
   // A persistent grid's programs walk its grid[0] tiles: as many as run at once (CUDA: the
   // device's count, in launch_cuda), so that each walks several on the emulator too.
@@ -542,7 +555,7 @@ Status launch_on_backend(const KernelImage& image, void** args, std::array<int64
     case Backend::kEmulator:
       return launch_emulated(image, args, grid, launch.emulator, cluster);
     case Backend::kCuda:
-      return launch_cuda(image, args, grid, launch.stream, cluster);
+      return launch_cuda(image, args, grid, launch, cluster, programmatic);
   }
   return Status::Error(
       StatusCode::kUnsupportedBackend,
@@ -618,7 +631,8 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
                           : image.symbol,
                       grid, cluster, image.persistent};
   std::array<int64_t, 3> launched = grid;
-  Status status = launch_on_backend(image, args, launched, launch, cluster, name);
+  Status status =
+      launch_on_backend(image, args, launched, launch, cluster, name, record.programmatic);
   if (image.persistent && grid[0] > 0 && grid[1] > 0 && grid[2] > 0) record.programs = launched[0];
   if (status.ok() && launch.record != nullptr) *launch.record = record;
   return status;

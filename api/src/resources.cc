@@ -21,8 +21,9 @@ namespace {
 
 // The pool's regions are handed out under one lock. A region used by a launch on stream S is
 // free again:
-//  - at once for S's next launch: a stream runs its work in order, so that launch starts only
-//    after the one that used the region has completed (and left its semaphores at zero);
+//  - at once for S's next launch: a stream runs its work in order, so that launch touches
+//    memory only after the one that used the region has completed (and left its semaphores at
+//    zero; with programmatic dependent launch it may start earlier, but waits at its entry);
 //  - for any other stream once S has passed the fence recorded after the launch.
 // Streams are told apart by cudaStreamGetId, unique for the life of the process: a stream
 // destroyed and another created at the same address, or two threads' cudaStreamPerThread,

@@ -914,5 +914,80 @@ INSTANTIATE_TEST_SUITE_P(Backends, MatmulTest,
                          ::testing::Values(Backend::kHost, Backend::kEmulator, Backend::kCuda),
                          backend_name);
 
+// Programmatic dependent launch (Launch::programmatic_dependent_launch): a chain of decode
+// steps through two buffers, each matmul_bt reading what the one before it wrote and writing
+// what the one before it read. A kernel that touched memory before its predecessor finished
+// (no griddepcontrol wait at its entry) would read a half-written input or overwrite one
+// still being read. The chain with the option must equal the same chain without it bit for
+// bit (the same kernels, the split sums in split order), which the first step checks against
+// float64.
+TEST(MatmulCudaPdl, DependentChainEqualsTheSerialOne) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "programmatic dependent launch needs sm_90";
+  constexpr int64_t kM = 16, kN = 4096, kSteps = 8;
+  std::mt19937 rng(fresh_seed());
+  Array<bfloat16> w(Backend::kCuda, kN * kN);
+  w.fill_random(rng, -1.0f / 64, 1.0f / 64);  // a step scales x by ~0.6: 8 stay in range
+  w.upload();
+  std::vector<bfloat16> start(kM * kN);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (bfloat16& v : start) v = bfloat16(dist(rng));
+  // The chain's last output (and the first step's) on `stream`, with or without the option.
+  auto chain = [&](bool pdl, std::vector<bfloat16>& first) -> std::vector<bfloat16> {
+    Array<bfloat16> x(Backend::kCuda, kM * kN), y(Backend::kCuda, kM * kN);
+    x.host() = start;
+    x.upload();
+    cudaStream_t stream = nullptr;
+    EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    Launch launch{Backend::kCuda, stream};
+    launch.programmatic_dependent_launch = pdl;
+    LaunchRecord record;
+    launch.record = &record;
+    for (int64_t step = 0; step < kSteps; ++step) {
+      Array<bfloat16>& in = step % 2 ? y : x;
+      Array<bfloat16>& out = step % 2 ? x : y;
+      const Status s = kernels::matmul_bt(TensorView<const bfloat16, 2>(in.data(), {kM, kN}),
+                                          TensorView<const bfloat16, 2>(w.data(), {kN, kN}),
+                                          TensorView<bfloat16, 2>(out.data(), {kM, kN}), launch);
+      EXPECT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(record.programmatic, pdl) << "step " << step << ": " << record.instance;
+      if (step == 0) {
+        EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        y.download();
+        first = y.host();
+      }
+    }
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaStreamDestroy(stream);
+    Array<bfloat16>& last = kSteps % 2 ? y : x;
+    last.download();
+    return last.host();
+  };
+  std::vector<bfloat16> first_serial, first_pdl;
+  const std::vector<bfloat16> serial = chain(false, first_serial);
+  const std::vector<bfloat16> pdl = chain(true, first_pdl);
+  int misses = 0;
+  for (int64_t i = 0; i < kM && misses < 5; ++i)
+    for (int64_t j = 0; j < kN && misses < 5; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < kN; ++k)
+        acc += to_float(start[i * kN + k]) * double{to_float(w.host()[j * kN + k])};
+      if (!expect_close(first_serial[i * kN + j], acc,
+                        "step 0 d[" + std::to_string(i) + ", " + std::to_string(j) + "]"))
+        ++misses;
+    }
+  for (size_t e = 0; e < serial.size() && misses < 10; ++e)
+    if (std::memcmp(&serial[e], &pdl[e], sizeof(bfloat16)) != 0 ||
+        std::memcmp(&first_serial[e], &first_pdl[e], sizeof(bfloat16)) != 0) {
+      ADD_FAILURE() << "element " << e << ": with programmatic dependent launch "
+                    << to_float(pdl[e]) << " (step 0: " << to_float(first_pdl[e]) << "), without "
+                    << to_float(serial[e]) << " (step 0: " << to_float(first_serial[e]) << ")";
+      ++misses;
+    }
+}
+
 }  // namespace
 }  // namespace pallas::testing

@@ -62,6 +62,9 @@ struct LaunchRecord {
   // (TMA's rules, naming the operand), or "the host backend has no TMA" (no operand).
   const char* fallback = nullptr;
   const char* fallback_operand = nullptr;
+  // CUDA: launched with programmatic stream serialization (Launch::programmatic_dependent_launch
+  // asked, the kernel's cubin waits for its predecessor, the device is sm_90 or newer).
+  bool programmatic = false;
 };
 
 // How to launch a call. On the CUDA backend the call may be captured into a CUDA graph (the
@@ -100,6 +103,15 @@ struct Launch {
   // launch succeeds (an empty grid included: nothing runs then; on CUDA, launched is not yet
   // finished); a call that fails leaves it as it was.
   LaunchRecord* record = nullptr;
+  // kCuda: launch with programmatic stream serialization (programmatic dependent launch, sm_90
+  // and up) where the kernel is written for it (its sm_90a cubin opens with griddepcontrol
+  // wait: today the staged kernels, the matmul family, attention, transpose): it may start
+  // while the kernel before it on the stream is still running, its launch and its programs'
+  // scheduling overlapping that kernel's last wave, and it touches no memory before that
+  // kernel has finished. Results are the same either way; for a stream of dependent launches
+  // (a model's layers, decode steps, also when captured into a graph). Off by default until
+  // measured on a device (bench: pallas_matmul_bench --pdl).
+  bool programmatic_dependent_launch = false;
 };
 
 // Synchronizes `stream`, then reports the checks that failed on the current device (values a

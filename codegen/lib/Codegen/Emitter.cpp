@@ -227,7 +227,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   if (!inst.gpu.empty()) os << "constexpr pallas::detail::Cubin " << name << "_cubins[] = {\n";
   for (const GpuBinary& bin : inst.gpu)
     os << "    {" << bin.sm << ", " << (bin.arch_specific ? "true" : "false") << ", "
-       << cubinSymbol(name, bin.arch) << ", " << bin.cubin.size() << ", " << bin.threads << "},\n";
+       << cubinSymbol(name, bin.arch) << ", " << bin.cubin.size() << ", " << bin.threads << ", "
+       << (bin.waits_for_prerequisite_grids ? "true" : "false") << "},\n";
   if (!inst.gpu.empty()) os << "};\n\n";
   // One launch size for every target: the largest plan (a staged kernel's
   // sm_80 form needs no buffers for its outputs).

@@ -139,8 +139,18 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
   // 1. Blocks -> threads, then everything in the gpu.module to NVVM.
   mlir::PassManager lower(ctx);
   // NVVM ops without an LLVM intrinsic (mbarrier.try_wait.parity) become
-  // inline PTX; the emulator instead rewrites them before this step.
+  // inline PTX; the emulator instead rewrites them before this step. Kernels
+  // compiled for sm_90 and up only (the TMA form) open with griddepcontrol
+  // (programmatic dependent launch); one module for sm_90a and sm_80 (an
+  // elementwise kernel) has no such instruction, which sm_80 lacks.
+  const bool waits = !options.cp_async && !options.archs.empty() &&
+                     llvm::all_of(options.archs, [](const std::string& arch) {
+                       int sm = 0;
+                       bool specific = false;
+                       return parseArch(arch, sm, specific) && sm >= 90;
+                     });
   std::string pipeline = gpuToNVVMPipeline(/*gridConstant=*/true, options.cp_async) +
+                         (waits ? ",pallas-wait-for-prerequisite-grids" : "") +
                          ",gpu.module(convert-nvvm-to-llvm,reconcile-unrealized-casts)";
   {
     llvm::TimeTraceScope scope("Lower to NVVM");
@@ -233,6 +243,7 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
     bin.dynamic_shared_bytes = dynamicSharedBytes;
     bin.shared_bytes += dynamicSharedBytes;
     bin.threads = threads;
+    bin.waits_for_prerequisite_grids = waits;
     binaries.push_back(std::move(bin));
   }
   return true;

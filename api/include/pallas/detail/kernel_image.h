@@ -33,6 +33,10 @@ struct Cubin {
   // The block size this cubin was compiled for (a warp-specialized kernel launches its
   // producer warpgroup only where it copies with TMA); 0: KernelImage::threads.
   int threads = 0;
+  // The kernel opens with griddepcontrol wait (codegen's pallas-wait-for-prerequisite-grids):
+  // it touches no memory before the kernel ahead of it on the stream has finished, so it may
+  // be launched with programmatic stream serialization (Launch::programmatic_dependent_launch).
+  bool waits_for_prerequisite_grids = false;
 };
 
 struct KernelImage {

@@ -40,6 +40,9 @@ struct GpuBinary {
   int shared_bytes = 0;          // static + dynamic shared memory per program
   int dynamic_shared_bytes = 0;  // the kernel's shared-memory plan, passed at launch
   int threads = 0;               // the block size it was compiled for, launched with
+  // Opens with griddepcontrol wait (pallas-wait-for-prerequisite-grids): may be launched
+  // with programmatic stream serialization.
+  bool waits_for_prerequisite_grids = false;
 };
 
 /// The pass pipeline from kernel IR to gpu.modules of NVVM-dialect kernels:

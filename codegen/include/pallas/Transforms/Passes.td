@@ -247,6 +247,34 @@ def PallasMarkTmaDescriptorParams : Pass<"pallas-mark-tma-descriptor-params", "M
   let dependentDialects = ["::mlir::LLVM::LLVMDialect", "::mlir::NVVM::NVVMDialect"];
 }
 
+def PallasWaitForPrerequisiteGrids
+    : Pass<"pallas-wait-for-prerequisite-grids", "ModuleOp"> {
+  let summary = "Open every kernel with griddepcontrol: programmatic dependent launch (sm_90)";
+  let description = [{
+    Runs after the GPU kernels are LLVM functions, on the sm_90 form only
+    (`griddepcontrol` is PTX for sm_90 and up). Each kernel (`nvvm.kernel`)
+    starts with
+
+    ```mlir
+    nvvm.griddepcontrol wait               // the previous kernel on the stream has
+                                           // finished and its writes are visible
+    nvvm.griddepcontrol launch_dependents  // the next may be scheduled
+    ```
+
+    before any other instruction, so before any access to global memory. A
+    kernel launched with programmatic stream serialization (the runtime's
+    `Launch::programmatic_dependent_launch`) may then start while the kernel
+    before it on the stream is still running: its launch and the scheduling
+    of its programs overlap the other's last wave, and it reads and writes
+    nothing until that kernel is done. Launched without it, both are no-ops.
+    The wait comes first, so that whatever this kernel lets start early has to
+    wait for it in turn. The cubin says that it waits
+    (`Cubin::waits_for_prerequisite_grids`): the runtime asks for the overlap
+    only where the kernel is written for it.
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect", "::mlir::NVVM::NVVMDialect"];
+}
+
 def ConvertPallasToLoops : Pass<"convert-pallas-to-loops", "ModuleOp"> {
   let summary = "Lower pallas kernels to sequential CPU loops over the grid and the blocks";
   let description = [{
