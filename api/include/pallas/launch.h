@@ -104,8 +104,8 @@ struct Launch {
   // finished); a call that fails leaves it as it was.
   LaunchRecord* record = nullptr;
   // kCuda: launch with programmatic stream serialization (programmatic dependent launch, sm_90
-  // and up) where the kernel is written for it (its sm_90a cubin opens with griddepcontrol
-  // wait: today the staged kernels, the matmul family, attention, transpose): it may start
+  // and up) where the kernel is written for it (its cubin opens with griddepcontrol wait:
+  // every kernel's sm_90a form, none of the sm_80 forms): it may start
   // while the kernel before it on the stream is still running, its launch and its programs'
   // scheduling overlapping that kernel's last wave, and it touches no memory before that
   // kernel has finished. Results are the same either way; for a stream of dependent launches

@@ -42,6 +42,7 @@
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 
@@ -233,16 +234,28 @@ int codegenMain(int argc, char** argv) {
       return arch.size() < 5 || std::atoi(arch.c_str() + 3) < 90;
     };
     GpuOptions targets = gpu, older = gpu;
-    if (staged) {
+    // A kernel without staged blocks is the same code on every target, but it is lowered once
+    // per arch group all the same: the sm_90 form opens with griddepcontrol (programmatic
+    // dependent launch, GpuPipeline.cpp), which sm_80 has not.
+    const bool both_groups = std::any_of(gpu.archs.begin(), gpu.archs.end(), before90) &&
+                             !std::all_of(gpu.archs.begin(), gpu.archs.end(), before90);
+    if (staged || both_groups) {
       std::erase_if(targets.archs, before90);
       std::erase_if(older.archs, [&](const std::string& a) { return !before90(a); });
-      older.cp_async = true;
+      older.cp_async = staged;
     }
     if (!targets.archs.empty() && !compileForGpu(*gpuModule, targets, inst.gpu, error)) {
       std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";
       return 1;
     }
     inst.sm80_form = staged;
+    if (!staged && both_groups) {
+      mlir::OwningOpRef<mlir::ModuleOp> olderModule(mlir::ModuleOp(*k.module).clone());
+      if (!compileForGpu(*olderModule, older, inst.gpu, error)) {
+        std::cerr << "pallas-codegen: " << k.instance << " (sm_8x): " << error << "\n";
+        return 1;
+      }
+    }
     if (staged && !older.archs.empty()) {
       mlir::OwningOpRef<mlir::ModuleOp> cpAsyncModule(mlir::ModuleOp(*k.module).clone());
       if (!compileForGpu(*cpAsyncModule, older, inst.gpu, error)) {

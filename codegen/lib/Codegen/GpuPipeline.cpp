@@ -140,9 +140,10 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
   mlir::PassManager lower(ctx);
   // NVVM ops without an LLVM intrinsic (mbarrier.try_wait.parity) become
   // inline PTX; the emulator instead rewrites them before this step. Kernels
-  // compiled for sm_90 and up only (the TMA form) open with griddepcontrol
-  // (programmatic dependent launch); one module for sm_90a and sm_80 (an
-  // elementwise kernel) has no such instruction, which sm_80 lacks.
+  // compiled for sm_90 and up only open with griddepcontrol (programmatic
+  // dependent launch); the driver lowers sm_90 and sm_8x targets apart, so a
+  // module that also serves sm_80 (which lacks it) is only one given such mixed
+  // targets explicitly.
   const bool waits = !options.cp_async && !options.archs.empty() &&
                      llvm::all_of(options.archs, [](const std::string& arch) {
                        int sm = 0;

@@ -251,8 +251,9 @@ def PallasWaitForPrerequisiteGrids
     : Pass<"pallas-wait-for-prerequisite-grids", "ModuleOp"> {
   let summary = "Open every kernel with griddepcontrol: programmatic dependent launch (sm_90)";
   let description = [{
-    Runs after the GPU kernels are LLVM functions, on the sm_90 form only
-    (`griddepcontrol` is PTX for sm_90 and up). Each kernel (`nvvm.kernel`)
+    Runs after the GPU kernels are LLVM functions, on the sm_90 forms only
+    (`griddepcontrol` is PTX for sm_90 and up; the driver lowers every kernel
+    once per arch group, sm_90 and sm_8x). Each kernel (`nvvm.kernel`)
     starts with
 
     ```mlir
