@@ -287,8 +287,7 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
   const char* name = image.metadata ? image.metadata->name : image.symbol;
   out.stream_ = launch.stream;
   bool stream_known = false;
-  cudaGraph_t capture_graph = nullptr;  // the graph being captured on launch.stream, if any
-  std::vector<Region*> graph_regions;
+  std::vector<Region*> graph_regions;  // taken for the graph being captured, if any
   for (const ResourceRequest& req : requests) {
     LaunchResources::Item item;
     if (req.bytes == 0) {
@@ -319,9 +318,7 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
       out.stream_id_ = stream_id_of(launch.stream);
       out.device_ = device;
       cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      if (cudaError_t e =
-              cudaStreamGetCaptureInfo(launch.stream, &capture, nullptr, &capture_graph);
-          e != cudaSuccess)
+      if (cudaError_t e = cudaStreamGetCaptureInfo(launch.stream, &capture); e != cudaSuccess)
         return cuda_failure(name, "cudaStreamGetCaptureInfo", e);
       if (capture == cudaStreamCaptureStatusInvalidated)
         return Status::Error(StatusCode::kCudaError,
@@ -354,9 +351,10 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
     if (out.captured_) graph_regions.push_back(region);
   }
   if (graph_regions.empty()) return Status::Ok();
-  // The graph handle again: an error elsewhere (another thread's forbidden call) may have
-  // invalidated the capture since it was first asked for.
+  // The graph, asked for now: an error elsewhere (another thread's forbidden call) may have
+  // invalidated the capture since its status was read.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaGraph_t capture_graph = nullptr;
   if (cudaError_t e = cudaStreamGetCaptureInfo(launch.stream, &capture, nullptr, &capture_graph);
       e != cudaSuccess)
     return cuda_failure(name, "cudaStreamGetCaptureInfo", e);
