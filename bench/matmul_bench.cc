@@ -245,9 +245,10 @@ struct Buffer {
 // half the rate). (The 2-CTA clusters' rows, `matmul_bt/1cta`, went with the clusters: an
 // H200 ran every tiles shape faster without them; bench/RESULTS.md.)
 // kMatmulBtSplitK: matmul_bt's four-stage split-K instance where the entry point ran a deep one
-// (decode: 16 rows a tile, twelve stages; splitk_deep: 64 rows, eight), beside it
-// (Launch::max_shared_bytes_per_block 200 KiB: below their 225 and 201 KiB, above the 128 x 256
-// pipeline's 193): the twenty-fifth session added the deep instances without a device.
+// (decode: 16 rows a tile, eleven stages; splitk_deep: 64 rows, seven; both sum a tile's
+// splits in a cluster), beside it (Launch::max_shared_bytes_per_block 200 KiB: below their 219
+// and 213 KiB, above the 128 x 256 pipeline's 193): the twenty-fifth session added the deep
+// instances without a device, the twenty-ninth their cluster sum.
 // kBatchedMatmulBt: batched_matmul_bt on [batch, M, K] x [batch, N, K] (rows
 // `batched_matmul_bt/xB`), against cuBLASLt's strided batch.
 enum class Product {
@@ -484,6 +485,9 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
            std::to_string(static_cast<int>(ours_ms * 1e6 / std::max<int64_t>(steps, 1))) +
            " ns a step";
   }
+  // A split instance whose splits met in thread-block clusters (the deep instances' sum).
+  if (!record.persistent && record.launched_cluster > 1)
+    walk = "  splits summed in clusters of " + std::to_string(record.launched_cluster);
   std::printf(
       "%-18s %6lld %6lld %6lld  ours %8.1f TFLOP/s  cuBLASLt %8.1f TFLOP/s  ours/theirs "
       "time %.2fx (back to back %.2fx; graph %.2fx; host %.1f / %.1f us)  %s [%lld, %lld, "

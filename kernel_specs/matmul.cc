@@ -44,9 +44,11 @@
 //
 // Where the device has room for their pipelines (sm_90) the split instance
 // is a deep one: `decode` with at most 16 rows of D (16 rows of D a tile,
-// twelve stages, one program an SM), `splitk_deep` with more than 64 (split-K's
-// tiles in eight stages); see `decode` below. Their direct twins are
-// split-K's.
+// eleven stages, one program an SM), `splitk_deep` with more (split-K's
+// tiles in seven stages); see `decode` below. They sum a tile's splits in a
+// thread-block cluster of its S programs, through distributed shared memory,
+// instead of through the workspace (see `finish` below). Their direct twins
+// are split-K's.
 //
 // The entry point runs the split instance where its programs fit one wave
 // (fewer than 264 tiles of 128 x 64; S = floor(264 / tiles) where D has at
@@ -109,14 +111,21 @@ constexpr int64_t kTileK = 64;
 /// below).
 constexpr int64_t kWideStages = 4;
 /// The `decode` instance: split-K (D^T = B A^T) with 16 rows of D a tile (wgmma's N of 16) and
-/// 12 stages of 18 KiB (see the stages below).
+/// 11 stages of 18 KiB (see the stages below).
 constexpr int64_t kDecodeRows = 16;
-constexpr int64_t kDecodeStages = 12;
-/// The `splitk_deep` instance: split-K's 64 x 128 tiles in 8 stages of 24 KiB (see the stages
+constexpr int64_t kDecodeStages = 11;
+/// The `splitk_deep` instance: split-K's 64 x 128 tiles in 7 stages of 24 KiB (see the stages
 /// below).
-constexpr int64_t kDeepSplitStages = 8;
-/// ... for D of at least this many rows (two rows of its tiles; measured, see the chooser).
-constexpr int64_t kDeepSplitMinRows = 65;
+constexpr int64_t kDeepSplitStages = 7;
+/// ... for D of at least this many rows (above the decode instance's; see the chooser).
+constexpr int64_t kDeepSplitMinRows = 17;
+/// The deep split instances sum a tile's S partial tiles in a thread-block cluster of its S
+/// programs, through distributed shared memory, where S is at most this (CUDA's portable
+/// cluster size; see `finish` below).
+constexpr int64_t kMaxClusterSplits = 8;
+/// A partial tile's row in shared memory: the accumulator's columns (rows of D) and 8 more
+/// floats, so that the accumulator's 8-byte stores are free of bank conflicts (see `finish`).
+constexpr int64_t kPartRowPad = 8;
 
 /// What the last K step does with the accumulator before D is stored.
 enum class Epilogue {
@@ -239,9 +248,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   bool decode = false;  // the decode instance (its direct twin is split-K's)
   bool deep = false;    // the splitk_deep instance (likewise)
   const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
-  // The deep split instances' stages, the sum's [128, 16] f32 transposition buffer, barriers.
+  // The deep split instances' stages, the sum's [128, 16] f32 transposition buffer, the
+  // partial tile for the cluster's sum ([128, rows + kPartRowPad] f32), barriers.
   auto split_plan_bytes = [](int64_t stages, int64_t rows) {
-    return stages * (128 + rows) * kTileK * 2 + 128 * 16 * 4 + 1024;
+    return stages * (128 + rows) * kTileK * 2 + 128 * 16 * 4 + 128 * (rows + kPartRowPad) * 4 +
+           1024;
   };
   const int64_t kDecodePlanBytes = split_plan_bytes(kDecodeStages, kDecodeRows);
   const int64_t kDeepSplitPlanBytes = split_plan_bytes(kDeepSplitStages, 64);
@@ -258,18 +269,19 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr split_wanted = long_k * fits_one_wave * max(splits, half_idle);
     const DimExpr choose = split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted);
     // Deep split instances where the device holds their pipelines (sm_90's 227 KiB a block):
-    // `decode` for D of at most 16 rows, `splitk_deep` from 65 (see `decode` below).
+    // `decode` for D of at most 16 rows, `splitk_deep` from 17 (see `decode` below).
     auto fits = [](int64_t bytes) {
       return DimExpr(1) - le(KernelSpec::device_shared_bytes(), bytes - 1);
     };
     // One program an SM: splitk_deep only where its 64 x 128 tiles fit one wave of 132 (from
     // 133, S = 1 would run two waves where split-K's four stages run one of two an SM: M = 128,
     // N = 11008, 172 tiles). decode's tiles always do (at most 16832 / 128 columns, above).
-    // And only from kDeepSplitMinRows (65) rows of D: on an H100 (bench/RESULTS.md,
-    // twenty-sixth session) 64 rows, the only count from 17 to 64 the bench times, ran 2..7 %
-    // slower in eight stages than in four (one row of tiles: every B byte from DRAM once; 64 x
-    // 11008 x 4096 in 3 of 3 rounds), 128 and 256 rows 3..4 % faster on average (within the
-    // rounds' spread, but in 4 of 5 shapes).
+    // From kDeepSplitMinRows (17) rows of D, where the decode instance ends: the deep
+    // instances sum their splits in a cluster (`finish` below), which the four-stage split-K
+    // (sm_80, small shared memories) does not. Eight stages against four at 64 rows, before
+    // the cluster sum: on an H100 (twenty-sixth session) 2..7 % slower, on an H200
+    // (twenty-seventh) equal within 1 % but 6..8 % faster at 64 x 11008 x 4096 [N, K] (bench/
+    // RESULTS.md); 128 and 256 rows 3..4 % faster on the H100.
     const DimExpr few_rows = le(m, kDecodeRows);
     const DimExpr deep_rows = DimExpr(1) - le(m, kDeepSplitMinRows - 1);
     const DimExpr deep_one_wave = le(cdiv(m, 64) * cdiv(n, 128), kSmCount);
@@ -285,8 +297,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     deep = option == 4 && !spec.direct();
   }
   const bool split = schedule == Schedule::kSplitK;
-  // The deep split instances keep a multiply in flight across steps (see the stages below).
+  // The deep split instances keep a multiply in flight across steps (see the stages below)
+  // and sum a tile's splits in a cluster (see `finish` below).
   const bool deep_split_pipelined = decode || deep;
+  const bool cluster_sum = decode || deep;
   // Split-K swaps the operands (cuBLAS's decode kernels do): it multiplies D^T = B A^T, so
   // that N, not a decode step's few rows of A, fills wgmma's 64-row side and A's rows are
   // wgmma's narrow N. A tile is 64 rows of D by 128 columns, its accumulator [128, 64]
@@ -303,8 +317,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // tile [128, 16]: wgmma m64n16k16) for D of at most 16 rows, where the device holds its
   // deeper pipeline (sm_90). A stage is 16 KiB of B and 2 KiB of A, not 8 KiB of A of which a
   // decode step's 1..16 rows are all there is (the rest TMA's zero fill, which costs no DRAM
-  // traffic but shared memory), so twelve stages fit in 225 KiB: one program an SM with eleven
-  // steps, 176 KiB of B, in flight, against two programs of three steps (96 KiB) with 64 rows.
+  // traffic but shared memory), so eleven stages fit beside the cluster sum's partial tile
+  // (219 KiB in all): one program an SM with ten steps, 160 KiB of B, in flight, against two
+  // programs of three steps (96 KiB) with 64 rows. (Twelve until the cluster sum.)
   // cuBLASLt's decode kernels keep 8 to 16 stages of one unsplit pipeline per CTA (bench/
   // RESULTS.md, twenty-third session). One program an SM, its splits fill one wave of 132
   // (splits_for), not 264: M = 1, N = K = 4096 runs 32 tiles in 4 splits of 16 steps (128
@@ -312,14 +327,15 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // faster than split-K's four stages at M = 1..16 (16 x 14336 x 4096: 57.0 us against 60.2,
   // three runs); both stayed ~5 us above cuBLASLt at every N (bench/RESULTS.md).
   //
-  // `splitk_deep` is split-K's 64-row instance in eight stages (192 KiB; 201 KiB a block in
-  // all) for D above 64 rows and at most 132 tiles, where split-K runs one program an SM
-  // anyway (splits_for's target of 132) with four stages, 98 KiB of the 227: seven steps (112
-  // KiB of B) in flight instead of three. The same programs and splits. On an H100
-  // (twenty-sixth session) 128 and 256 rows ran 3..4 % faster than in four stages on average,
-  // 64 rows 2..7 % slower (M = 64, N = 11008: 49..53 us against 46; ncu: DRAM 67 % busy against
-  // 70 %, the same 86 programs), hence kDeepSplitMinRows (17..63 rows are not timed; they
-  // take split-K's four stages with 64).
+  // `splitk_deep` is split-K's 64-row instance in seven stages (168 KiB; 213 KiB a block with
+  // the cluster sum's partial tile) for D above 16 rows and at most 132 tiles, where split-K
+  // runs one program an SM anyway (splits_for's target of 132) with four stages, 98 KiB of the
+  // 227: six steps (96 KiB of B) in flight instead of three. The same programs and splits. In
+  // eight stages, before the cluster sum, on an H100 (twenty-sixth session) 128 and 256 rows
+  // ran 3..4 % faster than in four stages on average, 64 rows 2..7 % slower (M = 64, N =
+  // 11008: 49..53 us against 46; ncu: DRAM 67 % busy against 70 %, the same 86 programs); on
+  // an H200 (twenty-seventh) 64 rows equal within 1 %, 6..8 % faster at N = 11008 [N, K].
+  // From 17 rows since the cluster sum (kDeepSplitMinRows): not yet measured.
   // The accumulator's registers decide the tile (no spills on any target;
   // the instance also serves sm_80, whose mma.sync form holds the same
   // accumulator plus a and b fragments):
@@ -352,6 +368,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   std::vector<DimExpr> batch;
   if (form.batched) batch.push_back(spec.dim("batch"));
   const int o = form.batched ? 1 : 0;  // grid axes: [batch,] i, j, k
+  // Split-K's grid axes are s, i, j, k: a tile's splits first, neighbours along CUDA's x (the
+  // deep instances' clusters).
+  const int i_axis = split ? 1 : o, j_axis = split ? 2 : o + 1;
   auto mat = [&](std::vector<DimExpr> dims) {
     dims.insert(dims.begin(), batch.begin(), batch.end());
     return dims;
@@ -360,10 +379,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     if (form.batched) dims.insert(dims.begin(), BlockDim(squeezed));
     return dims;
   };
-  auto tile = [o](int row_axis, int col_axis) {
-    return [=](const ProgramIds& p) {
-      return o ? at(p[0], p[o + row_axis], p[o + col_axis]) : at(p[row_axis], p[col_axis]);
-    };
+  auto tile = [=](const ProgramIds& p) {
+    return o ? at(p[0], p[i_axis], p[j_axis]) : at(p[i_axis], p[j_axis]);
   };
   Operand a = spec.input(names.a, in, mat({m, k}));
   Operand b = spec.input(names.b, in, mat(b_transposed ? std::vector{n, k} : std::vector{k, n}));
@@ -402,8 +419,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   else
     spec.workspace("partials", f32, {DimExpr(0), DimExpr(kTileN)});
   Semaphores arrived = spec.semaphores("arrived", split ? tiles : DimExpr(0));
+  // The deep split instances: this split's partial tile, for its cluster's sum (`finish`).
+  if (cluster_sum) {
+    spec.scratch("part", f32, {kTileN, kTileM + kPartRowPad});
+    spec.cluster_first_axis(kMaxClusterSplits);
+  }
   std::vector<DimExpr> grid = mat({cdiv(m, kTileM), cdiv(n, kTileN), k_steps});
-  if (split) grid = {cdiv(m, kTileM), cdiv(n, kTileN), splits.count, splits.per};
+  if (split) grid = {splits.count, cdiv(m, kTileM), cdiv(n, kTileN), splits.per};
   std::vector<Semantics> semantics(grid.size(), parallel);
   semantics.back() = arbitrary;
   spec.grid(std::move(grid));
@@ -477,9 +499,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // steps (48 KiB of B) ahead instead of two. (Measured on an H200 with the delayed release:
     // 2.46 TB/s at M = 1, N = 11008, where cuBLASLt kept 11 stages of 16 KiB in flight.)
     //
-    // The decode instance (above) keeps twelve stages of 18 KiB: 221184 bytes, 230180 with the
-    // sum's transposition buffer and the barriers (sm_90 allows 232448 a block); splitk_deep
-    // eight of 24 KiB. With that many stages one fewer ahead costs little, and the wait for
+    // The decode instance (above) keeps eleven stages of 18 KiB: 202752 bytes, 224020 with the
+    // sum's transposition buffer, the cluster sum's partial tile and the barriers (sm_90 allows
+    // 232448 a block); splitk_deep seven of 24 KiB (217780 in all). With that many stages one fewer ahead costs
+    // little, and the wait for
     // the multiply did cost: on an H200 (twenty-seventh session, ncu, M = 1, N = 11008: 86
     // programs, 33.2 us, 2.79 TB/s) the consumer warps spent 16 % of their samples at that
     // wait (WARPGROUP.DEPBAR) and 20 % at the full barriers, where cuBLASLt's kernel of the
@@ -494,18 +517,18 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     spec.delay_release(split && !deep_split_pipelined ? 0 : 1);
     spec.warp_specialize({.producer_registers = 40, .consumer_registers = split ? 168 : 232});
   }
-  // Grid axes, after the batch: 0 = i (rows of D), 1 = j (columns), 2 = k;
-  // split-K: 2 = s (the split), 3 = k within it, K step s * per + k.
+  // Grid axes, after the batch: i (rows of D), j (columns), k; split-K: 0 = s (the split),
+  // 1 = i, 2 = j, 3 = k within the split, K step s * per + k.
   const int k_axis = o + (split ? 3 : 2);
   auto k_step = [split, k_axis](const ProgramIds& p) -> Value {
-    return split ? p[2] * num_programs(k_axis) + p[3] : p[k_axis];
+    return split ? p[0] * num_programs(k_axis) + p[3] : p[k_axis];
   };
   auto a_map = [=](const ProgramIds& p) {
-    return o ? at(p[0], p[o], k_step(p)) : at(p[0], k_step(p));
+    return o ? at(p[0], p[i_axis], k_step(p)) : at(p[i_axis], k_step(p));
   };
   auto b_map = [=](const ProgramIds& p) {
-    if (b_transposed) return o ? at(p[0], p[o + 1], k_step(p)) : at(p[1], k_step(p));
-    return o ? at(p[0], k_step(p), p[o + 1]) : at(k_step(p), p[1]);
+    if (b_transposed) return o ? at(p[0], p[j_axis], k_step(p)) : at(p[j_axis], k_step(p));
+    return o ? at(p[0], k_step(p), p[j_axis]) : at(k_step(p), p[j_axis]);
   };
   spec.block(a, blk({Blocked{kTileM}, Blocked{kTileK}}), a_map, InShared{.swizzle = 128});
   // B in two copies (two tiles of rows of B^T; [K, N]: four of 64 columns):
@@ -519,10 +542,10 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   else  // N-major: tiles of one swizzle span (64 elements) of N (split-K: wgmma's a, M-major)
     spec.block(b, blk({Blocked{kTileK}, Blocked{kTileN}}), b_map,
                InShared{.swizzle = 128, .tiling = {kTileK, 64}});
-  if (extra == Extra::kMatrix) spec.block(e, blk({Blocked{kTileM}, Blocked{kTileN}}), tile(0, 1));
+  if (extra == Extra::kMatrix) spec.block(e, blk({Blocked{kTileM}, Blocked{kTileN}}), tile);
   if (extra == Extra::kBiasRow)
-    spec.block(e, {Blocked{kTileN}}, [o](const ProgramIds& p) { return at(p[o + 1]); });
-  spec.block(d, blk({Blocked{kTileM}, Blocked{kTileN}}), tile(0, 1));
+    spec.block(e, {Blocked{kTileN}}, [=](const ProgramIds& p) { return at(p[j_axis]); });
+  spec.block(d, blk({Blocked{kTileM}, Blocked{kTileN}}), tile);
 
   // Rows [r0, r0 + rows) and columns [c0, c0 + cols) of D = epilogue(r),
   // r that part of the product.
@@ -579,12 +602,28 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     for (int64_t c0 = 0; c0 < kTileN; c0 += kEpilogueCols)
       store_part(acc.load({0, c0}, {kTileM, kEpilogueCols}), e, d, 0, kTileM, c0, kEpilogueCols);
   };
-  // Split-K: the tile's product r is complete for this split, whose part is summed by the
-  // split that completes the tile.
-  auto finish = [=](const Ref& acc, const Ref* e, const Ref& d, const Ref* partials) {
+  // Split-K: the tile's product is complete for this split (its accumulator `acc`), whose
+  // part is summed with the tile's other splits' in split order, in one of two ways:
+  //  - through the workspace: every split stores its part there and adds one to the tile's
+  //    semaphore; the split that brings it to S sums the S parts (L2 round trips: the stores
+  //    and their fence, the semaphore, then S loads per slab) and stores the whole tile;
+  //  - in a thread-block cluster of the tile's S splits (the deep instances where S is at
+  //    most 8 and the launch placed the clusters, cluster_size() == S): every split stores its
+  //    part to its shared memory (`part_tile`), the cluster meets, and split r sums pieces r,
+  //    r + S, ... of the tile from the S programs' shared memory (distributed shared memory,
+  //    no L2 round trip) and stores them, then the cluster meets again so that no program
+  //    exits while another reads its part. The tile's epilogue is spread over its S programs'
+  //    SMs instead of run by one. Worked example, M = 64, N = K = 4096 (splitk_deep; 32 tiles
+  //    of 64 x 128, S = 4, 128 programs in 32 clusters of 4): each tile's sum is 4 pieces, its
+  //    slabs of 16 rows of D ([128, 16] of D^T), program r of the cluster sums piece r, four
+  //    loads of 8 KiB, one from each program's shared memory. The decode instance's tile (16
+  //    rows of D, one slab) is 4 pieces of 32 of its columns, one a program for S = 4.
+  // Both sum in split order, so the result does not depend on which path or program ran it.
+  auto finish = [=](const Ref& acc, const Ref* e, const Ref& d, const Ref* partials,
+                    const Ref* part_tile) {
     const int64_t slab = 16;
-    Value tile = program_id(0) * num_programs(1) + program_id(1);
-    Value count = num_programs(2);
+    Value tile = program_id(i_axis) * num_programs(j_axis) + program_id(j_axis);
+    Value count = num_programs(0);
     // This split's part goes to the workspace at `at`; the split that brings the tile's
     // semaphore to S sums every part (sum_parts) and puts the semaphore back to zero for the
     // next launch.
@@ -621,7 +660,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // The sum runs over slabs of 16 rows of D (a decode step's M of 1..16 is one slab), each
     // a [kTileN, 16] slab of D^T's tile (16 of its columns), transposed through shared memory
     // into D's rows for the epilogue.
-    Value rows = d.extent(0) - program_id(0) * index(kTileM);  // of D in this tile, > 0
+    Value rows = d.extent(0) - program_id(i_axis) * index(kTileM);  // of D in this tile, > 0
     // One split (S = 1: a wave of whole tiles, e.g. M = 64, N = 14336: 112 tiles of 64 x 128):
     // the tile is this program's alone, so its epilogue reads the accumulator, as the tiles
     // schedule's does, without the workspace's round trip, 16 columns of D^T at a time,
@@ -632,8 +671,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
           store_rows(transpose(acc.load({0, r0}, {kTileN, slab})), e, d, r0, slab);
         });
     });
-    when(count != index(1), [&] {
-      store_then_last_sums({(tile * count + program_id(2)) * index(kTileN), index(0)}, [&] {
+    auto through_workspace = [&] {
+      store_then_last_sums({(tile * count + program_id(0)) * index(kTileN), index(0)}, [&] {
         for (int64_t r0 = 0; r0 < kTileM; r0 += slab)
           when(index(r0) < rows, [&] {  // a slab with rows of D
             Value sum = sum_splits(
@@ -645,6 +684,41 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
             store_rows(transpose(sum), e, d, r0, slab);
           });
       });
+    };
+    // The cluster's sum: pieces of [piece_n, 16] of D^T's tile (piece q: columns n0 = (q %
+    // pieces_n) piece_n of D, rows r0 = (q / pieces_n) 16), piece q summed by split q % S.
+    // The part is stored in D^T's orientation, kPartRowPad more floats a row: element (n, m)
+    // at float n (kTileM + 8) + m. A half-warp's 8-byte accumulator stores (lanes 4 r + c:
+    // row n = r of 0..3, columns m = 2 c, 2 c + 1) start at float r (kTileM + 8) + 2 c: with
+    // rows of 24 or 72 floats (24 r or 8 r mod 32) the four rows take four distinct groups of
+    // 8 banks, where rows of 16 or 64 floats (0 mod 16) would put rows 0 and 2 on the same.
+    auto in_cluster = [&] {
+      part_tile->store(acc.load(), {0, 0});
+      cluster_barrier();  // every split's part stored
+      const int64_t piece_n = kTileM == kDecodeRows ? 32 : kTileN;
+      const int64_t pieces_n = kTileN / piece_n;
+      Value me = program_id(0);
+      for (int64_t q = 0; q < pieces_n * (kTileM / slab); ++q) {
+        const int64_t n0 = (q % pieces_n) * piece_n, r0 = (q / pieces_n) * slab;
+        Value owner = index(q) - index(q) / count * count;  // q mod S
+        when(index(r0) < rows, [&] {                        // a piece with rows of D
+          when(owner == me, [&] {
+            Value sum = sum_splits(
+                [&](const Value& s) {
+                  return part_tile->in_cluster_program(s).load_at({index(n0), index(r0)},
+                                                                  {piece_n, slab});
+                },
+                {piece_n, slab});
+            store_part(transpose(sum), e, d, r0, slab, n0, piece_n);
+          });
+        });
+      }
+      cluster_barrier();  // no split exits while another reads its part
+    };
+    when(count != index(1), [&] {
+      if (!part_tile) return through_workspace();
+      when(cluster_size() == count, in_cluster);
+      when(cluster_size() != count, through_workspace);
     });
   };
 
@@ -683,15 +757,23 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   };
   if (form.batched) {  // no epilogue operand, no split
     spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref) { step(a, b, acc, tile_done(nullptr, d)); });
+  } else if (extra == Extra::kNone && cluster_sum) {
+    spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref partials, Ref part) {
+      step(a, b, acc, [&](const Ref& r) { finish(r, nullptr, d, &partials, &part); });
+    });
   } else if (extra == Extra::kNone) {
     spec.body([=](Ref a, Ref b, Ref d, Ref acc, Ref partials) {
       if (!split) return step(a, b, acc, tile_done(nullptr, d));
-      step(a, b, acc, [&](const Ref& r) { finish(r, nullptr, d, &partials); });
+      step(a, b, acc, [&](const Ref& r) { finish(r, nullptr, d, &partials, nullptr); });
+    });
+  } else if (cluster_sum) {
+    spec.body([=](Ref a, Ref b, Ref e, Ref d, Ref acc, Ref partials, Ref part) {
+      step(a, b, acc, [&](const Ref& r) { finish(r, &e, d, &partials, &part); });
     });
   } else {
     spec.body([=](Ref a, Ref b, Ref e, Ref d, Ref acc, Ref partials) {
       if (!split) return step(a, b, acc, tile_done(&e, d));
-      step(a, b, acc, [&](const Ref& r) { finish(r, &e, d, &partials); });
+      step(a, b, acc, [&](const Ref& r) { finish(r, &e, d, &partials, nullptr); });
     });
   }
 }

@@ -77,10 +77,9 @@ struct LoadedKernel {
   cudaKernel_t kernel = nullptr;
   int shared_bytes_raised = kDefaultDynamicSharedBytes;  // on this device
   int resident_per_sm = 0;  // a persistent grid's programs per SM (0: not asked yet)
-  // Clusters of `cluster_size` CTAs resident at once (cudaOccupancyMaxActiveClusters);
-  // cluster_size 0: not asked yet; resident_clusters 0: none fit (launch without clusters).
-  int cluster_size = 0;
-  int resident_clusters = 0;
+  // Clusters of c CTAs resident at once (cudaOccupancyMaxActiveClusters), by c (2..8): -1
+  // not asked yet, 0 none fit (launch without clusters).
+  std::array<int, 9> resident_clusters = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
   cudaError_t cluster_query_error = cudaSuccess;  // why none fit, when the query failed
 };
 
@@ -263,10 +262,59 @@ Status cuda_persistent_programs(const KernelImage& image, int64_t tiles, int64_t
   return Status::Ok();
 }
 
+// How many clusters of `cluster` programs of `kernel` the device keeps resident at once
+// (cudaOccupancyMaxActiveClusters), asked once per kernel, device and size: `clusters`, 0 when
+// none fit or the query failed for a reason that leaves the context usable.
+Status resident_clusters(const KernelImage& image, cudaKernel_t kernel, int threads, int cluster,
+                         LoadedKernel& loaded, int& clusters) {
+  int& known = loaded.resident_clusters[static_cast<size_t>(cluster)];
+  if (known < 0) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t query{};
+    query.gridDim = dim3(static_cast<unsigned>(cluster), 1, 1);
+    query.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+    query.dynamicSmemBytes = static_cast<size_t>(image.dynamic_shared_bytes);
+    query.attrs = &attribute;
+    query.numAttrs = 1;
+    int fit = 0;
+    RelaxedCaptureMode relaxed;
+    if (const cudaError_t err =
+            cudaOccupancyMaxActiveClusters(&fit, reinterpret_cast<const void*>(kernel), &query);
+        err != cudaSuccess) {
+      if (is_sticky_error(err))
+        return cuda_failure(kernel_name(image), "cudaOccupancyMaxActiveClusters", err);
+      (void)cudaGetLastError();  // not sticky: the launch goes on without clusters
+      fit = 0;
+      loaded.cluster_query_error = err;
+    }
+    known = fit;
+  }
+  clusters = known;
+  return Status::Ok();
+}
+
+void log_without_clusters(const char* name, int cluster, int clusters, const LoadedKernel& loaded,
+                          int64_t programs) {
+  if (!std::getenv("PALLAS_LOG_LAUNCH")) return;
+  std::fprintf(
+      stderr,
+      "pallas: %s: launching without clusters (clusters of %d: %d resident%s%s, "
+      "%lld programs)\n",
+      name, cluster, clusters,
+      loaded.cluster_query_error == cudaSuccess ? "" : "; cudaOccupancyMaxActiveClusters failed: ",
+      loaded.cluster_query_error == cudaSuccess ? "" : cudaGetErrorName(loaded.cluster_query_error),
+      static_cast<long long>(programs));
+}
+
 // `grid` becomes the grid launched (a persistent grid: its programs, not its tiles).
-// `programmatic`: set when launched with programmatic stream serialization.
+// `programmatic`: set when launched with programmatic stream serialization; `launched_cluster`
+// to the programs per cluster launched (1: without clusters).
 Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>& grid,
-                   const Launch& launch, int cluster, bool& programmatic) {
+                   const Launch& launch, int cluster, bool& programmatic, int& launched_cluster) {
   const Stream stream = launch.stream;
   const char* name = kernel_name(image);
   static constexpr const char* kAxisNames[3] = {"x", "y", "z"};
@@ -326,31 +374,11 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
       // Clusters need sm_90 (a form that reads %cluster_*: not the sm_80 cubin) and the
       // device's word on how many fit at once; else clusters of 1.
       if (cluster > 1 && (info.sm < 90 || cubin->sm < 90)) cluster = 1;
-      if (cluster > 1 && loaded.cluster_size != cluster) {
-        cudaLaunchAttribute attribute{};
-        attribute.id = cudaLaunchAttributeClusterDimension;
-        attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
-        attribute.val.clusterDim.y = 1;
-        attribute.val.clusterDim.z = 1;
-        cudaLaunchConfig_t query{};
-        query.gridDim = dim3(static_cast<unsigned>(cluster), 1, 1);
-        query.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
-        query.dynamicSmemBytes = static_cast<size_t>(image.dynamic_shared_bytes);
-        query.attrs = &attribute;
-        query.numAttrs = 1;
-        int clusters = 0;
-        RelaxedCaptureMode relaxed;
-        if (const cudaError_t err = cudaOccupancyMaxActiveClusters(
-                &clusters, reinterpret_cast<const void*>(kernel), &query);
-            err != cudaSuccess) {
-          if (is_sticky_error(err))
-            return cuda_failure(name, "cudaOccupancyMaxActiveClusters", err);
-          (void)cudaGetLastError();  // not sticky: the launch goes on without clusters
-          clusters = 0;
-          loaded.cluster_query_error = err;
-        }
-        loaded.cluster_size = cluster;
-        loaded.resident_clusters = clusters;
+      int clusters = 0;
+      if (cluster > 1) {
+        if (Status s = resident_clusters(image, kernel, threads, cluster, loaded, clusters);
+            !s.ok())
+          return s;
         // Once per kernel: whether clusters cost SMs (a GPC whose SMs do not pair up idles one).
         if (std::getenv("PALLAS_LOG_LAUNCH"))
           std::fprintf(stderr,
@@ -359,26 +387,28 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
                        name, cluster, clusters, clusters * cluster,
                        loaded.resident_per_sm * info.sms, loaded.resident_per_sm, info.sms);
       }
-      if (cluster > 1 && (loaded.resident_clusters < 1 || grid[0] < cluster)) {
-        if (std::getenv("PALLAS_LOG_LAUNCH"))
-          std::fprintf(stderr,
-                       "pallas: %s: launching without clusters (clusters of %d: %d resident%s%s, "
-                       "%lld programs)\n",
-                       name, cluster, loaded.resident_clusters,
-                       loaded.cluster_query_error == cudaSuccess
-                           ? ""
-                           : "; cudaOccupancyMaxActiveClusters failed: ",
-                       loaded.cluster_query_error == cudaSuccess
-                           ? ""
-                           : cudaGetErrorName(loaded.cluster_query_error),
-                       static_cast<long long>(grid[0]));
+      if (cluster > 1 && (clusters < 1 || grid[0] < cluster)) {
+        log_without_clusters(name, cluster, clusters, loaded, grid[0]);
         cluster = 1;
       }
-      if (cluster > 1)
-        grid[0] = std::min<int64_t>(grid[0] / cluster, int64_t{loaded.resident_clusters}) * cluster;
+      if (cluster > 1) grid[0] = std::min<int64_t>(grid[0] / cluster, int64_t{clusters}) * cluster;
+    } else if (cluster > 1) {
+      // Clusters along x (KernelSpec::cluster_first_axis): every cluster of the grid resident at
+      // once (the entry point sized the grid to one wave), else clusters of 1, which the kernel
+      // handles too.
+      LoadedKernel& loaded = cache.kernels[{cubin->data, image.symbol, device}];
+      int clusters = 0;
+      if (info.sm >= 90 && cubin->sm >= 90 && grid[0] % cluster == 0)
+        if (Status s = resident_clusters(image, kernel, threads, cluster, loaded, clusters);
+            !s.ok())
+          return s;
+      if (clusters < grid[0] / cluster * grid[1] * grid[2]) {
+        log_without_clusters(name, cluster, clusters, loaded, grid[0] * grid[1] * grid[2]);
+        cluster = 1;
+      }
     }
   }
-  if (!image.persistent) cluster = 1;  // only persistent walks are written for clusters
+  launched_cluster = cluster;
 
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
@@ -494,7 +524,7 @@ Status launch_host(const KernelImage& image, void** args, std::array<int64_t, 3>
 
 // `grid` becomes the grid launched, as launch_cuda's.
 Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t, 3>& grid,
-                       const EmulatorOptions& options, int cluster) {
+                       const EmulatorOptions& options, int cluster, int& launched_cluster) {
   const char* name = image.metadata ? image.metadata->name : image.symbol;
   if (image.emulator_entry == nullptr || image.metadata == nullptr) {
     return Status::Error(StatusCode::kUnsupportedBackend,
@@ -519,7 +549,10 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
     else
       grid[0] = clusters * cluster;
   }
-  if (!image.persistent) cluster = 1;
+  // Clusters along x (KernelSpec::cluster_first_axis): whole clusters resident at once.
+  if (!image.persistent && (grid[0] % cluster != 0 || options.concurrent_programs < cluster))
+    cluster = 1;
+  launched_cluster = cluster;
   config.cluster = cluster;
   config.args = args;
   config.grid = grid;
@@ -535,9 +568,11 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
 }
 
 /// launch_kernel's launch, its arguments checked: on the backend `launch` names. `grid`
-/// becomes the grid launched (a persistent grid's x: the programs that walk its tiles).
+/// becomes the grid launched (a persistent grid's x: the programs that walk its tiles);
+/// `record` gets how it launched (programmatic, launched_cluster).
 Status launch_on_backend(const KernelImage& image, void** args, std::array<int64_t, 3>& grid,
-                         const Launch& launch, int cluster, const char* name, bool& programmatic) {
+                         const Launch& launch, int cluster, const char* name,
+                         LaunchRecord& record) {
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return Status::Ok();
   // A persistent grid's programs walk its grid[0] tiles: as many as run at once (CUDA: the
   // device's count, in launch_cuda), so that each walks several on the emulator too.
@@ -553,9 +588,10 @@ Status launch_on_backend(const KernelImage& image, void** args, std::array<int64
       }
       return launch_host(image, args, grid);
     case Backend::kEmulator:
-      return launch_emulated(image, args, grid, launch.emulator, cluster);
+      return launch_emulated(image, args, grid, launch.emulator, cluster, record.launched_cluster);
     case Backend::kCuda:
-      return launch_cuda(image, args, grid, launch, cluster, programmatic);
+      return launch_cuda(image, args, grid, launch, cluster, record.programmatic,
+                         record.launched_cluster);
   }
   return Status::Error(
       StatusCode::kUnsupportedBackend,
@@ -585,10 +621,11 @@ Status persistent_programs(const KernelImage& image, int64_t tiles, const Launch
 Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 3> grid,
                      const Launch& launch, int cluster) {
   const char* name = kernel_name(image);
-  if (cluster < 1 || cluster > 8 || (cluster & (cluster - 1)) != 0)
+  if (cluster < 1 || cluster > 8 || (image.persistent && (cluster & (cluster - 1)) != 0))
     return Status::Error(StatusCode::kInvalidArgument,
                          std::string(name) + ": clusters of " + std::to_string(cluster) +
-                             " programs; 1, 2, 4 or 8 (portable sizes that halve to each other)");
+                             " programs; 1 to 8 (CUDA's portable sizes), and for a persistent "
+                             "grid 1, 2, 4 or 8 (sizes that halve to each other)");
   if (launch.max_cluster < 0)
     return Status::Error(StatusCode::kInvalidArgument, std::string(name) +
                                                            ": Launch::max_cluster is " +
@@ -599,8 +636,10 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
                          std::string(name) + ": Launch::max_shared_bytes_per_block is " +
                              std::to_string(launch.max_shared_bytes_per_block) +
                              "; 0 (the device's) or a positive bound");
-  // Halving keeps a size that divides what the entry point checked (the tile rows).
-  while (launch.max_cluster > 0 && cluster > launch.max_cluster) cluster /= 2;
+  // Halving keeps a size that divides what the entry point checked (the tile rows). A cluster
+  // along all of x (KernelSpec::cluster_first_axis) is all of it or nothing.
+  while (image.persistent && launch.max_cluster > 0 && cluster > launch.max_cluster) cluster /= 2;
+  if (!image.persistent && launch.max_cluster > 0 && cluster > launch.max_cluster) cluster = 1;
   if (launch.backend == Backend::kEmulator) {  // options the emulator cannot stand for
     if (launch.emulator.concurrent_programs <= 0)
       return Status::Error(StatusCode::kInvalidArgument,
@@ -631,8 +670,7 @@ Status launch_kernel(const KernelImage& image, void** args, std::array<int64_t, 
                           : image.symbol,
                       grid, cluster, image.persistent};
   std::array<int64_t, 3> launched = grid;
-  Status status =
-      launch_on_backend(image, args, launched, launch, cluster, name, record.programmatic);
+  Status status = launch_on_backend(image, args, launched, launch, cluster, name, record);
   if (image.persistent && grid[0] > 0 && grid[1] > 0 && grid[2] > 0) record.programs = launched[0];
   if (status.ok() && launch.record != nullptr) *launch.record = record;
   return status;

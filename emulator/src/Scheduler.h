@@ -127,6 +127,12 @@ struct ShadowByte {
   /// byte; -1 when a thread wrote it (no layout known). A wgmma descriptor
   /// reading it must use the same swizzle.
   int16_t tma_swizzle = -1;
+  /// Distributed shared memory: 1 + the cluster barrier's generation when a thread of this
+  /// CTA last stored the byte, and when a thread of another CTA of the cluster last loaded it
+  /// (0: never). The other CTA's access and this CTA's store must have a cluster barrier
+  /// between them (its CTA barriers do not order other CTAs).
+  uint32_t write_generation = 0;
+  uint32_t remote_read_generation = 0;
 };
 
 struct Cluster;
@@ -194,6 +200,14 @@ Cta& shared_owner(const void* p, int64_t bytes, const char* what);
 /// Fails when byte `offset` of shared memory is still read by a TMA store
 /// whose bulk group was not waited for; `writer` names what writes it.
 void check_store_done(const Cta& cta, int64_t offset, const std::string& writer);
+/// Fails unless the running thread has waited on barrier.cluster before `what` reaches
+/// another CTA's shared memory: until then the cluster's other CTAs may not have started,
+/// nor initialised their barriers.
+void require_cluster_started(const char* what);
+/// Fails when `what` reaches `cta`, a peer of the running thread's CTA whose threads have all
+/// exited: its shared memory is gone (a barrier.cluster before the exit keeps every CTA of
+/// the cluster until the others are done).
+void require_running(const Cta& cta, const std::string& what);
 /// Fails unless the thread that last stored byte `offset` (if a thread did)
 /// executed fence.proxy.async after it: `reader` (a TMA store, a wgmma
 /// operand) reads it through the async proxy, which may not see the store

@@ -83,6 +83,14 @@ void check_race(Cta& cta, const Thread& t, int64_t offset, int64_t bytes, bool s
            " with no barrier in between");
     };
     if (sh.write_epoch == cta.epoch && sh.writer != me) race(sh.writer, "a store");
+    if (store && cta.cluster) {
+      const uint32_t now = static_cast<uint32_t>(cta.cluster->generation) + 1;
+      if (sh.remote_read_generation == now)
+        fail("distributed shared-memory race at shared offset " + std::to_string(i) +
+             ": a store by this thread and a load by a thread of another program of the "
+             "cluster with no cluster barrier in between");
+      sh.write_generation = now;
+    }
     if (store) {
       if (sh.read_epoch == cta.epoch && sh.reader != me && sh.reader != ShadowByte::kNobody)
         race(sh.reader, "a load");
@@ -126,6 +134,30 @@ Cta& shared_owner(const void* p, int64_t bytes, const char* what) {
        (a >= base ? "shared offset " + std::to_string(a - base) : hex(a)) + ", " +
        std::to_string(bytes) + " bytes) is not inside the " + std::to_string(s.cta->shared_bytes) +
        " bytes of the shared memory of the program or of its cluster's programs");
+}
+
+/// Fails unless the running thread has waited on barrier.cluster before
+/// `what` reaches another CTA's shared memory: until then the cluster's
+/// other CTAs may not have started, nor initialised their barriers.
+void require_cluster_started(const char* what) {
+  if (current().thread->cluster_started) return;
+  fail(std::string(what) +
+       " reaches another CTA of the cluster before this thread waited on barrier.cluster: "
+       "the cluster's CTAs are not known to have started (nor initialised their barriers) "
+       "until then");
+}
+
+/// Fails when `what` reaches `cta`, a peer of the running thread's CTA whose
+/// threads have all exited: its shared memory is gone (a barrier.cluster
+/// before the exit keeps every CTA of the cluster until the others are done).
+void require_running(const Cta& cta, const std::string& what) {
+  if (&cta == current().cta) return;
+  for (const Thread& t : cta.threads)
+    if (t.wait != Wait::kDone) return;
+  fail(what + " reaches block (" + std::to_string(cta.x) + ", " + std::to_string(cta.y) + ", " +
+       std::to_string(cta.z) +
+       ") of the cluster, which has exited: a CTA's shared memory lives until it exits, so "
+       "its cluster meets at barrier.cluster first");
 }
 
 void check_store_done(const Cta& cta, int64_t offset, const std::string& writer) {
@@ -215,6 +247,38 @@ extern "C" void pallas_emu_access(const void* address, int64_t bytes, int64_t al
       check_race(cta, t, static_cast<int64_t>(a - shared), bytes, flags & kAccessStore);
     return;
   }
+  // Another program's shared memory in the thread's cluster (a mapa'd address: distributed
+  // shared memory), loaded only. Only a cluster barrier orders it against the owner's stores.
+  if (cta.cluster)
+    for (Cta* peer : cta.cluster->ctas) {
+      const auto base = reinterpret_cast<uintptr_t>(peer->shared);
+      if (peer == &cta || a < base ||
+          a >= base + static_cast<uint64_t>(peer->shared_bytes + Cta::kSharedGuardBytes))
+        continue;
+      const std::string owner = "block (" + std::to_string(peer->x) + ", " +
+                                std::to_string(peer->y) + ", " + std::to_string(peer->z) + ")";
+      const int64_t offset = static_cast<int64_t>(a - base);
+      if (flags & (kAccessStore | kAccessAtomic))
+        fail("distributed shared-memory store at shared offset " + std::to_string(offset) + " of " +
+             owner + "; the emulator models loads of a peer's shared memory only");
+      if (a + bytes > base + static_cast<uint64_t>(peer->shared_bytes))
+        fail("distributed shared-memory load of " + std::to_string(bytes) +
+             " bytes at shared offset " + std::to_string(offset) + " of " + owner +
+             " runs past its " + std::to_string(peer->shared_bytes) + " bytes of shared memory");
+      require_cluster_started("a distributed shared-memory load");
+      require_running(
+          *peer, "a distributed shared-memory load at shared offset " + std::to_string(offset));
+      const uint32_t now = static_cast<uint32_t>(cta.cluster->generation) + 1;
+      for (int64_t i = offset; i < offset + bytes; ++i) {
+        ShadowByte& sh = peer->shadow[static_cast<size_t>(i)];
+        if (sh.write_generation == now)
+          fail("distributed shared-memory race at shared offset " + std::to_string(i) + " of " +
+               owner + ": a load by this thread and a store by " + thread_name(*peer, sh.writer) +
+               " with no cluster barrier in between");
+        sh.remote_read_generation = now;
+      }
+      return;
+    }
   // The thread's own stack (its local variables).
   if (a >= reinterpret_cast<uintptr_t>(t.stack_low) &&
       a + bytes <= reinterpret_cast<uintptr_t>(t.stack_high))

@@ -59,30 +59,6 @@ MBarrier& barrier_at(Cta& cta, void* p, const char* op) {
   return it->second;
 }
 
-/// Fails unless the running thread has waited on barrier.cluster before
-/// `what` reaches another CTA's shared memory: until then the cluster's
-/// other CTAs may not have started, nor initialised their barriers.
-void require_cluster_started(const char* what) {
-  if (current().thread->cluster_started) return;
-  fail(std::string(what) +
-       " reaches another CTA of the cluster before this thread waited on barrier.cluster: "
-       "the cluster's CTAs are not known to have started (nor initialised their barriers) "
-       "until then");
-}
-
-/// Fails when `what` reaches `cta`, a peer of the running thread's CTA whose
-/// threads have all exited: its shared memory is gone (a barrier.cluster
-/// before the exit keeps every CTA of the cluster until the others are done).
-void require_running(const Cta& cta, const std::string& what) {
-  if (&cta == current().cta) return;
-  for (const Thread& t : cta.threads)
-    if (t.wait != Wait::kDone) return;
-  fail(what + " reaches block (" + std::to_string(cta.x) + ", " + std::to_string(cta.y) + ", " +
-       std::to_string(cta.z) +
-       ") of the cluster, which has exited: a CTA's shared memory lives until it exits, so "
-       "its cluster meets at barrier.cluster first");
-}
-
 /// Completes the phase when its arrivals and transactions are all in.
 void maybe_complete(Cta& cta, int64_t offset, MBarrier& bar) {
   const uint32_t ranks = bar.arrived_ranks;

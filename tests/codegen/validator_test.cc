@@ -560,6 +560,60 @@ TEST(Validator, PersistentGridsHaveOneArbitraryAxis) {
             "rows, whose tiles a cluster splits, and columns); the grid has 1");
 }
 
+// Clusters along grid axis 0 (cluster_first_axis): 2 to 8 programs, axis 0 parallel, not a
+// persistent grid. A cluster peer's view (in_cluster_program) is of a scratch block, takes an
+// index rank and is read-only. kCase: 0 valid, 1 a size of 9, 2 axis 0 arbitrary, 3 persistent,
+// 4 a peer of an input, 5 a store through a peer, 6 an i32 rank.
+template <int kCase>
+void declare_cluster_sum(KernelSpec& spec) {
+  DimExpr m = spec.dim("m");
+  Operand x = spec.input("x", f32, {m, DimExpr(256)});
+  Operand out = spec.output("out", f32, {m, DimExpr(256)});
+  Operand part = spec.scratch("part", f32, {256});
+  (void)part;
+  spec.grid({DimExpr(2), cdiv(m, 2)});
+  spec.dimension_semantics({kCase == 2 ? arbitrary : parallel, kCase == 3 ? arbitrary : parallel});
+  if (kCase == 3) spec.persistent({});
+  spec.cluster_first_axis(kCase == 1 ? 9 : 8);
+  auto row = [](const ProgramIds& p) { return at(p[1] * index(2) + p[0], 0); };
+  spec.block(x, {squeezed, Blocked{256}}, row);
+  spec.block(out, {squeezed, Blocked{256}}, row);
+  spec.body([](Ref x, Ref out, Ref part) {
+    part.store(x.load());
+    cluster_barrier();
+    Value peer = cluster_size() - index(1) - cluster_rank();
+    if (kCase == 4) (void)x.in_cluster_program(peer);
+    if (kCase == 5) part.in_cluster_program(peer).store(x.load());
+    if (kCase == 6) peer = constant(0, i32);
+    out.store(part.in_cluster_program(peer).load());
+    cluster_barrier();
+  });
+}
+
+TEST(Validator, ClustersAlongTheFirstAxisAndPeerViews) {
+  EXPECT_EQ(trace_error("ring", declare_cluster_sum<0>), "<no error>");
+  EXPECT_EQ(trace_error("nine", declare_cluster_sum<1>),
+            "spec 'nine': cluster_first_axis(9): clusters of 2 to 8 programs (8 is CUDA's "
+            "portable cluster size)");
+  EXPECT_EQ(trace_error("loop", declare_cluster_sum<2>),
+            "spec 'loop': cluster_first_axis: grid axis 0 must be parallel (launched as CUDA's "
+            "x, the cluster's axis); it is arbitrary");
+  EXPECT_EQ(trace_error("walk", declare_cluster_sum<3>),
+            "spec 'walk': cluster_first_axis with persistent(); a persistent grid clusters its "
+            "walk (Persistent::cluster)");
+  auto has = [](const std::string& error, const char* text) {
+    return error.find(text) != std::string::npos;
+  };
+  EXPECT_PRED2(has, trace_error("input", declare_cluster_sum<4>),
+               "in_cluster_program of 'x'; a cluster peer's view is of a scratch operand "
+               "(spec.scratch: shared memory), not of an input");
+  EXPECT_PRED2(has, trace_error("store", declare_cluster_sum<5>),
+               "store through a cluster peer's view of 'part' (Ref::in_cluster_program); a "
+               "peer's scratch is read-only");
+  EXPECT_PRED2(has, trace_error("rank", declare_cluster_sum<6>),
+               "in_cluster_program of 'part': the rank must be an index value");
+}
+
 // A stream-K walk runs without clusters; tile_run() needs one; only a
 // workspace's or semaphores' count may read persistent_programs(), and only in
 // a persistent grid.

@@ -492,6 +492,48 @@ PALLAS_KERNEL(pipelined_row_dots) {
   });
 }
 
+// Thread-block clusters along grid axis 0 (KernelSpec::cluster_first_axis): the grid is
+// (4, cdiv(rows, 4)), program (s, i) owns row 4 i + s. Each stores its row to scratch `part`,
+// the cluster meets, each adds the part of the program of the next rank (its peer's scratch,
+// distributed shared memory) to its own row, and the cluster meets again before exiting.
+// In a cluster of one (the host, sm_80, too few resident programs) the next rank is the
+// program itself: out = 2 x. In clusters of 4: out[4 i + s] = x[4 i + s] + x[4 i + (s + 1) % 4].
+// Planted twins each misplace one cluster barrier:
+//   kUnordered       meets before storing its part instead of after: a peer's read races
+//                    the store (with no barrier at all, its mapa would come before the
+//                    cluster is known to have started, which the emulator reports too),
+//   kNoLastBarrier   exits while a peer may still read its part.
+enum class ClusterPlant { kNone, kUnordered, kNoLastBarrier };
+template <ClusterPlant kPlant>
+void cluster_ring_sum(KernelSpec& spec) {
+  DimExpr rows = spec.dim("rows");
+  Operand x = spec.input("x", f32, {rows, DimExpr(256)});
+  Operand out = spec.output("out", f32, {rows, DimExpr(256)});
+  spec.scratch("part", f32, {256});
+  spec.grid({DimExpr(4), cdiv(rows, 4)});
+  spec.cluster_first_axis(4);
+  auto row = [](const ProgramIds& p) { return at(p[1] * index(4) + p[0], 0); };
+  spec.block(x, {squeezed, Blocked{256}}, row);
+  spec.block(out, {squeezed, Blocked{256}}, row);
+  spec.body([](Ref x, Ref out, Ref part) {
+    Value mine = x.load();
+    if (kPlant == ClusterPlant::kUnordered) cluster_barrier();
+    part.store(mine);
+    if (kPlant != ClusterPlant::kUnordered) cluster_barrier();
+    Value next = cluster_rank() + index(1);
+    next = next - next / cluster_size() * cluster_size();  // (rank + 1) mod size
+    out.store(mine + part.in_cluster_program(next).load());
+    if (kPlant != ClusterPlant::kNoLastBarrier) cluster_barrier();
+  });
+}
+PALLAS_KERNEL(cluster_ring_sum) { cluster_ring_sum<ClusterPlant::kNone>(spec); }
+PALLAS_KERNEL(cluster_ring_sum_unordered) {  // planted
+  cluster_ring_sum<ClusterPlant::kUnordered>(spec);
+}
+PALLAS_KERNEL(cluster_ring_sum_nolastbarrier) {  // planted
+  cluster_ring_sum<ClusterPlant::kNoLastBarrier>(spec);
+}
+
 // Hand-written double buffering with explicit copies and barriers (Spec.h's
 // worked example): program j owns the 32-column strip at 32j and walks its
 // [32, 32] row blocks k = 0, 1, ...; block k is copied into buffer k % 2 on

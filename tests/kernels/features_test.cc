@@ -12,6 +12,9 @@
 #include <pallas/kernels/block_stats.h>
 #include <pallas/kernels/chunk_sum_inside.h>
 #include <pallas/kernels/chunk_sum_overpromise.h>
+#include <pallas/kernels/cluster_ring_sum.h>
+#include <pallas/kernels/cluster_ring_sum_nolastbarrier.h>
+#include <pallas/kernels/cluster_ring_sum_unordered.h>
 #include <pallas/kernels/coordinates.h>
 #include <pallas/kernels/dot_n_major_s64.h>
 #include <pallas/kernels/dot_n_major_t64.h>
@@ -701,6 +704,80 @@ TEST_P(FeaturesTest, ExplicitCopiesPlantedBugsFailTheirChecks) {
     Status st = run_explicit(GetParam(), p.compute_capability, sh, x, out, total, p.kernel);
     EXPECT_EQ(st.code(), StatusCode::kEmulatorCheckFailed) << st.message();
     EXPECT_NE(st.message().find(p.message), std::string::npos) << st.message();
+  }
+}
+
+// Clusters along grid axis 0 (cluster_ring_sum, features.cc): each program adds the scratch of
+// the next rank of its cluster (distributed shared memory) to its row. The emulator runs
+// clusters of 4 where it holds 4 programs at once and clusters of one with 3 (out = 2x, as
+// on the host); a row count that leaves the last cluster's programs past the array. Planted
+// twins: a peer read with no cluster barrier between it and the store (the cluster meets
+// before the store), and a program that exits while
+// its peer may still read its scratch (random schedules, so that one exits first).
+template <class Kernel>
+Status run_ring_sum(Backend backend, int concurrent, uint64_t schedule, int64_t rows,
+                    Array<float>& x, Array<float>& out, Kernel kernel, LaunchRecord* record) {
+  Launch launch{backend, nullptr, {.concurrent_programs = concurrent, .schedule_seed = schedule}};
+  launch.record = record;
+  return kernel(TensorView<const float, 2>(x.data(), {rows, 256}),
+                TensorView<float, 2>(out.data(), {rows, 256}), launch);
+}
+
+TEST_P(FeaturesTest, ClusterPeersReadEachOthersScratch) {
+  const Backend backend = GetParam();
+  for (int concurrent : {4, 3}) {
+    for (int64_t rows : {int64_t{8}, int64_t{6}}) {
+      if (backend == Backend::kHost && concurrent == 3) continue;
+      SCOPED_TRACE("rows " + std::to_string(rows) + ", " + std::to_string(concurrent) +
+                   " resident programs");
+      std::mt19937 rng(fresh_seed());
+      Array<float> x(backend, rows * 256), out(backend, rows * 256);
+      x.fill_random(rng, -4, 4);
+      out.poison();
+      x.upload();
+      out.upload();
+      LaunchRecord record;
+      Status st =
+          run_ring_sum(backend, concurrent, 11, rows, x, out, kernels::cluster_ring_sum, &record);
+      ASSERT_TRUE(st.ok()) << st.message();
+      if (backend == Backend::kCuda) continue;  // clusters where the device places them
+      const int cluster = backend == Backend::kEmulator && concurrent >= 4 ? 4 : 1;
+      EXPECT_EQ(record.cluster, 4);
+      EXPECT_EQ(record.launched_cluster, cluster);
+      out.download();
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t peer = r - r % cluster + (r % cluster + 1) % cluster;
+        for (int64_t c = 0; c < 256; ++c) {
+          // A peer past the array (the last cluster's) stored zeros: its block's padding.
+          const float theirs = peer < rows ? x.host()[peer * 256 + c] : 0.0f;
+          ASSERT_EQ(out.host()[r * 256 + c], x.host()[r * 256 + c] + theirs)
+              << "row " << r << " column " << c;
+        }
+      }
+    }
+  }
+  if (backend != Backend::kEmulator) return;
+  struct Plant {
+    const char* name;
+    Status (*kernel)(TensorView<const float, 2>, TensorView<float, 2>, const Launch&);
+    const char* message;
+  };
+  for (Plant p :
+       {Plant{"unordered", kernels::cluster_ring_sum_unordered, "distributed shared-memory race"},
+        Plant{"nolastbarrier", kernels::cluster_ring_sum_nolastbarrier, "which has exited"}}) {
+    SCOPED_TRACE(p.name);
+    bool caught = false;
+    std::string messages;
+    for (uint64_t schedule = 1; schedule <= 8 && !caught; ++schedule) {
+      Array<float> x(backend, 8 * 256), out(backend, 8 * 256);
+      x.upload();
+      out.upload();
+      Status st = run_ring_sum(backend, 4, schedule, 8, x, out, p.kernel, nullptr);
+      caught = st.code() == StatusCode::kEmulatorCheckFailed &&
+               st.message().find(p.message) != std::string::npos;
+      messages += st.message() + "\n";
+    }
+    EXPECT_TRUE(caught) << messages;
   }
 }
 

@@ -208,3 +208,27 @@ func.func @wgmma_mixed_dtypes(%acc: !pallas.ref<128x64xf32>, %a: !pallas.ref<128
   pallas.wgmma %acc, %a, %b {transpose_b} : !pallas.ref<128x64xf32>, !pallas.ref<128x64xbf16>, !pallas.ref<64x64xf16>
   return
 }
+
+// -----
+
+// A cluster peer's view is of a scratch block (shared memory), and read-only.
+func.func @peer_of_an_input(%x: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32} {
+  %c0 = arith.constant 0 : index
+  %xr = pallas.block %x[%c0] {block_shape = array<i64: 256>, squeezed = array<i1: false>} : memref<?xf32> -> !pallas.ref<256xf32>
+  // expected-error @+1 {{views the block of a scratch operand (shared memory), not this ref}}
+  %peer = pallas.cluster_peer %xr, %c0 : !pallas.ref<256xf32>
+  return
+}
+
+// -----
+
+func.func @store_to_a_peer(%x: memref<?xf32>) attributes {pallas.kernel, pallas.grid_rank = 1 : i32} {
+  %c0 = arith.constant 0 : index
+  %part = pallas.scratch : memref<256xf32>
+  %p = pallas.block %part[%c0] {block_shape = array<i64: 256>, squeezed = array<i1: false>} : memref<256xf32> -> !pallas.ref<256xf32>
+  %peer = pallas.cluster_peer %p, %c0 : !pallas.ref<256xf32>
+  %zero = arith.constant dense<0.0> : vector<256xf32>
+  // expected-error @+1 {{stores through a cluster peer's view; a peer's scratch is read-only}}
+  pallas.store %zero, %peer[[0]] : vector<256xf32>, !pallas.ref<256xf32>
+  return
+}

@@ -354,11 +354,13 @@ TEST_P(MatmulTest, EveryEdgeDim) {
 
 // Split-K, the `splitk` instance each non-batched product's entry point
 // picks when D has few tiles and K is long (decode: M of 1..128), and with
-// at most 16 rows of D the `decode` instance (16 rows a tile, 12 stages),
-// with more than 64 `splitk_deep` (8 stages), where the device has the shared memory
+// at most 16 rows of D the `decode` instance (16 rows a tile, 11 stages),
+// with more `splitk_deep` (7 stages), where the device has the shared memory
 // (here sm_90's; sm_80's runs `splitk`): several splits, a last split with fewer K steps (or only
 // steps past K), every epilogue, both orientations of B, the direct twin (a
-// row stride TMA cannot copy), and the sm_80 form.
+// row stride TMA cannot copy), and the sm_80 form. The deep instances sum a tile's splits in
+// a cluster where the emulator's resident programs hold one (S of 2 to 4 here, 5 with five
+// resident), else through the workspace (S = 5 with four): both paths run.
 std::vector<MatmulShape> decode_shapes_for(Backend backend) {
   // {1, 65, 1216}: 19 K steps in 5 splits (both orientations), so the last split's sum
   // takes a whole quad of splits and one with three past the last.
@@ -385,12 +387,18 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     // (read K-major) and [K, N] (read M-major through a transposed view; on sm_80 by
     // ldmatrix.trans).
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600});  // splitk_deep
-    // The deep instances with the emulator's threads in a random order: decode with B [N, K]
-    // and (transposed view) [K, N], splitk_deep.
-    for (bool bt : {true, false})
-      check_product<bfloat16, bfloat16>(backend, {bt}, {1, 65, 1216}, 90, 4, 0, true, 7);
+    // The deep instances with the emulator's threads in a random order: decode with B [N, K],
+    // splitk_deep with B [K, N] (read through a transposed view). {1, 65, 1216}: 5 splits,
+    // summed in a cluster of 5 where five programs are resident (decode's 4 pieces: split 4
+    // sums none); with B [K, N] its row stride (65 bf16) is one TMA cannot copy, so split-K's
+    // direct twin runs (no cluster).
+    for (bool bt : {true, false}) {
+      LaunchRecord record;
+      check_product<bfloat16, bfloat16>(backend, {bt}, {1, 65, 1216}, 90, 5, 0, true, 7, &record);
+      EXPECT_EQ(record.launched_cluster, bt ? 5 : 1) << record.instance;
+    }
     check_product<bfloat16, bfloat16>(backend, {false}, {200, 130, 600}, 90, 4, 0, true, 7);
-    // split-K's four stages on sm_90a (no room for splitk_deep's eight in 200 KiB).
+    // split-K's four stages on sm_90a (no room for splitk_deep's seven in 200 KiB).
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600}, 90, 4, 200 * 1024);
     check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, {200, 130, 600}, 80);
     check_product<half, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, -1.5f},
@@ -398,18 +406,18 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     check_product<bfloat16, bfloat16>(backend, {false}, {200, 130, 600}, 80);  // cp.async form
     // One split (S = 1), finished from the accumulator without the workspace: 17 rows (more
     // than one slab of 16, so one program an SM, 132 on an H100) in 67 tiles of 64 x 128,
-    // 5 K steps (the smallest such shapes; ~20 s of the emulator's time each, the only runs of
-    // this path here).
+    // 5 K steps (the smallest such shapes; ~20 s of the emulator's time each), in the deep
+    // 64-row instance, and split-K's four stages where the deep one does not fit.
     check_product<bfloat16, bfloat16>(backend, {true}, {17, 8576, 320});
-    check_product<half, float>(backend, {false}, {17, 8576, 320});
-    // The same in the deep 64-row instance (from 65 rows): 68 tiles of 64 x 128 in two rows
-    // of tiles, one split of 5 K steps, fewer than its eight stages.
+    check_product<half, float>(backend, {false}, {17, 8576, 320}, 90, 4, 200 * 1024);
+    // The same in two rows of tiles: 68 tiles of 64 x 128, one split of 5 K steps, fewer than
+    // the deep instance's seven stages.
     {
       LaunchRecord deep;
       check_product<bfloat16, bfloat16>(backend, {true}, {65, 4352, 320}, 90, 4, 0, true, 0, &deep);
       ASSERT_NE(deep.instance, nullptr);
       EXPECT_STREQ(deep.instance, "matmul_bt_bf16_bf16_splitk_deep");
-      EXPECT_EQ(deep.grid, (std::array<int64_t, 3>{2, 34, 1}));
+      EXPECT_EQ(deep.grid, (std::array<int64_t, 3>{1, 2, 34}));
     }
     // The decode instance's one split: 16 rows, 67 tiles of 16 x 128 fill one wave of 132
     // programs (one an SM: floor(132 / 67) = 1; split-K's target of 264 for 16 rows would
@@ -418,7 +426,7 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     check_product<bfloat16, bfloat16>(backend, {true}, {16, 8576, 320}, 90, 4, 0, true, 0, &record);
     ASSERT_NE(record.instance, nullptr);
     EXPECT_STREQ(record.instance, "matmul_bt_bf16_bf16_decode");
-    EXPECT_EQ(record.grid, (std::array<int64_t, 3>{1, 67, 1}));
+    EXPECT_EQ(record.grid, (std::array<int64_t, 3>{1, 1, 67}));
   }
 }
 
@@ -428,9 +436,9 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
 // keeps the host's runs cheap): a split instance where its 128 x 64 tiles
 // are fewer than 264 (one wave) with K of at least 5 steps, and either at
 // most 132 of them (it splits) or the tiles schedule fills at most 66 of 132
-// SMs; with at most 16 rows of D the decode instance, with more than 64
-// `splitk_deep`, where the device has their 225 or 201 KiB a block (the host:
-// always; the emulator: sm_90's 227 KiB), else `splitk`.
+// SMs; with at most 16 rows of D the decode instance, with more than 16
+// `splitk_deep`, where the device has their shared memory (219 and 213 KiB a block; the
+// host: always; the emulator: sm_90's 227 KiB), else `splitk`.
 TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
@@ -446,7 +454,7 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   };
   // The split instance the shape's rows ask for where the device has the shared memory.
   auto call = [&](int64_t m, int64_t n, int64_t k) {
-    return m <= 16 ? call_decode(m, n, k) : m <= 64 ? call_splitk(m, n, k) : call_deep(m, n, k);
+    return m <= 16 ? call_decode(m, n, k) : call_deep(m, n, k);
   };
   auto call_tiles = [&](int64_t m, int64_t n, int64_t k) {
     return call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_tiles_argv, m, n, k, launch);
@@ -462,10 +470,10 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   EXPECT_TRUE(call(64, 65, 600).ok());
   EXPECT_TRUE(call(65, 65, 600).ok());
   expect_refused(call_splitk(16, 65, 600), "16 rows on split-K's four stages");
+  expect_refused(call_splitk(17, 65, 600), "17 rows on split-K's four stages");
   expect_refused(call_splitk(65, 65, 600), "65 rows on split-K's four stages");
   expect_refused(call_decode(17, 65, 600), "17 rows on the decode instance");
   expect_refused(call_deep(16, 65, 600), "16 rows on the deep 64-row instance");
-  expect_refused(call_deep(64, 65, 600), "64 rows on the deep 64-row instance");
   // splitk_deep holds one program an SM: 134 of its 64 x 128 tiles (128 x 8576) would run two
   // waves, so split-K's four stages (two programs an SM) take them; 132 (128 x 8448) it takes.
   expect_refused(call_deep(128, 8576, 320), "134 tiles on the deep 64-row instance");
@@ -473,7 +481,7 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   if (backend == Backend::kHost) EXPECT_TRUE(call_splitk(128, 8576, 320).ok());
   if (backend == Backend::kEmulator) {  // sm_80's 163 KiB: no room for the deep pipelines
     const Launch small{backend, nullptr, {.shared_bytes_per_block = 163 * 1024}};
-    for (int64_t m : {16, 65}) {  // the rows each deep instance takes where it fits
+    for (int64_t m : {16, 17, 65}) {  // the rows each deep instance takes where it fits
       EXPECT_TRUE(
           call_matmul_bt_instance(kernels::matmul_bt_bf16_bf16_splitk_argv, m, 65, 600, small)
               .ok());
@@ -530,7 +538,9 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
 // tiles schedule, in clusters of two where the tile rows are even. The host runs each choice's
 // direct twin (64 x 64 tiles, its own splits; the decode instance's is split-K's); the emulator
 // the TMA instance: at most 16 rows the decode instance (one program an SM: one wave of 132),
-// more than 64 the deep 64-row split-K (splitk_deep) where the device has their shared memory.
+// more the deep 64-row split-K (splitk_deep) where the device has their shared memory. Split-K's
+// grid is (splits, tile rows, tile columns); the deep instances ask for the splits of a tile in
+// one cluster (2 to 8 of them), which the emulator runs where its resident programs hold one.
 TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
   const Backend backend = GetParam();
   if (backend == Backend::kCuda) GTEST_SKIP() << "the choice does not depend on the backend";
@@ -544,36 +554,38 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
   };
   const Want wants[] = {
       // 64 tiles, 32 K steps: floor(264 / 64) = 4 splits of 8 steps (one wave of 256).
-      {Backend::kHost, 1, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 64, 4}},
+      {Backend::kHost, 1, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {4, 1, 64}},
       // 17 rows, the same 64 tiles: one wave of 132, floor(132 / 64) = 2 splits of 16 steps.
-      {Backend::kHost, 17, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 64, 2}},
+      {Backend::kHost, 17, 4096, 2048, "matmul_bt_bf16_bf16_splitk_direct", {2, 1, 64}},
       // 133 tiles: one wave of them, S = 1 (the tiles schedule would fill 34 of 132 SMs).
-      {Backend::kHost, 1, 8512, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 133, 1}},
+      {Backend::kHost, 1, 8512, 2048, "matmul_bt_bf16_bf16_splitk_direct", {1, 1, 133}},
       // 32 tiles of 64 x 64, 10 K steps: 3 splits (4, 4 and 2 steps).
-      {Backend::kHost, 256, 512, 640, "matmul_bt_bf16_bf16_splitk_direct", {4, 8, 3}},
+      {Backend::kHost, 256, 512, 640, "matmul_bt_bf16_bf16_splitk_direct", {3, 4, 8}},
       // 128 tiles of 128 x 256 (512 of 64 x 64 in the twin): the tiles schedule.
       {Backend::kHost, 1, 32768, 320, "matmul_bt_bf16_bf16_tiles_direct", {512, 1, 1}},
       // 17 rows, 67 tiles of 64 x 128 (swapped), 5 K steps: one wave of 132 takes one split,
-      // finished from the accumulator (DecodeShapesSplitK checks its result); 17..64 rows
-      // keep split-K's four stages whatever the shared memory.
-      {Backend::kEmulator, 17, 8576, 320, "matmul_bt_bf16_bf16_splitk", {1, 67, 1}},
-      {Backend::kEmulator, 64, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}},
-      // 65 rows, 2 tiles of 64 x 128, 10 K steps: 3 splits, in the deep 64-row instance where
-      // the device has its 201 KiB.
-      {Backend::kEmulator, 65, 65, 600, "matmul_bt_bf16_bf16_splitk_deep", {2, 1, 3}},
-      {Backend::kEmulator, 65, 65, 600, "matmul_bt_bf16_bf16_splitk", {2, 1, 3}, 1, 200 * 1024},
+      // finished from the accumulator (DecodeShapesSplitK checks its result), in the deep
+      // 64-row instance (17 rows and more, where the device has its shared memory).
+      {Backend::kEmulator, 17, 8576, 320, "matmul_bt_bf16_bf16_splitk_deep", {1, 1, 67}},
+      // 64 rows, 1 tile of 64 x 128, 10 K steps: 3 splits, one cluster.
+      {Backend::kEmulator, 64, 65, 600, "matmul_bt_bf16_bf16_splitk_deep", {3, 1, 1}, 3},
+      // 65 rows, 2 tiles of 64 x 128, 10 K steps: 3 splits, two clusters of 3.
+      {Backend::kEmulator, 65, 65, 600, "matmul_bt_bf16_bf16_splitk_deep", {3, 2, 1}, 3},
+      {Backend::kEmulator, 65, 65, 600, "matmul_bt_bf16_bf16_splitk", {3, 2, 1}, 1, 200 * 1024},
       {Backend::kEmulator,
        65,
        65,
        600,
        "matmul_bt_bf16_bf16_splitk",
-       {2, 1, 3},
+       {3, 2, 1},
        1,
        kernels::matmul_bt_bf16_bf16_splitk_deep_metadata().targets[0].shared_bytes - 1},
-      // Swapped (D^T = B A^T): 1 tile of 16 x 128, 10 K steps: 3 splits.
-      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_decode", {1, 1, 3}},
+      // Swapped (D^T = B A^T): 1 tile of 16 x 128, 10 K steps: 3 splits, one cluster.
+      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_decode", {3, 1, 1}, 3},
+      // 1 tile, 40 K steps: 10 splits, more than a cluster holds (8): no clusters.
+      {Backend::kEmulator, 1, 65, 2560, "matmul_bt_bf16_bf16_decode", {10, 1, 1}},
       // sm_80's 163 KiB: no room for the decode pipeline; 1 tile of 64 x 128, 3 splits.
-      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {1, 1, 3}, 1, 163 * 1024},
+      {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_splitk", {3, 1, 1}, 1, 163 * 1024},
       // A byte short of the decode instance's shared memory: the chooser's bound for it is
       // not below what its kernel takes.
       {Backend::kEmulator,
@@ -581,7 +593,7 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
        65,
        600,
        "matmul_bt_bf16_bf16_splitk",
-       {1, 1, 3},
+       {3, 1, 1},
        1,
        kernels::matmul_bt_bf16_bf16_decode_metadata().targets[0].shared_bytes - 1},
       // 4 tiles of 128 x 256 in 2 tile rows: clusters of 2 (sharing B's blocks).
@@ -606,6 +618,11 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
     EXPECT_STREQ(record.instance, w.instance);
     EXPECT_EQ(record.grid, w.grid);
     EXPECT_EQ(record.cluster, w.cluster);
+    // The emulator runs a cluster where its resident programs hold one; the host none.
+    EXPECT_EQ(record.launched_cluster,
+              backend == Backend::kHost || w.cluster > launch.emulator.concurrent_programs
+                  ? 1
+                  : w.cluster);
     EXPECT_EQ(record.persistent, std::string(w.instance).find("tiles") != std::string::npos);
     // The programs that walked the tiles: the host's one, the emulator's resident programs.
     const int64_t programs =

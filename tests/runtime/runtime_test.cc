@@ -760,17 +760,35 @@ TEST_F(LaunchKernel, HostRunsOnePersistentProgram) {
 
 // Clusters (a persistent grid in clusters asks for them): the host runs clusters of one, and a
 // cluster size that is not a portable power of two is an error naming it.
-TEST_F(LaunchKernel, ClustersOnTheHostAreOfOneAndSizesArePortablePowersOfTwo) {
+TEST_F(LaunchKernel, ClustersOnTheHostAreOfOneAndSizesArePortable) {
   KernelImage image = make_image();
   image.persistent = true;
   ASSERT_TRUE(launch_kernel(image, args_, {40, 1, 1}, {Backend::kHost}, 2).ok());
   EXPECT_EQ(g_host_call.grid, (std::array<int64_t, 3>{1, 1, 1}));
+  const std::string sizes =
+      " programs; 1 to 8 (CUDA's portable sizes), and for a persistent grid 1, 2, 4 or 8 (sizes "
+      "that halve to each other)";
   for (int cluster : {0, 3, 16}) {
     Status s = launch_kernel(image, args_, {40, 1, 1}, {Backend::kHost}, cluster);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(s.message(), "add_f32: clusters of " + std::to_string(cluster) +
-                               " programs; 1, 2, 4 or 8 (portable sizes that halve to each other)");
+    EXPECT_EQ(s.message(), "add_f32: clusters of " + std::to_string(cluster) + sizes);
   }
+  // A grid clustered along x (KernelSpec::cluster_first_axis) asks for any size up to 8; the
+  // host runs clusters of one, and says so.
+  image.persistent = false;
+  LaunchRecord record;
+  Launch recorded{Backend::kHost};
+  recorded.record = &record;
+  ASSERT_TRUE(launch_kernel(image, args_, {3, 2, 1}, recorded, 3).ok());
+  EXPECT_EQ(g_host_call.grid, (std::array<int64_t, 3>{3, 2, 1}));
+  EXPECT_EQ(record.cluster, 3);
+  EXPECT_EQ(record.launched_cluster, 1);
+  for (int cluster : {0, 9}) {
+    Status s = launch_kernel(image, args_, {9, 1, 1}, {Backend::kHost}, cluster);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), "add_f32: clusters of " + std::to_string(cluster) + sizes);
+  }
+  image.persistent = true;
   Launch bounded{Backend::kHost};
   bounded.max_cluster = -1;
   Status s = launch_kernel(image, args_, {40, 1, 1}, bounded, 2);

@@ -65,6 +65,9 @@ struct LaunchRecord {
   // CUDA: launched with programmatic stream serialization (Launch::programmatic_dependent_launch
   // asked, the kernel's cubin waits for its predecessor, the device is sm_90 or newer).
   bool programmatic = false;
+  // Programs per cluster launched: `cluster`, or 1 where the backend, device or its room for
+  // clusters ran none (the host, sm_80, too few resident; see kernel_image.h's launch_kernel).
+  int launched_cluster = 1;
 };
 
 // How to launch a call. On the CUDA backend the call may be captured into a CUDA graph (the

@@ -242,7 +242,10 @@ int codegenMain(int argc, char** argv) {
     if (staged || both_groups) {
       std::erase_if(targets.archs, before90);
       std::erase_if(older.archs, [&](const std::string& a) { return !before90(a); });
-      older.cp_async = staged;
+      // The sm_8x lowering of a staged kernel copies with cp.async; it is also the one that
+      // knows sm_80 has no clusters (%cluster_* read as one program), which a kernel clustered
+      // along its first axis needs whether it stages blocks or not.
+      older.cp_async = staged || k.spec->cluster_first_axis_max() > 0;
     }
     if (!targets.archs.empty() && !compileForGpu(*gpuModule, targets, inst.gpu, error)) {
       std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";

@@ -544,6 +544,11 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
     os << "  const int cluster = (" << spec.grid_axes()[parallel[parallel.size() - 2]].to_cpp()
        << ") % " << size << " == 0 ? " << size << " : 1;\n";
     cluster = ", cluster";
+  } else if (const int max = spec.cluster_first_axis_max(); max > 0) {
+    // Clusters along x (KernelSpec::cluster_first_axis): the whole axis, where it fits one.
+    os << "  const int cluster = grid[0] >= 2 && grid[0] <= " << max
+       << " ? static_cast<int>(grid[0]) : 1;\n";
+    cluster = ", cluster";
   }
   if (errors_slot < 0) {
     os << "  return pallas::detail::launch_kernel(" << name << "_image, args, grid, launch"

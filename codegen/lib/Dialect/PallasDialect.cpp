@@ -172,6 +172,15 @@ LogicalResult LoadOp::verify() {
   return success();
 }
 
+LogicalResult ClusterPeerOp::verify() {
+  auto block = getRef().getDefiningOp<BlockOp>();
+  auto scratch = block ? block.getArray().getDefiningOp<ScratchOp>() : ScratchOp();
+  if (!scratch || scratch.getAccumulator())
+    return emitOpError() << "views the block of a scratch operand (shared memory), not "
+                         << (scratch ? "an accumulator (registers)" : "this ref");
+  return success();
+}
+
 TypedAttr LoadOp::getPaddingOrZero() {
   if (auto padding = getPaddingAttr()) return padding;
   return cast<TypedAttr>(Builder(getContext()).getZeroAttr(getResult().getType().getElementType()));
@@ -183,6 +192,8 @@ void LoadOp::getEffects(
 }
 
 LogicalResult StoreOp::verify() {
+  if (getRef().getDefiningOp<ClusterPeerOp>())
+    return emitOpError() << "stores through a cluster peer's view; a peer's scratch is read-only";
   RefType ref = getRef().getType();
   Type value = getValue().getType();
   if (getElementTypeOrSelf(value) != ref.getElementType())

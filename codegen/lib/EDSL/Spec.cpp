@@ -554,6 +554,13 @@ void KernelSpec::persistent(Persistent p) {
   persistent_ = p;
 }
 
+void KernelSpec::cluster_first_axis(int max_programs) {
+  if (max_programs < 2 || max_programs > 8)
+    fail("cluster_first_axis(" + std::to_string(max_programs) +
+         "): clusters of 2 to 8 programs (8 is CUDA's portable cluster size)");
+  cluster_first_axis_max_ = max_programs;
+}
+
 void KernelSpec::delay_release(int steps) {
   if (steps < 0 || steps > 3)
     fail("delay_release(" + std::to_string(steps) + "): a pipeline delays 0 to 3 steps");

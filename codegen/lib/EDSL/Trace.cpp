@@ -71,6 +71,10 @@ mlir::pallas::RefType ref_type(mlir::Value ref) {
 /// The value stored through `s`, after checking that its operand is stored
 /// to (an output or a workspace) and the dtypes agree. Marks the operand stored.
 mlir::Value stored_value(RefState& s, const Value& value) {
+  if (s.peer)
+    fail("store through a cluster peer's view of '" +
+         trace().spec->operands()[static_cast<size_t>(s.operand)].name +
+         "' (Ref::in_cluster_program); a peer's scratch is read-only, store to your own");
   if (s.operand < 0) {  // a run_scoped buffer
     mlir::Value v = unwrap(value);
     if (dtype_of(v.getType()) != s.buffer_dtype)
@@ -119,6 +123,32 @@ Ref Ref::transposed(std::source_location where) const {
   Ref view = *this;
   view.transposed_ = !transposed_;
   return view;
+}
+
+Ref Ref::in_cluster_program(const Value& rank, std::source_location where) const {
+  Located here(where);
+  if (transposed_)
+    fail("in_cluster_program of a transposed view of '" + name() +
+         "'; take the peer's view of the block, then transpose it");
+  RefState& s = ref_state(impl_, operand_);
+  const auto& ops = trace().spec->operands();
+  if (s.peer) fail("in_cluster_program of '" + name() + "', already a cluster peer's view");
+  if (s.operand < 0 || ops[static_cast<size_t>(s.operand)].role != Role::kScratch ||
+      ops[static_cast<size_t>(s.operand)].accumulator)
+    fail("in_cluster_program of '" + name() +
+         "'; a cluster peer's view is of a scratch operand (spec.scratch: shared memory), "
+         "not of an input, output, workspace, accumulator or run_scoped buffer");
+  mlir::Value r = unwrap(rank);
+  if (!r.getType().isIndex())
+    fail("in_cluster_program of '" + name() +
+         "': the rank must be an index value (cluster_rank(), index(n), ...)");
+  mlir::Value peer = mlir::pallas::ClusterPeerOp::create(b(), loc(), s.ref.getType(), s.ref, r);
+  RefState view = s;
+  view.ref = peer;
+  view.peer = true;
+  Trace& t = trace();
+  t.refs.push_back(view);
+  return Ref(&t, static_cast<int>(t.refs.size() - 1));
 }
 
 std::vector<int64_t> Ref::shape() const {
@@ -920,6 +950,18 @@ void trace_body(KernelSpec& spec, mlir::ModuleOp module) {
     spec.fail("the grid has " + std::to_string(launched) +
               " parallel axes; at most 3 are launched (CUDA's x, y, z): mark the others "
               "arbitrary or fold them into one axis");
+  if (const int max = spec.cluster_first_axis_max(); max > 0) {
+    if (spec.persistence())
+      spec.fail(
+          "cluster_first_axis with persistent(); a persistent grid clusters its walk "
+          "(Persistent::cluster)");
+    if (launched_axis.empty() || launched_axis[0] != 0)
+      spec.fail(
+          "cluster_first_axis: grid axis 0 must be parallel (launched as CUDA's x, the "
+          "cluster's axis); it is " +
+          std::string(launched_axis.empty() ? "missing" : "arbitrary"));
+    func->setAttr("pallas.cluster_first_axis", builder.getI64IntegerAttr(max));
+  }
   func->setAttr(mlir::pallas::kGridRankAttrName, builder.getI32IntegerAttr(launched));
   func->setAttr("pallas.threads", builder.getI64IntegerAttr(spec.threads()));
   if (spec.max_registers() != 0 && (spec.max_registers() < 24 || spec.max_registers() > 255))

@@ -34,6 +34,7 @@ struct RefState {
   int operand = -1;         // the operand whose block it is; -1 for a run_scoped buffer
   std::string buffer_name;  // a run_scoped buffer's name and dtype
   DType buffer_dtype = DType::f32;
+  bool peer = false;  // a cluster peer's view (Ref::in_cluster_program): loads only
 };
 
 /// An array of run_scoped barriers (TraceAsync.cpp).

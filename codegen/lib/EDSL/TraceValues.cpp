@@ -396,6 +396,21 @@ Value num_programs(int axis, std::source_location where) {
                                                   b().getI32IntegerAttr(t.launched_axis[axis])));
 }
 
+Value cluster_rank(std::source_location where) {
+  Located here(where);
+  return wrap(mlir::pallas::ClusterRankOp::create(b(), loc(), b().getIndexType()));
+}
+
+Value cluster_size(std::source_location where) {
+  Located here(where);
+  return wrap(mlir::pallas::ClusterSizeOp::create(b(), loc(), b().getIndexType()));
+}
+
+void cluster_barrier(std::source_location where) {
+  Located here(where);
+  mlir::pallas::ClusterBarrierOp::create(b(), loc());
+}
+
 TileRun tile_run(std::source_location where) {
   Located here(where);
   Trace& t = trace();

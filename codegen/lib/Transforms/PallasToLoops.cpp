@@ -113,6 +113,13 @@ class HostLowering {
                arith::ConstantIndexOp::create(b, op->getLoc(), isa<ClusterSizeOp>(op) ? 1 : 0));
       return success();
     }
+    // ... so a cluster barrier is a no-op and a peer's scratch is the program's own (rank 0).
+    if (isa<ClusterBarrierOp>(op)) return success();
+    if (auto peer = dyn_cast<ClusterPeerOp>(op)) {
+      BlockRef own = refs_.at(peer.getRef());  // a copy: inserting may move the map's entries
+      refs_[peer.getResult()] = own;
+      return success();
+    }
     if (auto blk = dyn_cast<BlockOp>(op)) {
       SmallVector<Value> indices;
       for (Value v : blk.getIndices()) indices.push_back(map_.lookup(v));

@@ -85,6 +85,11 @@ const Cubin* select_cubin(std::span<const Cubin> cubins, int device_sm);
 // sm_90 form) EmulatorOptions::concurrent_programs rounded down to whole clusters. Where
 // there are no clusters (the host, sm_8x devices and forms, fewer resident programs than a
 // cluster) it launches clusters of 1, which the kernel handles too (%cluster_nctarank).
+// A kernel clustered along x (KernelSpec::cluster_first_axis; not persistent) asks for clusters
+// of grid[0] programs (1 to 8, any size): on sm_90 devices it gets them where every cluster of
+// the grid is resident at once (cudaOccupancyMaxActiveClusters), on the emulator where
+// EmulatorOptions::concurrent_programs holds one; else clusters of 1. LaunchRecord's
+// launched_cluster says which ran.
 //
 // A grid with an extent of 0 launches nothing and returns Ok; a negative extent is
 // kInvalidArgument. The host backend calls image.host_entry synchronously (the stream is

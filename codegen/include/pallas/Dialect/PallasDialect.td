@@ -95,6 +95,41 @@ def Pallas_ClusterSizeOp : Pallas_Op<"cluster_size", [Pure]> {
   let assemblyFormat = "attr-dict";
 }
 
+def Pallas_ClusterBarrierOp : Pallas_Op<"cluster_barrier"> {
+  let summary = "every program of the thread-block cluster meets here";
+  let description = [{
+    Returns once every thread of every program in the cluster that has not
+    exited has reached it (PTX's `barrier.cluster.arrive` (release) then
+    `barrier.cluster.wait` (acquire)): what a program stored to its scratch
+    before it is visible to its peers' `pallas.cluster_peer` loads after it.
+    In a cluster of one (the host, sm_80, or a launch without clusters) it is
+    the program's own barrier.
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
+def Pallas_ClusterPeerOp : Pallas_Op<"cluster_peer", [Pure, AllTypesMatch<["ref", "result"]>]> {
+  let summary = "a scratch block as another program of the cluster holds it";
+  let description = [{
+    The block `ref` of a scratch operand (shared memory) in the program of
+    rank `rank` of this program's thread-block cluster (distributed shared
+    memory: PTX's `mapa`, then `ld.shared::cluster`). Read-only: loads
+    through it read the peer's buffer, as it stood at the last
+    `pallas.cluster_barrier` both passed. `rank` must be below
+    `pallas.cluster_size`; in a cluster of one it is 0 and the view is the
+    program's own buffer.
+
+    ```mlir
+    %p = pallas.cluster_peer %partials, %rank : !pallas.ref<128x72xf32>
+    %v = pallas.load %p[0, 0][128, 16] plus(%c0, %r0) : !pallas.ref<128x72xf32> -> vector<128x16xf32>
+    ```
+  }];
+  let arguments = (ins Pallas_RefType:$ref, Index:$rank);
+  let results = (outs Pallas_RefType:$result);
+  let assemblyFormat = "$ref `,` $rank attr-dict `:` type($ref)";
+  let hasVerifier = 1;
+}
+
 def Pallas_BlockOp : Pallas_Op<"block", [Pure]> {
   let summary = "the block of an operand selected by block indices";
   let description = [{

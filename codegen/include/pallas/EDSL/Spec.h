@@ -489,6 +489,18 @@ Value iota(std::vector<int64_t> shape, int64_t dimension, DType dtype = i32,
 Value program_id(int axis, std::source_location where = std::source_location::current());
 Value num_programs(int axis, std::source_location where = std::source_location::current());
 
+/// Thread-block clusters (KernelSpec::cluster_first_axis): this program's rank in its cluster
+/// and the cluster's size, index values; 0 and 1 where programs run without clusters (the
+/// host, sm_80, a launch that could not place them).
+Value cluster_rank(std::source_location where = std::source_location::current());
+Value cluster_size(std::source_location where = std::source_location::current());
+/// Every program of the cluster meets here (all of their threads that have not exited):
+/// what a program stored to its scratch before it, its peers read after it
+/// (Ref::in_cluster_program). A program must not exit while a peer may still read its
+/// scratch, so a cluster that reads its peers' scratch meets again after the reads. In a
+/// cluster of one it is the program's own barrier.
+void cluster_barrier(std::source_location where = std::source_location::current());
+
 /// In a stream-K persistent grid (Persistent::stream_k), how this program
 /// runs the tile of the current step (program_id gives the tile and its K
 /// step as in any grid):
@@ -698,6 +710,17 @@ class Ref {
   Ref transposed(std::source_location where = std::source_location::current()) const;
   /// Whether this is a transposed view.
   bool is_transposed() const { return transposed_; }
+  /// The same block of a scratch operand (spec.scratch: shared memory) in the program of rank
+  /// `rank` (an index value below cluster_size()) of this program's thread-block cluster
+  /// (distributed shared memory), for loads only: the peer's contents as they were when both
+  /// passed a cluster_barrier() (the peer must not store to it again before the reads, nor
+  /// exit: meet at another cluster_barrier() after them). In a cluster of one, rank 0 is the
+  /// program itself. Worked example, split-K's sum over a cluster of S programs (the splits
+  /// of one tile): each stores its partial tile to scratch `part`, cluster_barrier(), then
+  /// program r sums part.in_cluster_program(s) over s of the rows it finishes, then
+  /// cluster_barrier() again.
+  Ref in_cluster_program(const Value& rank,
+                         std::source_location where = std::source_location::current()) const;
 
  private:
   friend struct RefAccess;  // the tracer's
@@ -1050,6 +1073,17 @@ class KernelSpec {
   /// (0,3) (1,3) (2,0) (2,1) (2,2) (2,3); program 1 does tiles 1, 6, 11:
   /// (1,0), (0,3), (2,3).
   void persistent(Persistent p = {});
+  /// Programs that differ only along grid axis 0 (a parallel axis, launched as CUDA's x) run
+  /// as one thread-block cluster, resident together on one GPC and reaching each other's
+  /// scratch (Ref::in_cluster_program, cluster_barrier), wherever that axis has 2 to
+  /// `max_programs` (at most 8, CUDA's portable cluster size) programs and the device has
+  /// clusters (sm_90 and the emulator) with room for all of the grid's clusters at once;
+  /// elsewhere (the host, sm_80, larger axes, too little room) each program is its own
+  /// cluster of one, so the body must be right for both, reading cluster_size(). Not with
+  /// persistent(). Worked example, split-K's grid (s, i, j, k) with S splits of 4 of the tile
+  /// (i, j): the cluster is the tile's S programs, {s, i, j} for s in [0, S).
+  void cluster_first_axis(int max_programs);
+  int cluster_first_axis_max() const { return cluster_first_axis_max_; }
   const std::optional<Persistent>& persistence() const { return persistent_; }
   /// Threads a program launches with: threads(), plus the producer warpgroup
   /// of a warp-specialized staged instance where it copies with TMA (sm_90
@@ -1174,6 +1208,7 @@ class KernelSpec {
   int max_registers_ = 0;
   int run_elements_ = 0;
   bool direct_ = false;
+  int cluster_first_axis_max_ = 0;  // cluster_first_axis; 0: no clusters along axis 0
   std::string shared_twin_;
   std::vector<int> also_serves_;
   int max_concurrent_steps_ = kDefaultPipelineDepth;

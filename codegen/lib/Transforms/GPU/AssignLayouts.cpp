@@ -555,6 +555,10 @@ class LayoutAssignment {
       if (blk && !blk.getStaged() && isa<BlockArgument>(blk.getArray()) &&
           tiledValues_.contains(store.getValue()))
         return true;
+      // ... and to a scratch buffer in shared memory (split-K's partial tile for its
+      // cluster's sum): each register to its element, no conversion buffer.
+      auto scratch = blk ? blk.getArray().getDefiningOp<ScratchOp>() : ScratchOp();
+      if (scratch && tiledValues_.contains(store.getValue())) return true;
     }
     if (isa<scf::ForOp, scf::WhileOp, scf::YieldOp, scf::ConditionOp>(op)) return false;
     if (op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&

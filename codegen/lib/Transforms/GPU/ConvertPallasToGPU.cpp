@@ -487,6 +487,7 @@ struct ConvertPallasToGPUPass : impl::ConvertPallasToGPUBase<ConvertPallasToGPUP
     gpu_lowering::populateLayoutConversionRules(rules);
     gpu_lowering::populateAsyncCopyRules(rules);
     gpu_lowering::populateMatmulRules(rules);
+    gpu_lowering::populateClusterRules(rules);
     if (asyncCopies != "tma" && asyncCopies != "cp-async") {
       module.emitError() << "convert-pallas-to-gpu: async-copies='" << asyncCopies
                          << "'; expected 'tma' or 'cp-async'";

@@ -118,6 +118,7 @@ void populateSemaphoreRules(RuleRegistry& rules);
 void populateLayoutConversionRules(RuleRegistry& rules);
 void populateAsyncCopyRules(RuleRegistry& rules);
 void populateMatmulRules(RuleRegistry& rules);
+void populateClusterRules(RuleRegistry& rules);
 
 // MatmulRules.cpp: a dot operand that wgmma reads where a pipeline staged it.
 /// Whether operand `operandNumber` (0: a, 1: b) of `dot` is a whole-block
