@@ -9,6 +9,10 @@
 #
 #   ab_on_device.sh ROUNDS ROW...    # ROW as pallas_matmul_bench --only takes it
 #
+# With PREVIOUS_ARGS set, "previous" is this build run with those arguments instead of the
+# previous build, e.g. PREVIOUS_ARGS="--max-cluster 1": the deep split-K instances' workspace
+# sum against their cluster sum, one binary (no previous-bench.gz needed).
+#
 # Writes $OUT/ab-previous-R.csv and $OUT/ab-current-R.csv for each round R and prints
 # bench/compare_runs.py of each pair (previous -> current). The twenty-fourth session's
 # clusters were measured this way (bench/results/2026-11-26-h100-clusters/).
@@ -21,14 +25,20 @@ shift
 if [ -f build/device/bundle.tar.gz ] && [ ! -e build/bench/pallas_matmul_bench ]; then
   tar -xzf build/device/bundle.tar.gz || { echo "cannot unpack build/device/bundle.tar.gz"; exit 1; }
 fi
-[ -f build/device/previous-bench.gz ] || { echo "no build/device/previous-bench.gz"; exit 1; }
-previous=$(mktemp)
-gunzip -c build/device/previous-bench.gz > "$previous" && chmod +x "$previous"
+previous_args=()
+if [ -n "${PREVIOUS_ARGS:-}" ]; then
+  read -r -a previous_args <<< "$PREVIOUS_ARGS"
+  previous=build/bench/pallas_matmul_bench
+else
+  [ -f build/device/previous-bench.gz ] || { echo "no build/device/previous-bench.gz"; exit 1; }
+  previous=$(mktemp)
+  gunzip -c build/device/previous-bench.gz > "$previous" && chmod +x "$previous"
+fi
 only=()
 for row in "$@"; do only+=(--only "$row"); done
 status=0
 for ((r = 1; r <= rounds; ++r)); do
-  timeout -k 5 120 "$previous" --csv "$OUT/ab-previous-$r.csv" "${only[@]}" \
+  timeout -k 5 120 "$previous" "${previous_args[@]}" --csv "$OUT/ab-previous-$r.csv" "${only[@]}" \
     > "$OUT/ab-previous-$r.txt" 2>&1 || status=1
   timeout -k 5 120 build/bench/pallas_matmul_bench --csv "$OUT/ab-current-$r.csv" "${only[@]}" \
     > "$OUT/ab-current-$r.txt" 2>&1 || status=1
@@ -40,5 +50,5 @@ for ((r = 1; r <= rounds; ++r)); do
     status=1
   fi
 done
-rm -f "$previous"
+[ -n "${PREVIOUS_ARGS:-}" ] || rm -f "$previous"  # a copy of the previous build only
 exit $status

@@ -1,11 +1,16 @@
 // pallas_matmul_bench: the matrix products against cuBLASLt (the toolkit's library) in the
 // same run: TFLOP/s of each, and our time over cuBLASLt's (issue 11's benchmark).
 //
-//   pallas_matmul_bench [--csv FILE] [--reps N] [--quick] [--pdl] [--only OP,M,N,K]...
+//   pallas_matmul_bench [--csv FILE] [--reps N] [--quick] [--pdl] [--max-cluster N]
+//                       [--only OP,M,N,K]...
 //
 // --pdl launches ours with Launch::programmatic_dependent_launch (each kernel may start while
 // the one before it on the stream finishes; cuBLASLt's launches are unchanged): the back to
 // back and graph times are where it shows.
+// --max-cluster N bounds our launches' clusters (Launch::max_cluster): 1 runs the tiles schedule
+// without clusters and sums the deep split-K instances' splits through the workspace, not in a
+// cluster: the same binary's A/B of the cluster sum (each row says "splits summed in clusters
+// of S" where they were).
 // --only runs the rows it names (repeat it for several; e.g. `--only matmul_bt,1,11008,4096`;
 // attention rows: `attention,B*H,SEQ,D`): a profiler (ncu) sees one kernel among few, and a
 // tuning run times a handful of shapes in seconds. A comparison row (`matmul_bt/tiles128`,
@@ -319,6 +324,8 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 /// --pdl: our launches with programmatic stream serialization.
 bool use_pdl = false;
+/// --max-cluster: Launch::max_cluster of our launches (0: no bound).
+int max_cluster = 0;
 
 /// The --csv file (null: none), a row written as soon as it is measured: a run cut short (a
 /// time limit) keeps the rows it finished.
@@ -379,6 +386,7 @@ bool bench(Product product, int64_t m, int64_t n, int64_t k, int reps, int64_t l
   pallas::LaunchRecord record;
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
   launch.programmatic_dependent_launch = use_pdl;
+  launch.max_cluster = max_cluster;
   launch.record = &record;
   if (product == Product::kMatmulBtTiles128) launch.max_shared_bytes_per_block = 99 * 1024;
   if (product == Product::kMatmulBtSplitK) launch.max_shared_bytes_per_block = 200 * 1024;
@@ -512,6 +520,7 @@ void bench_attention(bool causal, int64_t batch, int64_t heads, int64_t seq, int
   pallas::LaunchRecord record;
   pallas::Launch launch{pallas::Backend::kCuda, nullptr};
   launch.programmatic_dependent_launch = use_pdl;
+  launch.max_cluster = max_cluster;
   launch.record = &record;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto view = [&](bfloat16* p) { return TensorView<bfloat16, 4>(p, {batch, heads, seq, d}); };
@@ -558,6 +567,8 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[++i]);
     else if (arg == "--pdl")
       use_pdl = true;
+    else if (arg == "--max-cluster" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
+      max_cluster = std::atoi(argv[++i]);
     else if (arg == "--quick")
       quick = true;
     else if (arg == "--only" && i + 1 < argc)
@@ -565,7 +576,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: pallas_matmul_bench [--csv FILE] [--reps N] [--quick] [--pdl] "
-                   "[--only OP,M,N,K]...\n");
+                   "[--max-cluster N] [--only OP,M,N,K]...\n");
       return 2;
     }
   }

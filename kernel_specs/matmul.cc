@@ -44,8 +44,9 @@
 //
 // Where the device has room for their pipelines (sm_90) the split instance
 // is a deep one: `decode` with at most 16 rows of D (16 rows of D a tile,
-// eleven stages, one program an SM), `splitk_deep` with more (split-K's
-// tiles in seven stages); see `decode` below. They sum a tile's splits in a
+// eleven stages, one program an SM), `splitk_deep` with more than 64, or more
+// than 16 where its splits meet in a cluster (split-K's tiles in seven stages);
+// see `decode` below. They sum a tile's splits in a
 // thread-block cluster of its S programs, through distributed shared memory,
 // instead of through the workspace (see `finish` below). Their direct twins
 // are split-K's.
@@ -117,7 +118,9 @@ constexpr int64_t kDecodeStages = 11;
 /// The `splitk_deep` instance: split-K's 64 x 128 tiles in 7 stages of 24 KiB (see the stages
 /// below).
 constexpr int64_t kDeepSplitStages = 7;
-/// ... for D of at least this many rows (above the decode instance's; see the chooser).
+/// ... for D of at least this many rows (two rows of its tiles), and from kDeepSplitMinRows
+/// (above the decode instance's) where its splits meet in a cluster (see the chooser).
+constexpr int64_t kDeepSplitAllRows = 65;
 constexpr int64_t kDeepSplitMinRows = 17;
 /// The deep split instances sum a tile's S partial tiles in a thread-block cluster of its S
 /// programs, through distributed shared memory, where S is at most this (CUDA's portable
@@ -269,21 +272,31 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     const DimExpr split_wanted = long_k * fits_one_wave * max(splits, half_idle);
     const DimExpr choose = split_wanted + DimExpr(2) * too_small * (DimExpr(1) - split_wanted);
     // Deep split instances where the device holds their pipelines (sm_90's 227 KiB a block):
-    // `decode` for D of at most 16 rows, `splitk_deep` from 17 (see `decode` below).
+    // `decode` for D of at most 16 rows, `splitk_deep` from 65, or 17 (see `decode` below).
     auto fits = [](int64_t bytes) {
       return DimExpr(1) - le(KernelSpec::device_shared_bytes(), bytes - 1);
     };
     // One program an SM: splitk_deep only where its 64 x 128 tiles fit one wave of 132 (from
     // 133, S = 1 would run two waves where split-K's four stages run one of two an SM: M = 128,
     // N = 11008, 172 tiles). decode's tiles always do (at most 16832 / 128 columns, above).
-    // From kDeepSplitMinRows (17) rows of D, where the decode instance ends: the deep
-    // instances sum their splits in a cluster (`finish` below), which the four-stage split-K
-    // (sm_80, small shared memories) does not. Eight stages against four at 64 rows, before
-    // the cluster sum: on an H100 (twenty-sixth session) 2..7 % slower, on an H200
-    // (twenty-seventh) equal within 1 % but 6..8 % faster at 64 x 11008 x 4096 [N, K] (bench/
-    // RESULTS.md); 128 and 256 rows 3..4 % faster on the H100.
+    // From kDeepSplitAllRows (65) rows of D; from kDeepSplitMinRows (17), where the decode
+    // instance ends, only where its S splits meet in a cluster (2 to kMaxClusterSplits: the
+    // deep instances sum them there, `finish` below, which the four-stage split-K, sm_80's and
+    // small shared memories', does not). Eight stages against four at 64 rows, before the
+    // cluster sum: on an H100 (twenty-sixth session) 2..7 % slower (64 x 11008 x 4096: 86 tiles,
+    // S = 1, which stays on the four stages), on an H200 (twenty-seventh) equal within 1 %
+    // but 6..8 % faster at 64 x 11008 x 4096 [N, K] (bench/RESULTS.md); 128 and 256 rows
+    // 3..4 % faster on the H100. Worked example: M = 64, N = K = 4096: 32 tiles of 64 x 128,
+    // S = min(cdiv(64, 4), floor(132 / 32)) = 4: splitk_deep; N = 11008: 86 tiles, S = 1:
+    // splitk.
     const DimExpr few_rows = le(m, kDecodeRows);
-    const DimExpr deep_rows = DimExpr(1) - le(m, kDeepSplitMinRows - 1);
+    const DimExpr deep_splits =
+        splits_for(cdiv(m, 64) * cdiv(n, 128), cdiv(k, kTileK), DimExpr(kSmCount)).count;
+    const DimExpr splits_meet =
+        (DimExpr(1) - le(deep_splits, 1)) * le(deep_splits, kMaxClusterSplits);
+    const DimExpr deep_rows =
+        DimExpr(1) - le(m, kDeepSplitAllRows - 1) +
+        le(m, kDeepSplitAllRows - 1) * (DimExpr(1) - le(m, kDeepSplitMinRows - 1)) * splits_meet;
     const DimExpr deep_one_wave = le(cdiv(m, 64) * cdiv(n, 128), kSmCount);
     const int option = spec.variant(
         "schedule", {"tiles", "splitk", "tiles128", "decode", "splitk_deep"},
@@ -328,14 +341,16 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // three runs); both stayed ~5 us above cuBLASLt at every N (bench/RESULTS.md).
   //
   // `splitk_deep` is split-K's 64-row instance in seven stages (168 KiB; 213 KiB a block with
-  // the cluster sum's partial tile) for D above 16 rows and at most 132 tiles, where split-K
+  // the cluster sum's partial tile) for D above 64 rows (above 16 where its 2..8 splits meet in
+  // a cluster) and at most 132 tiles, where split-K
   // runs one program an SM anyway (splits_for's target of 132) with four stages, 98 KiB of the
   // 227: six steps (96 KiB of B) in flight instead of three. The same programs and splits. In
   // eight stages, before the cluster sum, on an H100 (twenty-sixth session) 128 and 256 rows
   // ran 3..4 % faster than in four stages on average, 64 rows 2..7 % slower (M = 64, N =
   // 11008: 49..53 us against 46; ncu: DRAM 67 % busy against 70 %, the same 86 programs); on
   // an H200 (twenty-seventh) 64 rows equal within 1 %, 6..8 % faster at N = 11008 [N, K].
-  // From 17 rows since the cluster sum (kDeepSplitMinRows): not yet measured.
+  // From 17 rows where its splits meet in a cluster since the cluster sum (kDeepSplitMinRows):
+  // not yet measured.
   // The accumulator's registers decide the tile (no spills on any target;
   // the instance also serves sm_80, whose mma.sync form holds the same
   // accumulator plus a and b fragments):
@@ -501,14 +516,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     //
     // The decode instance (above) keeps eleven stages of 18 KiB: 202752 bytes, 224020 with the
     // sum's transposition buffer, the cluster sum's partial tile and the barriers (sm_90 allows
-    // 232448 a block); splitk_deep seven of 24 KiB (217780 in all). With that many stages one fewer ahead costs
-    // little, and the wait for
-    // the multiply did cost: on an H200 (twenty-seventh session, ncu, M = 1, N = 11008: 86
-    // programs, 33.2 us, 2.79 TB/s) the consumer warps spent 16 % of their samples at that
-    // wait (WARPGROUP.DEPBAR) and 20 % at the full barriers, where cuBLASLt's kernel of the
-    // same 86 CTAs (3.49 TB/s) waited on its barriers only: its loop never waits for a
-    // multiply. So the deep instances pipeline their multiplies as the tiles schedule does
-    // (wgmma_wait(1), the stage released a step later: `deep_split_pipelined`).
+    // 232448 a block); splitk_deep seven of 24 KiB (217780 in all). With that many stages one fewer
+    // ahead costs little, and the wait for the multiply did cost: on an H200 (twenty-seventh
+    // session, ncu, M = 1, N = 11008: 86 programs, 33.2 us, 2.79 TB/s) the consumer warps spent 16
+    // % of their samples at that wait (WARPGROUP.DEPBAR) and 20 % at the full barriers, where
+    // cuBLASLt's kernel of the same 86 CTAs (3.49 TB/s) waited on its barriers only: its loop never
+    // waits for a multiply. So the deep instances pipeline their multiplies as the tiles schedule
+    // does (wgmma_wait(1), the stage released a step later: `deep_split_pipelined`).
     spec.max_concurrent_steps(decode  ? kDecodeStages
                               : deep  ? kDeepSplitStages
                               : split ? 4

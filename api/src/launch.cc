@@ -265,10 +265,12 @@ Status cuda_persistent_programs(const KernelImage& image, int64_t tiles, int64_t
 // How many clusters of `cluster` programs of `kernel` the device keeps resident at once
 // (cudaOccupancyMaxActiveClusters), asked once per kernel, device and size: `clusters`, 0 when
 // none fit or the query failed for a reason that leaves the context usable.
+// `asked`: whether this call asked the device (the first for this size).
 Status resident_clusters(const KernelImage& image, cudaKernel_t kernel, int threads, int cluster,
-                         LoadedKernel& loaded, int& clusters) {
+                         LoadedKernel& loaded, int& clusters, bool& asked) {
   int& known = loaded.resident_clusters[static_cast<size_t>(cluster)];
-  if (known < 0) {
+  asked = known < 0;
+  if (asked) {
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeClusterDimension;
     attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
@@ -375,12 +377,13 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
       // device's word on how many fit at once; else clusters of 1.
       if (cluster > 1 && (info.sm < 90 || cubin->sm < 90)) cluster = 1;
       int clusters = 0;
+      bool asked = false;
       if (cluster > 1) {
-        if (Status s = resident_clusters(image, kernel, threads, cluster, loaded, clusters);
+        if (Status s = resident_clusters(image, kernel, threads, cluster, loaded, clusters, asked);
             !s.ok())
           return s;
         // Once per kernel: whether clusters cost SMs (a GPC whose SMs do not pair up idles one).
-        if (std::getenv("PALLAS_LOG_LAUNCH"))
+        if (asked && std::getenv("PALLAS_LOG_LAUNCH"))
           std::fprintf(stderr,
                        "pallas: %s: clusters of %d: %d resident (%d programs), %d programs "
                        "without clusters (%d per SM x %d SMs)\n",
@@ -398,8 +401,9 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
       // handles too.
       LoadedKernel& loaded = cache.kernels[{cubin->data, image.symbol, device}];
       int clusters = 0;
+      bool asked = false;
       if (info.sm >= 90 && cubin->sm >= 90 && grid[0] % cluster == 0)
-        if (Status s = resident_clusters(image, kernel, threads, cluster, loaded, clusters);
+        if (Status s = resident_clusters(image, kernel, threads, cluster, loaded, clusters, asked);
             !s.ok())
           return s;
       if (clusters < grid[0] / cluster * grid[1] * grid[2]) {
@@ -540,8 +544,8 @@ Status launch_emulated(const KernelImage& image, void** args, std::array<int64_t
     config.entry = image.emulator_cp_async_entry;  // a staged kernel's sm_80 form
     static_shared = image.emulator_cp_async_shared_bytes;
     if (image.cp_async_threads != 0) threads = image.cp_async_threads;
-    cluster = 1;  // the sm_80 form: no clusters
   }
+  if (options.compute_capability < 90) cluster = 1;  // an sm_8x device has no clusters
   if (image.persistent && cluster > 1) {  // whole clusters, as many as are resident at once
     const int64_t clusters = std::min<int64_t>(grid[0], options.concurrent_programs) / cluster;
     if (clusters < 1)

@@ -387,17 +387,24 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     // (read K-major) and [K, N] (read M-major through a transposed view; on sm_80 by
     // ldmatrix.trans).
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600});  // splitk_deep
-    // The deep instances with the emulator's threads in a random order: decode with B [N, K],
-    // splitk_deep with B [K, N] (read through a transposed view). {1, 65, 1216}: 5 splits,
-    // summed in a cluster of 5 where five programs are resident (decode's 4 pieces: split 4
-    // sums none); with B [K, N] its row stride (65 bf16) is one TMA cannot copy, so split-K's
-    // direct twin runs (no cluster).
+    // The deep instances with the emulator's threads in a random order: decode with B [N, K]
+    // and splitk_deep with B [K, N] (read through a transposed view; N = 136, a row stride TMA
+    // copies). {1, 65, 1216}: 5 splits, summed in a cluster of 5 where five programs are
+    // resident (decode's 4 pieces: split 4 sums none); with B [K, N] its row stride (65 bf16)
+    // is one TMA cannot copy, so split-K's direct twin runs (no cluster). {200, 136, 600}: 8
+    // tiles in 3 splits, clusters of 3.
     for (bool bt : {true, false}) {
       LaunchRecord record;
       check_product<bfloat16, bfloat16>(backend, {bt}, {1, 65, 1216}, 90, 5, 0, true, 7, &record);
       EXPECT_EQ(record.launched_cluster, bt ? 5 : 1) << record.instance;
     }
-    check_product<bfloat16, bfloat16>(backend, {false}, {200, 130, 600}, 90, 4, 0, true, 7);
+    {
+      LaunchRecord record;
+      check_product<bfloat16, bfloat16>(backend, {false}, {200, 136, 600}, 90, 4, 0, true, 7,
+                                        &record);
+      EXPECT_STREQ(record.instance, "matmul_bf16_bf16_splitk_deep");
+      EXPECT_EQ(record.launched_cluster, 3);
+    }
     // split-K's four stages on sm_90a (no room for splitk_deep's seven in 200 KiB).
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600}, 90, 4, 200 * 1024);
     check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, {200, 130, 600}, 80);
@@ -406,10 +413,10 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     check_product<bfloat16, bfloat16>(backend, {false}, {200, 130, 600}, 80);  // cp.async form
     // One split (S = 1), finished from the accumulator without the workspace: 17 rows (more
     // than one slab of 16, so one program an SM, 132 on an H100) in 67 tiles of 64 x 128,
-    // 5 K steps (the smallest such shapes; ~20 s of the emulator's time each), in the deep
-    // 64-row instance, and split-K's four stages where the deep one does not fit.
+    // 5 K steps (the smallest such shapes; ~20 s of the emulator's time each), on split-K's
+    // four stages (below 65 rows the deep instance takes only splits that meet in a cluster).
     check_product<bfloat16, bfloat16>(backend, {true}, {17, 8576, 320});
-    check_product<half, float>(backend, {false}, {17, 8576, 320}, 90, 4, 200 * 1024);
+    check_product<half, float>(backend, {false}, {17, 8576, 320});
     // The same in two rows of tiles: 68 tiles of 64 x 128, one split of 5 K steps, fewer than
     // the deep instance's seven stages.
     {
@@ -474,6 +481,10 @@ TEST_P(MatmulTest, SplitKServesFewTilesAndLongK) {
   expect_refused(call_splitk(65, 65, 600), "65 rows on split-K's four stages");
   expect_refused(call_decode(17, 65, 600), "17 rows on the decode instance");
   expect_refused(call_deep(16, 65, 600), "16 rows on the deep 64-row instance");
+  // Below 65 rows the deep instance takes only splits that meet in a cluster (2 to 8): 17 rows
+  // in 67 tiles of 64 x 128 take one split, on split-K's four stages.
+  expect_refused(call_deep(17, 8576, 320), "17 rows, one split, on the deep 64-row instance");
+  if (backend == Backend::kHost) EXPECT_TRUE(call_splitk(17, 8576, 320).ok());
   // splitk_deep holds one program an SM: 134 of its 64 x 128 tiles (128 x 8576) would run two
   // waves, so split-K's four stages (two programs an SM) take them; 132 (128 x 8448) it takes.
   expect_refused(call_deep(128, 8576, 320), "134 tiles on the deep 64-row instance");
@@ -564,9 +575,9 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
       // 128 tiles of 128 x 256 (512 of 64 x 64 in the twin): the tiles schedule.
       {Backend::kHost, 1, 32768, 320, "matmul_bt_bf16_bf16_tiles_direct", {512, 1, 1}},
       // 17 rows, 67 tiles of 64 x 128 (swapped), 5 K steps: one wave of 132 takes one split,
-      // finished from the accumulator (DecodeShapesSplitK checks its result), in the deep
-      // 64-row instance (17 rows and more, where the device has its shared memory).
-      {Backend::kEmulator, 17, 8576, 320, "matmul_bt_bf16_bf16_splitk_deep", {1, 1, 67}},
+      // finished from the accumulator (DecodeShapesSplitK checks its result); below 65 rows
+      // the deep instance takes only splits that meet in a cluster, so split-K's four stages.
+      {Backend::kEmulator, 17, 8576, 320, "matmul_bt_bf16_bf16_splitk", {1, 1, 67}},
       // 64 rows, 1 tile of 64 x 128, 10 K steps: 3 splits, one cluster.
       {Backend::kEmulator, 64, 65, 600, "matmul_bt_bf16_bf16_splitk_deep", {3, 1, 1}, 3},
       // 65 rows, 2 tiles of 64 x 128, 10 K steps: 3 splits, two clusters of 3.
@@ -1005,6 +1016,69 @@ TEST(MatmulCudaPdl, DependentChainEqualsTheSerialOne) {
                     << to_float(serial[e]) << " (step 0: " << to_float(first_serial[e]) << ")";
       ++misses;
     }
+}
+
+// The deep split instances' cluster sum on a device (sm_90): decode (1 x 4096 x 4096) and
+// splitk_deep (64 x 4096 x 4096), 32 tiles in 4 splits each, 32 clusters of 4, which an H100
+// or H200 holds at once (one program an SM). Launch::max_cluster = 1 runs the same kernel's
+// workspace sum instead: both sum in split order, so D is the same bit for bit, and the first
+// equals a float64 reference.
+TEST(MatmulCudaClusters, SplitsMeetInClustersAndEqualTheWorkspaceSum) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  if (major != 9) GTEST_SKIP() << "the deep split instances are sm_90's";
+  constexpr int64_t kN = 4096, kK = 4096;
+  std::mt19937 rng(fresh_seed());
+  Array<bfloat16> w(Backend::kCuda, kN * kK);
+  w.fill_random(rng, -1, 1);
+  w.upload();
+  for (int64_t m : {int64_t{1}, int64_t{64}}) {
+    SCOPED_TRACE("m " + std::to_string(m));
+    Array<bfloat16> a(Backend::kCuda, m * kK);
+    a.fill_random(rng, -1, 1);
+    a.upload();
+    std::vector<bfloat16> d_by_path[2];
+    for (int max_cluster : {0, 1}) {
+      Array<bfloat16> d(Backend::kCuda, m * kN);
+      d.poison();
+      d.upload();
+      Launch launch{Backend::kCuda, nullptr};
+      launch.max_cluster = max_cluster;
+      LaunchRecord record;
+      launch.record = &record;
+      Status s = kernels::matmul_bt(TensorView<const bfloat16, 2>(a.data(), {m, kK}),
+                                    TensorView<const bfloat16, 2>(w.data(), {kN, kK}),
+                                    TensorView<bfloat16, 2>(d.data(), {m, kN}), launch);
+      ASSERT_TRUE(s.ok()) << s.message();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_STREQ(record.instance,
+                   m == 1 ? "matmul_bt_bf16_bf16_decode" : "matmul_bt_bf16_bf16_splitk_deep");
+      EXPECT_EQ(record.grid, (std::array<int64_t, 3>{4, 1, 32}));
+      EXPECT_EQ(record.launched_cluster, max_cluster == 1 ? 1 : 4)
+          << "the device did not place 32 clusters of 4 at once (PALLAS_LOG_LAUNCH=1 says how "
+             "many it holds)";
+      d.download();
+      d_by_path[max_cluster] = d.host();
+    }
+    int misses = 0;
+    for (int64_t i = 0; i < m && misses < 5; ++i)
+      for (int64_t j = 0; j < kN && misses < 5; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < kK; ++k)
+          acc += to_float(a.host()[i * kK + k]) * double{to_float(w.host()[j * kK + k])};
+        if (!expect_close(d_by_path[0][i * kN + j], acc,
+                          "d[" + std::to_string(i) + ", " + std::to_string(j) + "]"))
+          ++misses;
+      }
+    for (size_t e = 0; e < d_by_path[0].size() && misses < 10; ++e)
+      if (std::memcmp(&d_by_path[0][e], &d_by_path[1][e], sizeof(bfloat16)) != 0) {
+        ADD_FAILURE() << "element " << e << ": summed in a cluster " << to_float(d_by_path[0][e])
+                      << ", through the workspace " << to_float(d_by_path[1][e]);
+        ++misses;
+      }
+  }
 }
 
 }  // namespace

@@ -90,11 +90,13 @@ struct Launch {
   // without it and call take_device_errors after a replay.
   bool check_device_errors = false;
   // kCuda and kEmulator: at most this many programs per thread-block cluster, for kernels that
-  // run in clusters (a persistent grid in clusters, spec.persistent's cluster); 0: as
-  // many as the kernel asks for, 1: no clusters; the kernel's size is halved until it fits.
-  // The results are the same either way: for measuring what clusters give, or ruling them
-  // out. (With the environment variable PALLAS_LOG_LAUNCH set, a CUDA launch that asked for
-  // clusters and runs without them says so on stderr.)
+  // run in clusters; 0: as many as the kernel asks for, 1: no clusters. A persistent grid in
+  // clusters (spec.persistent's cluster) halves its size until it fits; a grid clustered along
+  // its first axis (spec.cluster_first_axis: the deep split-K instances, whose splits sum in a
+  // cluster) runs clusters of one when its size does not fit (the splits then sum through
+  // the workspace). The results are the same either way: for measuring what clusters give,
+  // or ruling them out. (With the environment variable PALLAS_LOG_LAUNCH set, a CUDA launch
+  // that asked for clusters and runs without them says so on stderr.)
   int max_cluster = 0;
   // kCuda and kEmulator: the device's shared memory per block as the entry points' variant
   // choosers see it is at most this (the matmul family's 128 x 256 tiles, a 193 KiB pipeline,

@@ -239,20 +239,21 @@ int codegenMain(int argc, char** argv) {
     // dependent launch, GpuPipeline.cpp), which sm_80 has not.
     const bool both_groups = std::any_of(gpu.archs.begin(), gpu.archs.end(), before90) &&
                              !std::all_of(gpu.archs.begin(), gpu.archs.end(), before90);
-    if (staged || both_groups) {
+    // The sm_8x lowering of a staged kernel copies with cp.async; it is also the one that
+    // knows sm_80 has no clusters (%cluster_* read as one program), which a kernel clustered
+    // along its first axis needs whether it stages blocks or not.
+    const bool clustered = k.spec->cluster_first_axis_max() > 0;
+    if (staged || both_groups || clustered) {
       std::erase_if(targets.archs, before90);
       std::erase_if(older.archs, [&](const std::string& a) { return !before90(a); });
-      // The sm_8x lowering of a staged kernel copies with cp.async; it is also the one that
-      // knows sm_80 has no clusters (%cluster_* read as one program), which a kernel clustered
-      // along its first axis needs whether it stages blocks or not.
-      older.cp_async = staged || k.spec->cluster_first_axis_max() > 0;
+      older.cp_async = staged || clustered;
     }
     if (!targets.archs.empty() && !compileForGpu(*gpuModule, targets, inst.gpu, error)) {
       std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";
       return 1;
     }
     inst.sm80_form = staged;
-    if (!staged && both_groups) {
+    if (!staged && (both_groups || clustered) && !older.archs.empty()) {
       mlir::OwningOpRef<mlir::ModuleOp> olderModule(mlir::ModuleOp(*k.module).clone());
       if (!compileForGpu(*olderModule, older, inst.gpu, error)) {
         std::cerr << "pallas-codegen: " << k.instance << " (sm_8x): " << error << "\n";

@@ -1077,9 +1077,11 @@ class KernelSpec {
   /// as one thread-block cluster, resident together on one GPC and reaching each other's
   /// scratch (Ref::in_cluster_program, cluster_barrier), wherever that axis has 2 to
   /// `max_programs` (at most 8, CUDA's portable cluster size) programs and the device has
-  /// clusters (sm_90 and the emulator) with room for all of the grid's clusters at once;
-  /// elsewhere (the host, sm_80, larger axes, too little room) each program is its own
-  /// cluster of one, so the body must be right for both, reading cluster_size(). Not with
+  /// clusters: an sm_90 device with room for all of the grid's clusters at once, the emulator
+  /// standing for sm_90 with room for one (EmulatorOptions::concurrent_programs); elsewhere
+  /// (the host, sm_80, larger axes, too little room, Launch::max_cluster below the size) each
+  /// program is its own cluster of one, so the body must be right for both, reading
+  /// cluster_size(). Not with
   /// persistent(). Worked example, split-K's grid (s, i, j, k) with S splits of 4 of the tile
   /// (i, j): the cluster is the tile's S programs, {s, i, j} for s in [0, S).
   void cluster_first_axis(int max_programs);
