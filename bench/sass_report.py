@@ -136,7 +136,8 @@ MATMULS = ["matmul", "matmul_bt", "gemm", "gemm_bt", "linear_bias", "linear_bias
 # one wgmma in flight: HGMMA and WARPGROUP.DEPBAR.LE gsb0, 0x1 on every iteration, no
 # WARPGROUP.DEPBAR.LE gsb0, 0x0 (mma_pipelining), except the split-K instances (split_k):
 # their step waits for its multiplies once, after the last of them, and releases its stage at
-# once (mma_step_waits).
+# once (mma_step_waits). Their deep instances (`_decode`, `_splitk_deep`) also meet their
+# cluster (UCGABAR_ARV, UCGABAR_WAIT): the splits sum in a thread-block cluster.
 WARP_SPECIALIZED = set(MATMULS) - {"attention", "causal_attention"}  # one warpgroup, no producer
 
 
@@ -902,6 +903,16 @@ def violations(kernels: list[Kernel], check_width: bool = True) -> list[tuple[st
             out.append(("tma", f"{k.instance} ({k.arch}): a tiles-schedule product without "
                                "multicast copies (UTMALDG...MULTICAST): its clusters of two do "
                                "not share B's block"))
+        # The deep split-K instances (`_decode`, `_splitk_deep`; sm_90 only) sum a tile's splits
+        # in a thread-block cluster (kernel_specs/matmul.cc's `finish`): their SASS meets the
+        # cluster at barrier.cluster (UCGABAR_ARV, UCGABAR_WAIT).
+        if (k.kind == "matmul" and k.sass and k.arch.startswith("sm_9")
+                and ("_decode" in k.instance or "_splitk_deep" in k.instance)
+                and not k.instance.endswith("_direct")
+                and not {"UCGABAR_ARV", "UCGABAR_WAIT"} <= set(k.sass.opcodes)):
+            out.append(("mma", f"{k.instance} ({k.arch}): a deep split-K instance without "
+                               "barrier.cluster (UCGABAR_ARV, UCGABAR_WAIT): its splits do not "
+                               "sum in a cluster"))
         if k.staged and k.sass and k.arch.startswith("sm_8") and "LDGSTS" not in k.sass.opcodes:
             out.append(("tma", f"{k.instance} ({k.arch}): the sm_80 form of a kernel with staged "
                                "blocks has no LDGSTS (cp.async copies)"))

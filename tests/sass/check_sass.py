@@ -29,12 +29,15 @@ assembled as the codegen does (ptxas -arch=<arch> -O3 -v). The rules and the
           loop that keeps one wgmma in flight (WARPGROUP.DEPBAR.LE gsb0, 0x1
           on every step, no DEPBAR 0x0 on every step: sass_report's
           mma_pipelining), except the swapped split-K instances, whose step
-          waits once, after its last HGMMA (mma_step_waits).
+          waits once, after its last HGMMA (mma_step_waits); and the deep split-K
+          instances (`_decode`, `_splitk_deep`) meet their cluster (UCGABAR_ARV,
+          UCGABAR_WAIT: the splits' sum in a cluster).
 --planted runs the rules on the PTX in DIR and passes only if each planted
 file is rejected by the rule its name says (`_planted_spill`, `_planted_narrow`,
 `_planted_notma`, `_planted_nomulticast`, `_planted_nomma`; `_planted_serial` and `_planted_latchwait`:
 the mma rule's serialized wgmmas; `_planted_midwait`: a swapped split-K step waiting
-between its HGMMAs): the checks can fail.
+between its HGMMAs; `_planted_nocluster`: a deep split-K instance without barrier.cluster):
+the checks can fail.
 
 Exit status: 0 pass, 1 fail, 77 skipped (nvdisasm not installed: see
 scripts/install-deps.sh; ptxas or the PTX missing).
@@ -117,6 +120,11 @@ def main() -> int:
             if "_planted_midwait" in k.instance and not early:
                 missed.append(f"{k.instance} ({k.arch}): the wait between a swapped split-K "
                               "step's HGMMAs was not reported")
+            nocluster = [v for rule, v in found if v.startswith(f"{k.instance} ({k.arch})")
+                         and "without barrier.cluster" in v]
+            if "_planted_nocluster" in k.instance and not nocluster:
+                missed.append(f"{k.instance} ({k.arch}): the missing cluster sum was not "
+                              "reported")
             if "_planted_nomma" in k.instance and "mma" not in mine:
                 missed.append(f"{k.instance} ({k.arch}): the missing tensor-core MMAs were not "
                               "reported")
