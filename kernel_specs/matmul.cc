@@ -711,7 +711,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
       cluster_barrier();  // every split's part stored
       const int64_t piece_n = kTileM == kDecodeRows ? 32 : kTileN;
       const int64_t pieces_n = kTileN / piece_n;
-      Value me = program_id(0);
+      Value me = program_id(0);  // split s is the cluster's rank s (the cluster is axis 0)
       for (int64_t q = 0; q < pieces_n * (kTileM / slab); ++q) {
         const int64_t n0 = (q % pieces_n) * piece_n, r0 = (q / pieces_n) * slab;
         Value owner = index(q) - index(q) / count * count;  // q mod S
