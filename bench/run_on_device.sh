@@ -72,6 +72,9 @@ run_one() {
 }
 export -f run_one
 export logs
+# A test that asked for clusters and ran without them says why in its log (how many clusters
+# of that size the device holds: tests/ops/matmul_test.cc's MatmulCudaClusters needs 32 of 4).
+export PALLAS_LOG_LAUNCH=1
 # The CUDA tests, and the graph-capture ones (GraphCapture.*: each in a process of its own here
 # too, so that a capture is its kernels' first launch, as ctest's ops.cuda_graph runs them).
 filter=${only:-*Cuda*:GraphCapture.*}

@@ -80,6 +80,8 @@ struct LoadedKernel {
   // Clusters of c CTAs resident at once (cudaOccupancyMaxActiveClusters), by c (2..8): -1
   // not asked yet, 0 none fit (launch without clusters).
   std::array<int, 9> resident_clusters = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
+  // Whether a launch that asked for clusters of c and ran without them was logged (once).
+  std::array<bool, 9> logged_without_clusters{};
   cudaError_t cluster_query_error = cudaSuccess;  // why none fit, when the query failed
 };
 
@@ -299,9 +301,14 @@ Status resident_clusters(const KernelImage& image, cudaKernel_t kernel, int thre
   return Status::Ok();
 }
 
-void log_without_clusters(const char* name, int cluster, int clusters, const LoadedKernel& loaded,
+// Once per kernel, device and cluster size (PALLAS_LOG_LAUNCH): a launch that asked for
+// clusters runs without them, and why.
+void log_without_clusters(const char* name, int cluster, int clusters, LoadedKernel& loaded,
                           int64_t programs) {
   if (!std::getenv("PALLAS_LOG_LAUNCH")) return;
+  bool& logged = loaded.logged_without_clusters[static_cast<size_t>(cluster)];
+  if (logged) return;
+  logged = true;
   std::fprintf(
       stderr,
       "pallas: %s: launching without clusters (clusters of %d: %d resident%s%s, "
