@@ -267,12 +267,12 @@ Status cuda_persistent_programs(const KernelImage& image, int64_t tiles, int64_t
 // How many clusters of `cluster` programs of `kernel` the device keeps resident at once
 // (cudaOccupancyMaxActiveClusters), asked once per kernel, device and size: `clusters`, 0 when
 // none fit or the query failed for a reason that leaves the context usable.
-// `asked`: whether this call asked the device (the first for this size).
+// `asked` (when given): whether this call asked the device (the first for this size).
 Status resident_clusters(const KernelImage& image, cudaKernel_t kernel, int threads, int cluster,
-                         LoadedKernel& loaded, int& clusters, bool& asked) {
+                         LoadedKernel& loaded, int& clusters, bool* asked = nullptr) {
   int& known = loaded.resident_clusters[static_cast<size_t>(cluster)];
-  asked = known < 0;
-  if (asked) {
+  if (asked) *asked = known < 0;
+  if (known < 0) {
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeClusterDimension;
     attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
@@ -386,7 +386,7 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
       int clusters = 0;
       bool asked = false;
       if (cluster > 1) {
-        if (Status s = resident_clusters(image, kernel, threads, cluster, loaded, clusters, asked);
+        if (Status s = resident_clusters(image, kernel, threads, cluster, loaded, clusters, &asked);
             !s.ok())
           return s;
         // Once per kernel: whether clusters cost SMs (a GPC whose SMs do not pair up idles one).
@@ -408,9 +408,8 @@ Status launch_cuda(const KernelImage& image, void** args, std::array<int64_t, 3>
       // handles too.
       LoadedKernel& loaded = cache.kernels[{cubin->data, image.symbol, device}];
       int clusters = 0;
-      bool asked = false;
       if (info.sm >= 90 && cubin->sm >= 90 && grid[0] % cluster == 0)
-        if (Status s = resident_clusters(image, kernel, threads, cluster, loaded, clusters, asked);
+        if (Status s = resident_clusters(image, kernel, threads, cluster, loaded, clusters);
             !s.ok())
           return s;
       if (clusters < grid[0] / cluster * grid[1] * grid[2]) {

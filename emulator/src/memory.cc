@@ -136,9 +136,6 @@ Cta& shared_owner(const void* p, int64_t bytes, const char* what) {
        " bytes of the shared memory of the program or of its cluster's programs");
 }
 
-/// Fails unless the running thread has waited on barrier.cluster before
-/// `what` reaches another CTA's shared memory: until then the cluster's
-/// other CTAs may not have started, nor initialised their barriers.
 void require_cluster_started(const char* what) {
   if (current().thread->cluster_started) return;
   fail(std::string(what) +
@@ -147,9 +144,6 @@ void require_cluster_started(const char* what) {
        "until then");
 }
 
-/// Fails when `what` reaches `cta`, a peer of the running thread's CTA whose
-/// threads have all exited: its shared memory is gone (a barrier.cluster
-/// before the exit keeps every CTA of the cluster until the others are done).
 void require_running(const Cta& cta, const std::string& what) {
   if (&cta == current().cta) return;
   for (const Thread& t : cta.threads)
