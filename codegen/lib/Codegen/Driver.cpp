@@ -34,6 +34,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/TimeProfiler.h"
 #include "llvm/Support/raw_ostream.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
@@ -223,7 +224,10 @@ int codegenMain(int argc, char** argv) {
     llvm::TimeTraceScope instanceScope("Instance", k.instance);
     std::string error;
     CompiledInstance inst{&k, {}, false};
-    mlir::OwningOpRef<mlir::ModuleOp> gpuModule(mlir::ModuleOp(*k.module).clone());
+    auto fail = [&](const char* form) {
+      std::cerr << "pallas-codegen: " << k.instance << form << ": " << error << "\n";
+      return 1;
+    };
     // A staged kernel copies with TMA from sm_90 on, and with cp.async on
     // older targets (a lowering of its own: sm_80 has no TMA); a kernel with
     // a dot multiplies with wgmma from sm_90a on, otherwise without.
@@ -234,7 +238,7 @@ int codegenMain(int argc, char** argv) {
       return arch.size() < 5 || std::atoi(arch.c_str() + 3) < 90;
     };
     GpuOptions targets = gpu, older = gpu;
-    // A kernel without staged blocks is the same code on every target, but it is lowered once
+    // A kernel without staged blocks is the same code on every target, but it is compiled once
     // per arch group all the same: the sm_90 form opens with griddepcontrol (programmatic
     // dependent launch, GpuPipeline.cpp), which sm_80 has not.
     const bool both_groups = std::any_of(gpu.archs.begin(), gpu.archs.end(), before90) &&
@@ -243,39 +247,51 @@ int codegenMain(int argc, char** argv) {
     // knows sm_80 has no clusters (%cluster_* read as one program), which a kernel clustered
     // along its first axis needs whether it stages blocks or not.
     const bool clustered = k.spec->cluster_first_axis_max() > 0;
+    const bool sm8x_lowering = staged || clustered;
     if (staged || both_groups || clustered) {
       std::erase_if(targets.archs, before90);
       std::erase_if(older.archs, [&](const std::string& a) { return !before90(a); });
-      older.cp_async = staged || clustered;
+      older.cp_async = sm8x_lowering;
     }
-    if (!targets.archs.empty() && !compileForGpu(*gpuModule, targets, inst.gpu, error)) {
-      std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";
-      return 1;
+
+    // Kernel IR -> NVVM-dialect kernels, once per lowering (TMA and wgmma; cp.async and
+    // mma.sync for sm_8x): each serves its cubins and its emulator form alike.
+    struct NvvmForm {
+      mlir::OwningOpRef<mlir::ModuleOp> module;
+      SharedPlan plan;
+    };
+    auto lowerToGpu = [&](bool cpAsync, NvvmForm& form) {
+      form.module = mlir::OwningOpRef<mlir::ModuleOp>(mlir::ModuleOp(*k.module).clone());
+      return lowerToGpuFuncs(*form.module, cpAsync, form.plan, error);
+    };
+    auto compile = [&](const NvvmForm& form, const GpuOptions& options) {
+      mlir::OwningOpRef<mlir::ModuleOp> copy(mlir::ModuleOp(*form.module).clone());
+      return compileForGpu(*copy, options, form.plan, inst.gpu, error);
+    };
+    NvvmForm tma;
+    if (!lowerToGpu(/*cpAsync=*/false, tma) || !lowerGpuFuncsToNVVM(*tma.module, error))
+      return fail("");
+    if (!targets.archs.empty() && !compile(tma, targets)) return fail("");
+    // A cp.async form that needs more shared memory per block than any sm_8x part has
+    // (sm_80 / sm_87: 163 KiB; sm_86 / sm_89: 99 KiB) could never launch (a generic sm_80
+    // cubin runs on sm_8x only): it is not built, cubin nor emulator form, and such a device
+    // runs the direct twin (tma_path_unavailable). E.g. matmul's 128 x 256 tiles in four
+    // stages (196704 bytes) and its `decode` instance's eleven (224020 bytes), which the
+    // entry point gives sm_8x parts no shapes for. The plan is known from the lowering to
+    // gpu.func: such a form costs nothing more.
+    constexpr int kLargestSm8xBlockShared = 163 * 1024;
+    NvvmForm cpAsync;
+    bool cp_async_built = false;
+    if (sm8x_lowering && (staged || !older.archs.empty())) {
+      if (!lowerToGpu(/*cpAsync=*/true, cpAsync)) return fail(" (cp.async)");
+      cp_async_built = !staged || cpAsync.plan.bytes <= kLargestSm8xBlockShared;
+      if (cp_async_built && !lowerGpuFuncsToNVVM(*cpAsync.module, error))
+        return fail(" (cp.async)");
     }
-    inst.sm80_form = staged;
-    if (!staged && (both_groups || clustered) && !older.archs.empty()) {
-      mlir::OwningOpRef<mlir::ModuleOp> olderModule(mlir::ModuleOp(*k.module).clone());
-      if (!compileForGpu(*olderModule, older, inst.gpu, error)) {
-        std::cerr << "pallas-codegen: " << k.instance << " (sm_8x): " << error << "\n";
-        return 1;
-      }
-    }
-    if (staged && !older.archs.empty()) {
-      mlir::OwningOpRef<mlir::ModuleOp> cpAsyncModule(mlir::ModuleOp(*k.module).clone());
-      if (!compileForGpu(*cpAsyncModule, older, inst.gpu, error)) {
-        std::cerr << "pallas-codegen: " << k.instance << " (cp.async): " << error << "\n";
-        return 1;
-      }
-      // A cp.async form that needs more shared memory per block than any sm_8x part has
-      // (sm_80 / sm_87: 163 KiB; sm_86 / sm_89: 99 KiB) could never launch (a generic sm_80
-      // cubin runs on sm_8x only): it is dropped, cubin and emulator form, and such a device
-      // runs the direct twin (tma_path_unavailable). E.g. matmul's 128 x 256 tiles in four
-      // stages (196704 bytes), which the entry point gives sm_8x parts no shapes for.
-      constexpr int kLargestSm8xBlockShared = 163 * 1024;
-      if (std::erase_if(inst.gpu, [](const GpuBinary& bin) {
-            return bin.sm < 90 && bin.shared_bytes > kLargestSm8xBlockShared;
-          }) != 0)
-        inst.sm80_form = false;
+    inst.sm80_form = staged && cp_async_built;
+    if ((staged || both_groups || clustered) && !older.archs.empty()) {
+      if (!sm8x_lowering && !compile(tma, older)) return fail(" (sm_8x)");
+      if (cp_async_built && !compile(cpAsync, older)) return fail(" (cp.async)");
     }
     // The lowering's block size (read from each cubin) and the spec's, which
     // the emulator's sm_80 form launches with, must agree.
@@ -286,38 +302,37 @@ int codegenMain(int argc, char** argv) {
                   << k.spec->launch_threads(!staged || bin.sm >= 90) << "\n";
         return 1;
       }
-    mlir::OwningOpRef<mlir::ModuleOp> hostModule(mlir::ModuleOp(*k.module).clone());
-    std::unique_ptr<llvm::Module> lowered = [&] {
+
+    // The CPU forms, one LLVM module: the host form (none for a staged instance: see
+    // CompiledInstance::host_form) and the emulator's, from the cubins' NVVM.
+    inst.host_form = !k.spec->has_staged_blocks();
+    std::unique_ptr<llvm::Module> lowered;
+    if (inst.host_form) {
+      mlir::OwningOpRef<mlir::ModuleOp> hostModule(mlir::ModuleOp(*k.module).clone());
       llvm::TimeTraceScope scope("Host form");
-      return lowerForHost(*hostModule, llvmContext, error);
-    }();
-    if (!lowered) {
-      std::cerr << "pallas-codegen: " << k.instance << ": " << error << "\n";
-      return 1;
+      lowered = lowerForHost(*hostModule, llvmContext, error);
+      if (!lowered) return fail("");
     }
-    mlir::OwningOpRef<mlir::ModuleOp> emuModule(mlir::ModuleOp(*k.module).clone());
-    std::unique_ptr<llvm::Module> emulated = [&] {
-      llvm::TimeTraceScope scope("Emulator form");
-      return lowerForEmulator(*emuModule, llvmContext, error);
-    }();
-    if (!emulated || llvm::Linker::linkModules(*lowered, std::move(emulated))) {
-      std::cerr << "pallas-codegen: " << k.instance << ": emulator form: " << error << "\n";
-      return 1;
-    }
+    auto addEmulatorForm = [&](NvvmForm& form, const char* name) {
+      llvm::TimeTraceScope scope(name);
+      std::unique_ptr<llvm::Module> emulated = lowerForEmulator(*form.module, llvmContext, error);
+      if (!emulated) return false;
+      if (!lowered) {
+        lowered = std::move(emulated);
+      } else if (llvm::Linker::linkModules(*lowered, std::move(emulated))) {
+        error = "cannot link it with the instance's other CPU forms";
+        return false;
+      }
+      return true;
+    };
+    if (!addEmulatorForm(tma, "Emulator form")) return fail(": emulator form");
     if (inst.sm80_form) {  // the sm_80 (cp.async) form too: pallas_emu_kernel_<instance>_cp_async
-      mlir::OwningOpRef<mlir::ModuleOp> emuCpAsync(mlir::ModuleOp(*k.module).clone());
-      emuCpAsync->walk([](mlir::func::FuncOp f) {
-        if (f->hasAttr(mlir::pallas::kKernelAttrName))
+      cpAsync.module->walk([](mlir::LLVM::LLVMFuncOp f) {
+        if (f->hasAttr(mlir::NVVM::NVVMDialect::getKernelFuncAttrName()))
           f.setSymName((f.getSymName() + "_cp_async").str());
       });
-      llvm::TimeTraceScope scope("Emulator form (cp.async)");
-      std::unique_ptr<llvm::Module> cpAsync =
-          lowerForEmulator(*emuCpAsync, llvmContext, error, /*cpAsync=*/true);
-      if (!cpAsync || llvm::Linker::linkModules(*lowered, std::move(cpAsync))) {
-        std::cerr << "pallas-codegen: " << k.instance << ": emulator cp.async form: " << error
-                  << "\n";
-        return 1;
-      }
+      if (!addEmulatorForm(cpAsync, "Emulator form (cp.async)"))
+        return fail(": emulator cp.async form");
     }
     if (!host) {
       host = std::move(lowered);

@@ -161,9 +161,10 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   const auto& ops = spec.operands();
 
   os << "// ---- " << name << " ----\n\n";
-  os << "extern \"C\" void pallas_host_" << name
-     << "(void** args, int64_t grid0, int64_t grid1, int64_t grid2);\n"
-     << "extern \"C\" void pallas_emu_kernel_" << name << "(void** args);\n"
+  if (inst.host_form)
+    os << "extern \"C\" void pallas_host_" << name
+       << "(void** args, int64_t grid0, int64_t grid1, int64_t grid2);\n";
+  os << "extern \"C\" void pallas_emu_kernel_" << name << "(void** args);\n"
      << "extern \"C\" const int64_t pallas_emu_kernel_" << name << "_shared_bytes;\n";
   const bool staged = inst.sm80_form;
   if (staged)  // its sm_80 form: cp.async copies, dots without wgmma (Driver.cpp)
@@ -236,7 +237,8 @@ void emitInstance(std::ostringstream& os, const CompiledInstance& inst) {
   for (const GpuBinary& bin : inst.gpu)
     dynamicShared = std::max(dynamicShared, bin.dynamic_shared_bytes);
   os << "const pallas::detail::KernelImage " << name << "_image = {&" << name
-     << "_metadata_value, \"" << name << "\", " << cubins << ", &pallas_host_" << name << ", "
+     << "_metadata_value, \"" << name << "\", " << cubins << ", "
+     << (inst.host_form ? "&pallas_host_" + name : std::string("nullptr")) << ", "
      << spec.launch_threads() << ", " << dynamicShared << ", &pallas_emu_kernel_" << name
      << ", &pallas_emu_kernel_" << name << "_shared_bytes";
   if (staged)

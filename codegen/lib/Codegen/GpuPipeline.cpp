@@ -113,72 +113,92 @@ bool assembleWithPtxas(const GpuOptions& options, GpuBinary& bin, std::string& e
   return rc == 0;
 }
 
-std::string gpuModuleToNVVMPipeline(bool gridConstant) {
-  return std::string(
-             "gpu.module(canonicalize,cse,expand-strided-metadata,convert-scf-to-cf,"
-             "convert-vector-to-llvm,convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse,"
-             "reconcile-unrealized-casts),pallas-mark-tma-descriptor-params{grid-constant=") +
-         (gridConstant ? "true" : "false") + "}";
+std::string gpuModuleToNVVMPipeline() {
+  return "gpu.module(canonicalize,cse,expand-strided-metadata,convert-scf-to-cf,"
+         "convert-vector-to-llvm,convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse,"
+         "reconcile-unrealized-casts)";
 }
 
-std::string gpuToNVVMPipeline(bool gridConstant, bool cpAsync) {
+std::string pallasToGpuPipeline(bool cpAsync) {
   // The sm_80 form (cpAsync) multiplies with mma.sync, on the spot.
   return std::string(cpAsync ? "pallas-expand-wgmma," : "") +
          "pallas-peel-last-step,pallas-sink-broadcasts,pallas-assign-layouts,"
          "convert-pallas-to-gpu{async-copies=" +
-         (cpAsync ? "cp-async mma=mma_sync" : "tma mma=wgmma") + "}," +
-         gpuModuleToNVVMPipeline(gridConstant);
+         (cpAsync ? "cp-async mma=mma_sync" : "tma mma=wgmma") + "}";
 }
 
-bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
+std::string gpuToNVVMPipeline(bool cpAsync) {
+  return pallasToGpuPipeline(cpAsync) + "," + gpuModuleToNVVMPipeline();
+}
+
+namespace {
+
+bool runPipeline(mlir::ModuleOp module, const std::string& pipeline, const char* what,
+                 std::string& error) {
+  DiagnosticCollector diagnostics(module.getContext());
+  mlir::PassManager pm(module.getContext());
+  if (mlir::failed(mlir::parsePassPipeline(pipeline, pm)) || mlir::failed(pm.run(module))) {
+    error = std::string(what) + " failed:\n" + diagnostics.text();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool lowerToGpuFuncs(mlir::ModuleOp module, bool cpAsync, SharedPlan& plan, std::string& error) {
+  llvm::TimeTraceScope scope("Lower to GPU");
+  if (!runPipeline(module, pallasToGpuPipeline(cpAsync), "GPU lowering", error)) return false;
+  // convert-pallas-to-gpu's plan (pallas.shared_bytes.<kernel>, pallas.shared_align.<kernel>):
+  // the largest of the module's kernels.
+  plan = SharedPlan{};
+  for (mlir::NamedAttribute a : module->getAttrs()) {
+    auto value = llvm::dyn_cast<mlir::IntegerAttr>(a.getValue());
+    if (!value) continue;
+    if (a.getName().strref().starts_with("pallas.shared_bytes."))
+      plan.bytes = std::max(plan.bytes, static_cast<int>(value.getInt()));
+    if (a.getName().strref().starts_with("pallas.shared_align."))
+      plan.align = std::max<int64_t>(plan.align, value.getInt());
+  }
+  return true;
+}
+
+bool lowerGpuFuncsToNVVM(mlir::ModuleOp module, std::string& error) {
+  llvm::TimeTraceScope scope("Lower to NVVM");
+  return runPipeline(module, gpuModuleToNVVMPipeline(), "NVVM lowering", error);
+}
+
+bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options, const SharedPlan& plan,
                    std::vector<GpuBinary>& binaries, std::string& error) {
   mlir::MLIRContext* ctx = module.getContext();
   DiagnosticCollector diagnostics(ctx);
   llvm::TimeTraceScope scope("GPU form", [&] { return llvm::join(options.archs, ","); });
 
-  // 1. Blocks -> threads, then everything in the gpu.module to NVVM.
-  mlir::PassManager lower(ctx);
-  // NVVM ops without an LLVM intrinsic (mbarrier.try_wait.parity) become
-  // inline PTX; the emulator instead rewrites them before this step. Kernels
-  // compiled for sm_90 and up only open with griddepcontrol (programmatic
-  // dependent launch); the driver lowers sm_90 and sm_8x targets apart, so a
-  // module that also serves sm_80 (which lacks it) is only one given such mixed
-  // targets explicitly.
+  // 1. The NVVM-dialect kernels to LLVM: TMA descriptors are __grid_constant__ parameters;
+  // NVVM ops without an LLVM intrinsic (mbarrier.try_wait.parity) become inline PTX (the
+  // emulator instead rewrites them). Kernels compiled for sm_90 and up only open with
+  // griddepcontrol (programmatic dependent launch); the driver lowers sm_90 and sm_8x
+  // targets apart, so a module that also serves sm_80 (which lacks it) is only one given
+  // such mixed targets explicitly.
   const bool waits = !options.cp_async && !options.archs.empty() &&
                      llvm::all_of(options.archs, [](const std::string& arch) {
                        int sm = 0;
                        bool specific = false;
                        return parseArch(arch, sm, specific) && sm >= 90;
                      });
-  std::string pipeline = gpuToNVVMPipeline(/*gridConstant=*/true, options.cp_async) +
+  std::string pipeline = std::string("pallas-mark-tma-descriptor-params{grid-constant=true}") +
                          (waits ? ",pallas-wait-for-prerequisite-grids" : "") +
                          ",gpu.module(convert-nvvm-to-llvm,reconcile-unrealized-casts)";
   {
-    llvm::TimeTraceScope scope("Lower to NVVM");
-    if (mlir::failed(mlir::parsePassPipeline(pipeline, lower)) || mlir::failed(lower.run(module))) {
-      error = "GPU lowering failed:\n" + diagnostics.text();
-      return false;
-    }
-  }
-
-  // The shared-memory plan's size (convert-pallas-to-gpu), requested at launch,
-  // and its alignment, given to the dynamic shared-memory symbol.
-  int dynamicSharedBytes = 0;
-  int64_t sharedAlign = 16;
-  for (mlir::NamedAttribute a : module->getAttrs()) {
-    auto value = llvm::dyn_cast<mlir::IntegerAttr>(a.getValue());
-    if (!value) continue;
-    if (a.getName().strref().starts_with("pallas.shared_bytes."))
-      dynamicSharedBytes = std::max(dynamicSharedBytes, static_cast<int>(value.getInt()));
-    if (a.getName().strref().starts_with("pallas.shared_align."))
-      sharedAlign = std::max<int64_t>(sharedAlign, value.getInt());
+    llvm::TimeTraceScope scope("NVVM to LLVM");
+    if (!runPipeline(module, pipeline, "GPU lowering", error)) return false;
   }
   module.walk([&](mlir::LLVM::GlobalOp g) {
     if (g.getAddrSpace() != 3 || !g.getSymName().starts_with("__dynamic_shmem")) return;
     // `.extern .shared .b8 name[]`, CUDA's dynamic shared memory: an internal
     // zero-size global would be a 1-byte static variable the buffer overlaps.
     g.setLinkage(mlir::LLVM::Linkage::External);
-    g.setAlignment(std::max<uint64_t>(g.getAlignment().value_or(0), sharedAlign));
+    g.setAlignment(std::max<uint64_t>(g.getAlignment().value_or(0), plan.align));
   });
 
   // The block size the kernel was lowered for (convert-pallas-to-gpu's
@@ -241,8 +261,8 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
               "shared-memory plan (dynamic)";
       return false;
     }
-    bin.dynamic_shared_bytes = dynamicSharedBytes;
-    bin.shared_bytes += dynamicSharedBytes;
+    bin.dynamic_shared_bytes = plan.bytes;
+    bin.shared_bytes += plan.bytes;
     bin.threads = threads;
     bin.waits_for_prerequisite_grids = waits;
     binaries.push_back(std::move(bin));

@@ -160,17 +160,20 @@ std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMCont
                     /*emulator=*/false, context, error);
 }
 
+// The emulator passes TMA descriptors as plain byval pointers (no __grid_constant__).
+constexpr const char* kEmulatorDescriptorParams =
+    "pallas-mark-tma-descriptor-params{grid-constant=false}";
+
 std::unique_ptr<llvm::Module> lowerForEmulator(mlir::ModuleOp module, llvm::LLVMContext& context,
-                                               std::string& error, bool cpAsync) {
-  return lowerToCpu(module, gpuToNVVMPipeline(/*gridConstant=*/false, cpAsync), /*emulator=*/true,
-                    context, error);
+                                               std::string& error) {
+  return lowerToCpu(module, kEmulatorDescriptorParams, /*emulator=*/true, context, error);
 }
 
 std::unique_ptr<llvm::Module> lowerGpuModuleForEmulator(mlir::ModuleOp module,
                                                         llvm::LLVMContext& context,
                                                         std::string& error) {
-  return lowerToCpu(module, gpuModuleToNVVMPipeline(/*gridConstant=*/false), /*emulator=*/true,
-                    context, error);
+  return lowerToCpu(module, gpuModuleToNVVMPipeline() + "," + kEmulatorDescriptorParams,
+                    /*emulator=*/true, context, error);
 }
 
 bool emitHostObject(llvm::Module& module, std::string& object, std::string& error) {

@@ -17,6 +17,11 @@ struct CompiledInstance {
   /// Lowered separately for sm_80 (cp.async copies, dots without wgmma), so
   /// the emulator has that form too: pallas_emu_kernel_<instance>_cp_async.
   bool sm80_form = false;
+  /// Lowered for the host backend: pallas_host_<instance>. A staged instance has none: the
+  /// host has no TMA, so its entry point runs the direct twin there (tma_path_unavailable),
+  /// and a host form of its pipeline would only cost build time (about a seventh of the
+  /// matmul ops' codegen).
+  bool host_form = true;
 };
 
 /// The symbol of an instance's cubin for `arch` in `<op>_host.o`: the codegen

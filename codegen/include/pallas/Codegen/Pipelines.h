@@ -45,14 +45,29 @@ struct GpuBinary {
   bool waits_for_prerequisite_grids = false;
 };
 
+/// A kernel's shared-memory plan (convert-pallas-to-gpu): its bytes, requested at launch as
+/// dynamic shared memory, and their alignment.
+struct SharedPlan {
+  int bytes = 0;
+  int64_t align = 16;
+};
+
 /// The pass pipeline from kernel IR to gpu.modules of NVVM-dialect kernels:
-/// what becomes PTX, and what the emulator runs. `gridConstant`: TMA
-/// descriptor parameters are __grid_constant__ (the CUDA form; the emulator's
-/// are plain byval pointers).
-/// `cpAsync`: staged blocks are copied with cp.async (sm_80), not TMA.
-std::string gpuToNVVMPipeline(bool gridConstant = true, bool cpAsync = false);
+/// what becomes PTX, and what the emulator runs. `cpAsync`: staged blocks are
+/// copied with cp.async (sm_80), not TMA; dots multiply with mma.sync, not wgmma.
+std::string gpuToNVVMPipeline(bool cpAsync = false);
+/// Its first half: kernel IR to gpu.modules of gpu.func kernels (blocks to threads; the
+/// shared-memory plan, module attributes pallas.shared_bytes.<kernel>).
+std::string pallasToGpuPipeline(bool cpAsync = false);
 /// Its second half: gpu.modules of gpu.func kernels to the NVVM dialect.
-std::string gpuModuleToNVVMPipeline(bool gridConstant = true);
+std::string gpuModuleToNVVMPipeline();
+
+/// Kernel IR (in place) to gpu.func kernels: pallasToGpuPipeline, and the plan it made.
+/// On failure returns false with the reason in `error`.
+bool lowerToGpuFuncs(mlir::ModuleOp module, bool cpAsync, SharedPlan& plan, std::string& error);
+/// gpu.func kernels (in place) to the NVVM dialect: gpuModuleToNVVMPipeline. One lowering
+/// serves the cubins (compileForGpu) and the emulator's form (lowerForEmulator) alike.
+bool lowerGpuFuncsToNVVM(mlir::ModuleOp module, std::string& error);
 
 /// Assembles `bin.ptx` for `bin.arch` with ptxas -O3 -v into `bin.cubin`,
 /// filling the resource report. ptxas' warnings and its coded advisories fail
@@ -67,9 +82,10 @@ bool assembleWithPtxas(const GpuOptions& options, GpuBinary& bin, std::string& e
 /// "warpgroup.arrive is injected ... to allow use of registers in GMMA".
 std::vector<std::string> ptxasAdvisories(const std::string& log);
 
-/// Lowers the kernel IR in `module` (consumed) to PTX and cubins for every
-/// arch. On failure returns false with the reason in `error`.
-bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
+/// Compiles NVVM-dialect kernels (`module`, consumed: lowerGpuFuncsToNVVM's) to PTX and
+/// cubins for every arch, each launched with `plan`'s dynamic shared memory. On failure
+/// returns false with the reason in `error`.
+bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options, const SharedPlan& plan,
                    std::vector<GpuBinary>& binaries, std::string& error);
 
 /// Lowers the kernel IR in `module` (consumed) to LLVM IR functions
@@ -77,13 +93,12 @@ bool compileForGpu(mlir::ModuleOp module, const GpuOptions& options,
 std::unique_ptr<llvm::Module> lowerForHost(mlir::ModuleOp module, llvm::LLVMContext& context,
                                            std::string& error);
 
-/// Lowers the kernel IR in `module` (consumed) like the cubin, to the NVVM
-/// dialect, then to host code calling the emulator's SIMT runtime:
+/// Lowers NVVM-dialect kernels (`module`, consumed: lowerGpuFuncsToNVVM's, the IR the
+/// cubins are made from) to host code calling the emulator's SIMT runtime:
 /// `void pallas_emu_kernel_<kernel>(void** args)` runs one GPU thread, and
 /// `const int64_t pallas_emu_kernel_<kernel>_shared_bytes` is its static shared memory.
-/// `cpAsync`: the sm_80 form of a staged kernel (see gpuToNVVMPipeline).
 std::unique_ptr<llvm::Module> lowerForEmulator(mlir::ModuleOp module, llvm::LLVMContext& context,
-                                               std::string& error, bool cpAsync = false);
+                                               std::string& error);
 
 /// The same for a module of gpu.func kernels written directly in the gpu
 /// dialect (test kernels with barriers, shuffles and shared memory).
