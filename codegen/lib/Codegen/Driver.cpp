@@ -8,7 +8,8 @@
 // The last form writes, for the op's every instance (dtype combination):
 //   DIR/include/pallas/kernels/<op>.h   typed entry points, argv form, metadata
 //   DIR/<op>.cc                          embedded cubins, checks, launch
-//   DIR/<op>_host.o                      the host and emulator forms (CPU code)
+//   DIR/<op>_host.o                      the host forms (CPU code) and the cubins
+//   DIR/<op>_emulator.o                  the emulator forms (CPU code)
 //   DIR/<op>.kernel.mlir                 the traced kernel IR, for reading
 //   DIR/ptx/<instance>.<arch>.ptx        the PTX given to ptxas, for reading
 // Files are rewritten only when their bytes change, so rebuilds are quiet and
@@ -109,7 +110,7 @@ int emulateGpuModule(const std::string& file, const std::string& object) {
   llvm::LLVMContext llvmContext;
   std::string error, bytes;
   std::unique_ptr<llvm::Module> lowered = lowerGpuModuleForEmulator(*module, llvmContext, error);
-  if (!lowered || !emitHostObject(*lowered, bytes, error)) {
+  if (!lowered || !emitEmulatorObject(*lowered, bytes, error)) {
     std::cerr << "pallas-codegen: " << file << ": " << error << "\n";
     return 1;
   }
@@ -219,7 +220,16 @@ int codegenMain(int argc, char** argv) {
 
   std::vector<CompiledInstance> compiled;
   llvm::LLVMContext llvmContext;
-  std::unique_ptr<llvm::Module> host;
+  // The op's CPU code, two objects: the host forms and the cubins (<op>_host.o, optimized),
+  // and the emulator forms (<op>_emulator.o, not optimized: see emitEmulatorObject).
+  std::unique_ptr<llvm::Module> host = std::make_unique<llvm::Module>(op + "_host", llvmContext);
+  std::unique_ptr<llvm::Module> emulator =
+      std::make_unique<llvm::Module>(op + "_emulator", llvmContext);
+  host->setSourceFileName(specFile);
+  emulator->setSourceFileName(specFile);
+  auto linkInto = [](llvm::Module& into, std::unique_ptr<llvm::Module> form) {
+    return !llvm::Linker::linkModules(into, std::move(form));
+  };
   for (auto& k : kernels) {
     llvm::TimeTraceScope instanceScope("Instance", k.instance);
     std::string error;
@@ -303,24 +313,25 @@ int codegenMain(int argc, char** argv) {
         return 1;
       }
 
-    // The CPU forms, one LLVM module: the host form (none for a staged instance: see
+    // The CPU forms: the host form (none for a staged instance: see
     // CompiledInstance::host_form) and the emulator's, from the cubins' NVVM.
     inst.host_form = !k.spec->has_staged_blocks();
-    std::unique_ptr<llvm::Module> lowered;
     if (inst.host_form) {
       mlir::OwningOpRef<mlir::ModuleOp> hostModule(mlir::ModuleOp(*k.module).clone());
       llvm::TimeTraceScope scope("Host form");
-      lowered = lowerForHost(*hostModule, llvmContext, error);
+      std::unique_ptr<llvm::Module> lowered = lowerForHost(*hostModule, llvmContext, error);
       if (!lowered) return fail("");
+      if (!linkInto(*host, std::move(lowered))) {
+        error = "cannot link it with the op's other host forms";
+        return fail(": host form");
+      }
     }
     auto addEmulatorForm = [&](NvvmForm& form, const char* name) {
       llvm::TimeTraceScope scope(name);
       std::unique_ptr<llvm::Module> emulated = lowerForEmulator(*form.module, llvmContext, error);
       if (!emulated) return false;
-      if (!lowered) {
-        lowered = std::move(emulated);
-      } else if (llvm::Linker::linkModules(*lowered, std::move(emulated))) {
-        error = "cannot link it with the instance's other CPU forms";
+      if (!linkInto(*emulator, std::move(emulated))) {
+        error = "cannot link it with the op's other emulator forms";
         return false;
       }
       return true;
@@ -334,14 +345,6 @@ int codegenMain(int argc, char** argv) {
       if (!addEmulatorForm(cpAsync, "Emulator form (cp.async)"))
         return fail(": emulator cp.async form");
     }
-    if (!host) {
-      host = std::move(lowered);
-      host->setModuleIdentifier(op + "_host");
-      host->setSourceFileName(specFile);
-    } else if (llvm::Linker::linkModules(*host, std::move(lowered))) {
-      std::cerr << "pallas-codegen: cannot link the host forms of '" << op << "'\n";
-      return 1;
-    }
     compiled.push_back(std::move(inst));
   }
   // The cubins, as constants of the host object (Emitter.h, cubinSymbol).
@@ -353,10 +356,17 @@ int codegenMain(int argc, char** argv) {
                                               cubinSymbol(inst.kernel->instance, bin.arch));
       global->setAlignment(llvm::Align(16));  // ELF images are read in place
     }
-  std::string object, error;
+  std::string hostObject, emulatorObject, error;
   {
     llvm::TimeTraceScope scope("Host object", op);
-    if (!emitHostObject(*host, object, error)) {
+    if (!emitHostObject(*host, hostObject, error)) {
+      std::cerr << "pallas-codegen: " << op << ": " << error << "\n";
+      return 1;
+    }
+  }
+  {
+    llvm::TimeTraceScope scope("Emulator object", op);
+    if (!emitEmulatorObject(*emulator, emulatorObject, error)) {
       std::cerr << "pallas-codegen: " << op << ": " << error << "\n";
       return 1;
     }
@@ -365,7 +375,8 @@ int codegenMain(int argc, char** argv) {
   bool ok = writeIfChanged(outDir + "/include/pallas/kernels/" + op + ".h",
                            emitHeader(op, specFile, compiled)) &&
             writeIfChanged(outDir + "/" + op + ".cc", emitSource(op, specFile, compiled)) &&
-            writeIfChanged(outDir + "/" + op + "_host.o", object) &&
+            writeIfChanged(outDir + "/" + op + "_host.o", hostObject) &&
+            writeIfChanged(outDir + "/" + op + "_emulator.o", emulatorObject) &&
             writeIfChanged(outDir + "/" + op + ".kernel.mlir", kernelIR);
   // Beside the PTX, the staged instances (the SASS report's TMA / cp.async
   // rules apply to them; a shared direct twin does not name them all).

@@ -103,17 +103,22 @@ void compileWithoutOptimization(llvm::Module& module) {
   }
 }
 
-llvm::TargetMachine* hostTargetMachine(std::string& error) {
-  static std::unique_ptr<llvm::TargetMachine> machine;
+/// The target machine for generic x86-64 (the library runs on any machine of the
+/// architecture), one per code generation level: Default for the host forms, None for the
+/// emulator forms (see emitEmulatorObject).
+llvm::TargetMachine* hostTargetMachine(llvm::CodeGenOptLevel level, std::string& error) {
+  static std::unique_ptr<llvm::TargetMachine> machines[2];
+  std::unique_ptr<llvm::TargetMachine>& machine =
+      machines[level == llvm::CodeGenOptLevel::Default ? 0 : 1];
   if (machine) return machine.get();
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
   llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
   if (!target) return nullptr;
-  // Generic CPU so the library runs on any machine of the architecture.
   llvm::TargetOptions options;
-  machine.reset(target->createTargetMachine(triple, "generic", "", options, llvm::Reloc::PIC_));
+  machine.reset(target->createTargetMachine(triple, "generic", "", options, llvm::Reloc::PIC_,
+                                            std::nullopt, level));
   return machine.get();
 }
 
@@ -124,7 +129,6 @@ std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::strin
                                          std::string& error) {
   mlir::MLIRContext* ctx = module.getContext();
   DiagnosticCollector diagnostics(ctx);
-  mlir::PassManager pm(ctx);
   // bf16 casts become integer code (no libgcc helper exists for them); math
   // ops become LLVM intrinsics where LLVM has them, libm calls otherwise.
   std::string cpuTail = emulator ? "convert-nvvm-to-emulator"
@@ -132,11 +136,7 @@ std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::strin
                                    "convert-math-to-llvm,convert-math-to-libm,convert-scf-to-cf,"
                                    "expand-strided-metadata,convert-vector-to-llvm,convert-to-llvm,"
                                    "reconcile-unrealized-casts";
-  if (mlir::failed(mlir::parsePassPipeline(pipeline + "," + cpuTail, pm)) ||
-      mlir::failed(pm.run(module))) {
-    error = "CPU lowering failed:\n" + diagnostics.text();
-    return nullptr;
-  }
+  if (!runPipeline(module, pipeline + "," + cpuTail, "CPU lowering", error)) return nullptr;
   std::unique_ptr<llvm::Module> llvmModule = mlir::translateModuleToLLVMIR(module, context);
   if (!llvmModule) {
     error = "translation to LLVM IR failed:\n" + diagnostics.text();
@@ -176,8 +176,27 @@ std::unique_ptr<llvm::Module> lowerGpuModuleForEmulator(mlir::ModuleOp module,
                     /*emulator=*/true, context, error);
 }
 
+namespace {
+
+/// `module` to a relocatable object by `machine`'s code generator.
+bool emitObject(llvm::Module& module, llvm::TargetMachine& machine, std::string& object,
+                std::string& error) {
+  llvm::SmallString<0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager codegen;
+  if (machine.addPassesToEmitFile(codegen, os, nullptr, llvm::CodeGenFileType::ObjectFile)) {
+    error = "the host target cannot emit object files";
+    return false;
+  }
+  codegen.run(module);
+  object.assign(buffer.begin(), buffer.end());
+  return true;
+}
+
+}  // namespace
+
 bool emitHostObject(llvm::Module& module, std::string& object, std::string& error) {
-  llvm::TargetMachine* machine = hostTargetMachine(error);
+  llvm::TargetMachine* machine = hostTargetMachine(llvm::CodeGenOptLevel::Default, error);
   if (!machine) return false;
   module.setDataLayout(machine->createDataLayout());
   module.setTargetTriple(machine->getTargetTriple());
@@ -186,15 +205,12 @@ bool emitHostObject(llvm::Module& module, std::string& object, std::string& erro
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cam;
   llvm::ModuleAnalysisManager mam;
-  // No loop unrolling: on the emulator's thread functions (thousands of instructions, a
-  // loop nest per staged copy and fragment) LoopUnrollPass took 19 of the 25 s that O2 spent
-  // on the gemm op's host object and made its code generation 60% longer, while ops.host
-  // and ops.emulator ran no slower without it (59.4 s either way). Vectorization stays.
+  // No loop unrolling: LoopUnrollPass took 19 of the 25 s that O2 spent on the gemm op's
+  // host object (then with its emulator forms) and made its code generation 60% longer,
+  // while ops.host ran no slower without it (59.4 s either way). Vectorization stays.
   llvm::PipelineTuningOptions tuning;
   tuning.LoopUnrolling = false;
-  // The standard instrumentation makes the pass manager honor optnone (the
-  // emulator forms, compileWithoutOptimization) and adds per-pass entries to
-  // pallas-codegen's --time-trace.
+  // The standard instrumentation adds per-pass entries to pallas-codegen's --time-trace.
   llvm::PassInstrumentationCallbacks instrumentation;
   llvm::StandardInstrumentations standard(module.getContext(), /*DebugLogging=*/false);
   standard.registerCallbacks(instrumentation, &mam);
@@ -208,20 +224,24 @@ bool emitHostObject(llvm::Module& module, std::string& object, std::string& erro
     llvm::TimeTraceScope scope("Optimize host object (O2)");
     pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(module, mam);
   }
+  llvm::TimeTraceScope scope("Machine code for host object");
+  return emitObject(module, *machine, object, error);
+}
 
-  llvm::SmallString<0> buffer;
-  llvm::raw_svector_ostream os(buffer);
-  llvm::legacy::PassManager codegen;
-  if (machine->addPassesToEmitFile(codegen, os, nullptr, llvm::CodeGenFileType::ObjectFile)) {
-    error = "the host target cannot emit object files";
-    return false;
-  }
-  {
-    llvm::TimeTraceScope scope("Machine code for host object");
-    codegen.run(module);
-  }
-  object.assign(buffer.begin(), buffer.end());
-  return true;
+bool emitEmulatorObject(llvm::Module& module, std::string& object, std::string& error) {
+  // No IR passes and the code generator at -O0 (fast instruction selection, the fast register
+  // allocator): the emulator forms' time goes to the SIMT runtime they call for every access,
+  // barrier and collective, not to their own instructions (compileWithoutOptimization). At
+  // the default level the gemm_bt op's emulator forms (28 instances, 48 forms) took 9.5 s of
+  // machine code, at -O0 3.7 s, while ops.emulator ran 210 s against 216 s and
+  // features.emulator 72 s against 74 s. The frames double (the fast register allocator
+  // spills every value): splitk_deep's 35 KiB -> 74 KiB, hence the emulator's 256 KiB stacks.
+  llvm::TargetMachine* machine = hostTargetMachine(llvm::CodeGenOptLevel::None, error);
+  if (!machine) return false;
+  module.setDataLayout(machine->createDataLayout());
+  module.setTargetTriple(machine->getTargetTriple());
+  llvm::TimeTraceScope scope("Machine code for emulator object");
+  return emitObject(module, *machine, object, error);
 }
 
 }  // namespace pallas::codegen

@@ -62,6 +62,11 @@ std::string pallasToGpuPipeline(bool cpAsync = false);
 /// Its second half: gpu.modules of gpu.func kernels to the NVVM dialect.
 std::string gpuModuleToNVVMPipeline();
 
+/// Runs the textual pass `pipeline` on `module`, verifying the result once at the end. On
+/// failure returns false with "<what> failed:" and the diagnostics in `error`.
+bool runPipeline(mlir::ModuleOp module, const std::string& pipeline, const char* what,
+                 std::string& error);
+
 /// Kernel IR (in place) to gpu.func kernels: pallasToGpuPipeline, and the plan it made.
 /// On failure returns false with the reason in `error`.
 bool lowerToGpuFuncs(mlir::ModuleOp module, bool cpAsync, SharedPlan& plan, std::string& error);
@@ -106,8 +111,11 @@ std::unique_ptr<llvm::Module> lowerGpuModuleForEmulator(mlir::ModuleOp module,
                                                         llvm::LLVMContext& context,
                                                         std::string& error);
 
-/// Compiles LLVM IR to a relocatable object for the host (generic x86-64).
+/// Compiles LLVM IR to a relocatable object for the host (generic x86-64), optimized (O2):
+/// the host forms.
 bool emitHostObject(llvm::Module& module, std::string& object, std::string& error);
+/// The same without optimization (no IR passes, -O0 code generation): the emulator forms.
+bool emitEmulatorObject(llvm::Module& module, std::string& object, std::string& error);
 
 }  // namespace pallas::codegen
 

@@ -35,8 +35,10 @@ struct Options {
   /// them in an order drawn from this seed (race-free kernels must not care).
   uint64_t schedule_seed = 0;
   /// Stack of each thread's fiber (only the pages a thread uses are
-  /// touched; overflows fail the launch: check_stack in Scheduler.h).
-  uint64_t stack_bytes = 64 * 1024;
+  /// touched; overflows fail the launch: check_stack in Scheduler.h). The
+  /// emulator forms are compiled at -O0 (pallas-codegen's emitEmulatorObject),
+  /// whose frames are large: matmul's splitk_deep takes 74 KiB a thread.
+  uint64_t stack_bytes = 256 * 1024;
 };
 
 struct LaunchConfig {
