@@ -290,14 +290,14 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // S = min(cdiv(64, 4), floor(132 / 32)) = 4: splitk_deep; N = 11008: 86 tiles, S = 1:
     // splitk.
     const DimExpr few_rows = le(m, kDecodeRows);
-    const DimExpr deep_splits =
-        splits_for(cdiv(m, 64) * cdiv(n, 128), cdiv(k, kTileK), DimExpr(kSmCount)).count;
+    const DimExpr deep_tiles = cdiv(m, 64) * cdiv(n, 128);  // splitk_deep's tiles of D
+    const DimExpr deep_splits = splits_for(deep_tiles, cdiv(k, kTileK), DimExpr(kSmCount)).count;
     const DimExpr splits_meet =
         (DimExpr(1) - le(deep_splits, 1)) * le(deep_splits, kMaxClusterSplits);
     const DimExpr deep_rows =
         DimExpr(1) - le(m, kDeepSplitAllRows - 1) +
         le(m, kDeepSplitAllRows - 1) * (DimExpr(1) - le(m, kDeepSplitMinRows - 1)) * splits_meet;
-    const DimExpr deep_one_wave = le(cdiv(m, 64) * cdiv(n, 128), kSmCount);
+    const DimExpr deep_one_wave = le(deep_tiles, kSmCount);
     const int option = spec.variant(
         "schedule", {"tiles", "splitk", "tiles128", "decode", "splitk_deep"},
         choose +

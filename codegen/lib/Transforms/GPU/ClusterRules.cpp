@@ -62,9 +62,9 @@ LogicalResult lowerClusterPeer(ClusterPeerOp op, GpuLowering& g, OpBuilder& b) {
   Value rank = arith::IndexCastUIOp::create(b, loc, b.getI32Type(), g.map.lookup(op.getRank()));
   Value theirs = NVVM::MapaOp::create(b, loc, ptr7, mine, rank);
   // The descriptor {allocated, aligned, offset, sizes[], strides[]} of a static row-major buffer.
-  const int64_t rank_ = localType.getRank();
+  const int64_t dimCount = localType.getRank();
   auto i64 = b.getI64Type();
-  auto dims = LLVM::LLVMArrayType::get(i64, static_cast<unsigned>(rank_));
+  auto dims = LLVM::LLVMArrayType::get(i64, static_cast<unsigned>(dimCount));
   auto descType = LLVM::LLVMStructType::getLiteral(ctx, {ptr7, ptr7, i64, dims, dims});
   Value desc = LLVM::PoisonOp::create(b, loc, descType);
   auto c64 = [&](int64_t v) { return LLVM::ConstantOp::create(b, loc, i64, v).getResult(); };
@@ -72,7 +72,7 @@ LogicalResult lowerClusterPeer(ClusterPeerOp op, GpuLowering& g, OpBuilder& b) {
   desc = LLVM::InsertValueOp::create(b, loc, desc, theirs, ArrayRef<int64_t>{1});
   desc = LLVM::InsertValueOp::create(b, loc, desc, c64(0), ArrayRef<int64_t>{2});
   int64_t stride = 1;
-  for (int64_t d = rank_ - 1; d >= 0; --d) {
+  for (int64_t d = dimCount - 1; d >= 0; --d) {
     desc = LLVM::InsertValueOp::create(b, loc, desc, c64(localType.getDimSize(d)),
                                        ArrayRef<int64_t>{3, d});
     desc = LLVM::InsertValueOp::create(b, loc, desc, c64(stride), ArrayRef<int64_t>{4, d});
