@@ -87,22 +87,6 @@ void addBFloat16TruncationHelper(llvm::Module& module) {
   b.CreateRet(b.CreateBitCast(b.CreateTrunc(result, b.getInt16Ty()), llvm::Type::getBFloatTy(ctx)));
 }
 
-/// The emulator's thread functions are compiled without optimization (LLVM's
-/// optnone: no IR passes, fast instruction selection). Their time goes to the
-/// SIMT runtime they call for every access, barrier and collective, not to
-/// their own instructions: measured on the gemm op (16 instances, 32 emulator
-/// forms), its host object took 23.5 s at O2 and 12.5 s with optnone, while
-/// ops.emulator ran 73 s vs 76 s and features.emulator 11.5 s vs 9.7 s (noise).
-/// The host forms, whose loops are the work itself, stay at O2.
-void compileWithoutOptimization(llvm::Module& module) {
-  for (llvm::Function& f : module) {
-    if (f.isDeclaration()) continue;
-    f.removeFnAttr(llvm::Attribute::AlwaysInline);  // optnone requires noinline
-    f.addFnAttr(llvm::Attribute::NoInline);
-    f.addFnAttr(llvm::Attribute::OptimizeNone);
-  }
-}
-
 /// The target machine for generic x86-64 (the library runs on any machine of the
 /// architecture), one per code generation level: Default for the host forms, None for the
 /// emulator forms (see emitEmulatorObject).
@@ -147,7 +131,6 @@ std::unique_ptr<llvm::Module> lowerToCpu(mlir::ModuleOp module, const std::strin
   } else {
     addArgvWrappers(*llvmModule, "pallas_host_", "pallas_host_", /*gridParams=*/3);
   }
-  if (emulator) compileWithoutOptimization(*llvmModule);
   addBFloat16TruncationHelper(*llvmModule);
   return llvmModule;
 }
@@ -231,9 +214,11 @@ bool emitHostObject(llvm::Module& module, std::string& object, std::string& erro
 bool emitEmulatorObject(llvm::Module& module, std::string& object, std::string& error) {
   // No IR passes and the code generator at -O0 (fast instruction selection, the fast register
   // allocator): the emulator forms' time goes to the SIMT runtime they call for every access,
-  // barrier and collective, not to their own instructions (compileWithoutOptimization). At
-  // the default level the gemm_bt op's emulator forms (28 instances, 48 forms) took 9.5 s of
-  // machine code, at -O0 3.7 s, while ops.emulator ran 210 s against 216 s and
+  // barrier and collective, not to their own instructions. (Measured on the gemm op when its
+  // emulator forms were optnone functions in the O2 host object: 23.5 s at O2, 12.5 s with
+  // optnone, while ops.emulator ran 73 s against 76 s.) At the default code generation level
+  // the gemm_bt op's emulator forms (28 instances, 48 forms) took 9.5 s of machine code, at
+  // -O0 3.8 s, while ops.emulator ran 210 s against 216 s and
   // features.emulator 72 s against 74 s. The frames double (the fast register allocator
   // spills every value): splitk_deep's 35 KiB -> 74 KiB, hence the emulator's 256 KiB stacks.
   llvm::TargetMachine* machine = hostTargetMachine(llvm::CodeGenOptLevel::None, error);

@@ -35,8 +35,8 @@ std::string emitHeader(const std::string& op, const std::string& spec_file,
                        const std::vector<CompiledInstance>& instances);
 
 /// The source: metadata, argument checks, grid computation and the launch
-/// through the runtime. Links against `<op>_host.o` (host and emulator
-/// forms, and the cubins: cubinSymbol).
+/// through the runtime. Links against `<op>_host.o` (the host forms and the
+/// cubins: cubinSymbol) and `<op>_emulator.o` (the emulator forms).
 std::string emitSource(const std::string& op, const std::string& spec_file,
                        const std::vector<CompiledInstance>& instances);
 

@@ -22,8 +22,9 @@ struct GpuOptions {
   /// PTX ISA version written into the PTX: 8.0 is accepted by every ptxas
   /// from CUDA 12.0 on and is the first with sm_90a.
   std::string ptx_features = "+ptx80";
-  /// Staged blocks are copied with cp.async by every thread (the sm_80 form
-  /// of a staged kernel), not TMA (convert-pallas-to-gpu's async-copies).
+  /// The module was lowered for sm_8x (lowerToGpuFuncs' cpAsync: cp.async copies, mma.sync,
+  /// no clusters): compileForGpu then adds no griddepcontrol wait, which sm_80 lacks, whatever
+  /// the archs.
   bool cp_async = false;
 };
 
