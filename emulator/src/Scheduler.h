@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pallas::emulator::detail {
@@ -197,31 +198,34 @@ std::string thread_name(const Cta& cta, int32_t linear);
 /// The CTA of the running thread's cluster whose shared memory holds the
 /// `bytes` at `p` (the running CTA's own first); fails naming `what` if none does.
 Cta& shared_owner(const void* p, int64_t bytes, const char* what);
+/// (The checks below run for every byte an access touches: their messages are views, made
+/// into strings only when a check fails.)
 /// Fails when byte `offset` of shared memory is still read by a TMA store
 /// whose bulk group was not waited for; `writer` names what writes it.
-void check_store_done(const Cta& cta, int64_t offset, const std::string& writer);
+void check_store_done(const Cta& cta, int64_t offset, std::string_view writer);
 /// Fails unless the running thread has waited on barrier.cluster before `what` reaches
 /// another CTA's shared memory: until then the cluster's other CTAs may not have started,
 /// nor initialised their barriers.
 void require_cluster_started(const char* what);
-/// Fails when `what` reaches `cta`, a peer of the running thread's CTA whose threads have all
-/// exited: its shared memory is gone (a barrier.cluster before the exit keeps every CTA of
-/// the cluster until the others are done).
-void require_running(const Cta& cta, const std::string& what);
+/// Fails when `what` (at `shared_offset` of `cta`'s shared memory, where one is given) reaches
+/// `cta`, a peer of the running thread's CTA whose threads have all exited: its shared memory
+/// is gone (a barrier.cluster before the exit keeps every CTA of the cluster until the others
+/// are done).
+void require_running(const Cta& cta, std::string_view what, int64_t shared_offset = -1);
 /// Fails unless the thread that last stored byte `offset` (if a thread did)
 /// executed fence.proxy.async after it: `reader` (a TMA store, a wgmma
 /// operand) reads it through the async proxy, which may not see the store
 /// otherwise.
-void check_proxy_fenced(const Cta& cta, int64_t offset, const std::string& reader);
+void check_proxy_fenced(const Cta& cta, int64_t offset, std::string_view reader);
 /// Fails if an unfinished wgmma (not yet waited for) reads shared `offset`,
 /// which `writer` is about to overwrite.
-void check_wgmma_done(const Cta& cta, int64_t offset, const std::string& writer);
+void check_wgmma_done(const Cta& cta, int64_t offset, std::string_view writer);
 /// Fails unless the bytes [offset, offset + bytes) of `cta`'s shared memory,
 /// about to be overwritten by an asynchronous copy (`what`) issued by this
 /// thread (of that CTA or, multicast, of another of its cluster), were
 /// released: no other thread touched them since the last barrier, no TMA
 /// store still reads them.
-void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, const std::string& what);
+void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, std::string_view what);
 
 /// Fails when thread `t`'s stack pointer is within a red zone of the bottom
 /// of its fiber's stack. The stacks have no guard page, so a kernel whose

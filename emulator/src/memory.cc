@@ -144,44 +144,46 @@ void require_cluster_started(const char* what) {
        "until then");
 }
 
-void require_running(const Cta& cta, const std::string& what) {
+void require_running(const Cta& cta, std::string_view what, int64_t shared_offset) {
   if (&cta == current().cta) return;
   for (const Thread& t : cta.threads)
     if (t.wait != Wait::kDone) return;
-  fail(what + " reaches block (" + std::to_string(cta.x) + ", " + std::to_string(cta.y) + ", " +
+  fail(std::string(what) +
+       (shared_offset >= 0 ? " at shared offset " + std::to_string(shared_offset) : "") +
+       " reaches block (" + std::to_string(cta.x) + ", " + std::to_string(cta.y) + ", " +
        std::to_string(cta.z) +
        ") of the cluster, which has exited: a CTA's shared memory lives until it exits, so "
        "its cluster meets at barrier.cluster first");
 }
 
-void check_store_done(const Cta& cta, int64_t offset, const std::string& writer) {
+void check_store_done(const Cta& cta, int64_t offset, std::string_view writer) {
   const ShadowByte& sh = cta.shadow[static_cast<size_t>(offset)];
   if (sh.store_thread == ShadowByte::kNobody) return;
   const Thread& issuer = cta.threads[static_cast<size_t>(sh.store_thread)];
   if (issuer.bulk_completed > sh.store_group) return;
-  fail(writer + " overwrites shared offset " + std::to_string(offset) +
+  fail(std::string(writer) + " overwrites shared offset " + std::to_string(offset) +
        " while a TMA store still reads it (bulk group " + std::to_string(sh.store_group) + " of " +
        thread_name(cta, sh.store_thread) +
        ", not yet waited for): wait for the store (cp.async.bulk.wait_group.read, Pallas' "
        "wait_smem_to_gmem) before writing the stage again");
 }
 
-void check_proxy_fenced(const Cta& cta, int64_t offset, const std::string& reader) {
+void check_proxy_fenced(const Cta& cta, int64_t offset, std::string_view reader) {
   const ShadowByte& sh = cta.shadow[static_cast<size_t>(offset)];
   if (sh.writer < 0 || sh.copy_barrier != -1) return;  // no thread's store (a copy's bytes)
   if (cta.threads[static_cast<size_t>(sh.writer)].proxy_fences != sh.write_fences) return;
-  fail(reader + " reads shared offset " + std::to_string(offset) + ", which " +
+  fail(std::string(reader) + " reads shared offset " + std::to_string(offset) + ", which " +
        thread_name(cta, sh.writer) +
        " stored without a fence.proxy.async after it: the async proxy (TMA, wgmma) may not "
        "see a thread's stores until it fences them (Pallas' commit_smem)");
 }
 
-void check_wgmma_done(const Cta& cta, int64_t offset, const std::string& writer) {
+void check_wgmma_done(const Cta& cta, int64_t offset, std::string_view writer) {
   const ShadowByte& sh = cta.shadow[static_cast<size_t>(offset)];
   if (sh.wgmma_thread == ShadowByte::kNobody) return;
   const Thread& issuer = cta.threads[static_cast<size_t>(sh.wgmma_thread)];
   if (issuer.wgmma_completed > sh.wgmma_group) return;
-  fail(writer + " overwrites shared offset " + std::to_string(offset) +
+  fail(std::string(writer) + " overwrites shared offset " + std::to_string(offset) +
        " while a wgmma still reads it (wgmma group " + std::to_string(sh.wgmma_group) + " of " +
        thread_name(cta, sh.wgmma_thread) +
        ", not yet waited for): wait for the multiply (wgmma.wait_group, Pallas' wgmma_wait) "
@@ -189,7 +191,7 @@ void check_wgmma_done(const Cta& cta, int64_t offset, const std::string& writer)
        "step's buffers later (delay_release)");
 }
 
-void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, const std::string& what) {
+void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, std::string_view what) {
   // A multicast copy into a peer's buffer: every access there is another thread's.
   const int32_t me = &cta == current().cta ? current().thread->linear : -3;
   for (int64_t at = offset; at < offset + bytes; ++at) {
@@ -199,7 +201,7 @@ void check_stage_released(const Cta& cta, int64_t offset, int64_t bytes, const s
     const bool written =
         sh.write_epoch == cta.epoch && sh.writer != me && sh.writer != ShadowByte::kNobody;
     if (read || written)
-      fail(what + " overwrites shared offset " + std::to_string(at) + ", which " +
+      fail(std::string(what) + " overwrites shared offset " + std::to_string(at) + ", which " +
            (read ? (sh.reader == ShadowByte::kSeveral ? std::string("several threads")
                                                       : thread_name(cta, sh.reader)) +
                        " read"
@@ -249,25 +251,27 @@ extern "C" void pallas_emu_access(const void* address, int64_t bytes, int64_t al
       if (peer == &cta || a < base ||
           a >= base + static_cast<uint64_t>(peer->shared_bytes + Cta::kSharedGuardBytes))
         continue;
-      const std::string owner = "block (" + std::to_string(peer->x) + ", " +
-                                std::to_string(peer->y) + ", " + std::to_string(peer->z) + ")";
+      // (Messages are made only when a check fails: this runs for every peer load.)
+      auto owner = [&] {
+        return "block (" + std::to_string(peer->x) + ", " + std::to_string(peer->y) + ", " +
+               std::to_string(peer->z) + ")";
+      };
       const int64_t offset = static_cast<int64_t>(a - base);
       if (flags & (kAccessStore | kAccessAtomic))
         fail("distributed shared-memory store at shared offset " + std::to_string(offset) + " of " +
-             owner + "; the emulator models loads of a peer's shared memory only");
+             owner() + "; the emulator models loads of a peer's shared memory only");
       if (a + bytes > base + static_cast<uint64_t>(peer->shared_bytes))
         fail("distributed shared-memory load of " + std::to_string(bytes) +
-             " bytes at shared offset " + std::to_string(offset) + " of " + owner +
+             " bytes at shared offset " + std::to_string(offset) + " of " + owner() +
              " runs past its " + std::to_string(peer->shared_bytes) + " bytes of shared memory");
       require_cluster_started("a distributed shared-memory load");
-      require_running(
-          *peer, "a distributed shared-memory load at shared offset " + std::to_string(offset));
+      require_running(*peer, "a distributed shared-memory load", offset);
       const uint32_t now = static_cast<uint32_t>(cta.cluster->generation) + 1;
       for (int64_t i = offset; i < offset + bytes; ++i) {
         ShadowByte& sh = peer->shadow[static_cast<size_t>(i)];
         if (sh.write_generation == now)
           fail("distributed shared-memory race at shared offset " + std::to_string(i) + " of " +
-               owner + ": a load by this thread and a store by " + thread_name(*peer, sh.writer) +
+               owner() + ": a load by this thread and a store by " + thread_name(*peer, sh.writer) +
                " with no cluster barrier in between");
         sh.remote_read_generation = now;
       }

@@ -365,11 +365,11 @@ void tma_load_into(Cta& cta, void* dst, const EmuTensorMap& map, void* barrier,
   const int64_t eb = map.element_bytes;
   const int64_t base_offset = shared_offset(cta, dst, "TMA load destination", 0);
   const int64_t barrier_offset = shared_offset(cta, barrier, "mbarrier", 8);
+  const std::string load = "a TMA load of operand '" + std::string(map.name) + "'";
   for_each_run(map, coords, [&](int64_t o, const std::byte* src) {
     // The stage's consumers released it (no other thread touched these
     // bytes since the last barrier), and no TMA store still reads them.
-    check_stage_released(cta, base_offset + swizzle(o, map.swizzle), eb,
-                         "a TMA load of operand '" + std::string(map.name) + "'");
+    check_stage_released(cta, base_offset + swizzle(o, map.swizzle), eb, load);
     std::byte* to = smem + swizzle(o, map.swizzle);
     if (src) {
       pallas_emu_access(src, eb, 1, kAccessLoad);  // inside a buffer of the launch
@@ -448,12 +448,12 @@ extern "C" void pallas_emu_tma_store(const void* descriptor, const void* src, in
   const int64_t eb = map.element_bytes;
   const int64_t base_offset = shared_offset(cta, src, "TMA store source", 0);
   Thread& me = *current().thread;
+  const std::string store = "a TMA store of operand '" + std::string(map.name) + "'";
   for_each_run(map, coords, [&](int64_t o, const std::byte* dst) {
     // The store reads its source until its bulk group is waited for (an
     // uncommitted copy belongs to the thread's next group), even where it clips.
     for (int64_t k = 0; k < eb; ++k) {
-      check_proxy_fenced(cta, base_offset + swizzle(o, map.swizzle) + k,
-                         "a TMA store of operand '" + std::string(map.name) + "'");
+      check_proxy_fenced(cta, base_offset + swizzle(o, map.swizzle) + k, store);
       ShadowByte& sh = cta.shadow[static_cast<size_t>(base_offset + swizzle(o, map.swizzle) + k)];
       sh.store_thread = me.linear;
       sh.store_group = me.bulk_committed;
@@ -479,10 +479,10 @@ extern "C" void pallas_emu_tma_reduce_add(const void* descriptor, const void* sr
   const auto* smem = static_cast<const std::byte*>(src);
   const int64_t base_offset = shared_offset(cta, src, "TMA reduction source", 0);
   Thread& me = *current().thread;
+  const std::string reduction = "a TMA reduction into operand '" + std::string(map.name) + "'";
   for_each_run(map, coords, [&](int64_t o, const std::byte* dst) {
     for (int64_t k = 0; k < 4; ++k) {  // read until its bulk group is waited for
-      check_proxy_fenced(cta, base_offset + swizzle(o, map.swizzle) + k,
-                         "a TMA reduction into operand '" + std::string(map.name) + "'");
+      check_proxy_fenced(cta, base_offset + swizzle(o, map.swizzle) + k, reduction);
       ShadowByte& sh = cta.shadow[static_cast<size_t>(base_offset + swizzle(o, map.swizzle) + k)];
       sh.store_thread = me.linear;
       sh.store_group = me.bulk_committed;
