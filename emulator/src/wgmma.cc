@@ -146,18 +146,24 @@ float element(Cta& cta, const Operand& op, int64_t r, int64_t k, bool bf16, std:
 template <class AElement, class BElement>
 void multiply_accumulate(float* acc, int32_t n, int warp, int lane, bool scale_d, AElement&& a,
                          BElement&& b) {
+  // (n is 8..256, a multiple of 8: check_n, which every caller runs first.)
   const int64_t row0 = 16 * warp + lane / 4;
   std::array<std::array<float, 16>, 2> a_rows;
-  for (int h = 0; h < 2; ++h)
-    for (int64_t k = 0; k < 16; ++k) a_rows[h][k] = a(row0 + 8 * h, k);
   std::array<std::array<float, 16>, 64> b_cols;  // n / 4 <= 64 columns
-  for (int j = 0; j < n / 4; ++j)
-    for (int64_t k = 0; k < 16; ++k) b_cols[j][k] = b(8 * (j / 2) + 2 * (lane % 4) + j % 2, k);
+  std::array<bool, 2> a_read{};
+  std::array<bool, 64> b_read{};
   for (int i = 0; i < n / 2; ++i) {
-    const auto& a_row = a_rows[(i / 2) % 2];
-    const auto& b_col = b_cols[2 * (i / 4) + i % 2];
+    const int h = (i / 2) % 2, j = 2 * (i / 4) + i % 2;
+    // An element is read where the register loop first needs it, A's and B's alternately
+    // along K as before, so that of several faulty reads the same one is reported first.
+    const bool read_a = !a_read[h], read_b = !b_read[j];
+    for (int64_t k = 0; k < 16 && (read_a || read_b); ++k) {
+      if (read_a) a_rows[h][k] = a(row0 + 8 * h, k);
+      if (read_b) b_cols[j][k] = b(8 * (j / 2) + 2 * (lane % 4) + j % 2, k);
+    }
+    a_read[h] = b_read[j] = true;
     float sum = scale_d ? acc[i] : 0.0f;
-    for (int64_t k = 0; k < 16; ++k) sum += a_row[k] * b_col[k];
+    for (int64_t k = 0; k < 16; ++k) sum += a_rows[h][k] * b_cols[j][k];
     acc[i] = sum;
   }
 }
