@@ -91,9 +91,8 @@ void addBFloat16TruncationHelper(llvm::Module& module) {
 /// architecture), one per code generation level: Default for the host forms, None for the
 /// emulator forms (see emitEmulatorObject).
 llvm::TargetMachine* hostTargetMachine(llvm::CodeGenOptLevel level, std::string& error) {
-  static std::unique_ptr<llvm::TargetMachine> machines[2];
-  std::unique_ptr<llvm::TargetMachine>& machine =
-      machines[level == llvm::CodeGenOptLevel::Default ? 0 : 1];
+  static std::unique_ptr<llvm::TargetMachine> machines[4];  // by CodeGenOptLevel (0..3)
+  std::unique_ptr<llvm::TargetMachine>& machine = machines[static_cast<int>(level)];
   if (machine) return machine.get();
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
