@@ -227,6 +227,16 @@ class Rewriter {
     }
     if (auto rs = dyn_cast<LLVM::InlineAsmOp>(op); rs && rs->hasAttr(kWgmmaRegisterAAttrName))
       return rewriteWgmmaRegisterA(rs);
+    if (auto pinned = dyn_cast<LLVM::InlineAsmOp>(op);
+        pinned && pinned->hasAttr(kPinnedWaitAttrName)) {
+      auto pending = dyn_cast<IntegerAttr>(pinned->getAttr(kPinnedWaitAttrName));
+      if (!pending)
+        return op->emitOpError("a pinned wgmma wait: malformed ") << kPinnedWaitAttrName;
+      call(loc, "pallas_emu_wgmma_wait", Type(),
+           {constI32(loc, static_cast<int32_t>(pending.getInt()))});
+      replace(op, {});
+      return success();
+    }
     if (auto mma = dyn_cast<NVVM::MmaOp>(op)) return rewriteMmaSync(mma);
     if (auto sync = dyn_cast<NVVM::SyncWarpOp>(op)) {  // bar.warp.sync: the lanes meet
       call(loc, "pallas_emu_vote", i32(),

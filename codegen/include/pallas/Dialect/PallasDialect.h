@@ -63,6 +63,10 @@ inline constexpr llvm::StringLiteral kCopyOperandsAsm = "// pallas: copy wgmma o
 /// accumulator registers, A's 4 words, B's descriptor, scale-d (i32: 0 ignores the
 /// accumulator's registers).
 inline constexpr llvm::StringLiteral kWgmmaRegisterAAttrName = "pallas.wgmma_register_a";
+/// On the inline PTX of a wgmma.wait_group that ptxas may not schedule above the work before
+/// it (MatmulRules.cpp, emitPinnedWait): the i32 number of groups it leaves pending, for
+/// the emulator, which runs it as that wait.
+inline constexpr llvm::StringLiteral kPinnedWaitAttrName = "pallas.wgmma_wait_pinned";
 /// Name of the array attribute holding the layout of each vector result of
 /// an op (see PallasLayouts.td); set by pallas-assign-layouts.
 inline constexpr llvm::StringLiteral kLayoutsAttrName = "pallas.layouts";

@@ -363,8 +363,10 @@ def Pallas_WgmmaOp : Pallas_Op<"wgmma"> {
     imm-trans-a / imm-trans-b = 1), the others K-major. The multiply runs asynchronously:
     `pallas.wgmma_wait` bounds how many are in flight, and the operands must
     not be overwritten before it (the emulator checks). Reading or writing
-    the accumulator waits for every multiply in flight (Pallas'
-    `wgmma_accumulator_deref`).
+    the accumulator waits for the multiplies into it (Pallas'
+    `wgmma_accumulator_deref` waits for all): groups complete in order, so
+    wgmma.wait_group n where n multiplies were started after its last one in
+    the same block, else 0 (MatmulRules.cpp, pendingAllowed).
 
     ```mlir
     pallas.wgmma %acc, %a, %b {transpose_b}

@@ -737,8 +737,14 @@ class Ref {
 /// a and b after the call. wgmma_wait(n) returns once at most the newest n
 /// multiplies are in flight; until then their operands must not be
 /// overwritten (with a pipeline, delay_release keeps stage buffers alive).
-/// Loading or storing the accumulator waits for all of them first. Targets
-/// without asynchronous MMAs (the host, sm_80) multiply on the spot.
+/// Loading or storing the accumulator first waits for the multiplies into
+/// it, and so for those started before them (they complete in order): after
+/// wgmma(s, ...) and then wgmma(o, ...), s.load() leaves o's multiply
+/// running (FlashAttention-3's overlap, kernel_specs/attention.cc). Where
+/// that is not known from the ops before the access in its block (the
+/// multiply was in an earlier loop step, or under a `when`), it waits for
+/// all of them. Targets without asynchronous MMAs (the host, sm_80) multiply
+/// on the spot.
 void wgmma(const Ref& acc, const Ref& a, const Ref& b, DotOptions options = {},
            std::source_location where = std::source_location::current());
 /// wgmma with `a` a block value ([M, K] f16/bf16) held in registers, e.g.

@@ -837,14 +837,132 @@ LogicalResult lowerWgmmaWait(WgmmaWaitOp op, GpuLowering& g, OpBuilder& b) {
   return success();
 }
 
-/// Pallas' accumulator dereference: in a kernel that leaves wgmmas in flight,
-/// reading or writing the accumulator first waits for all of them.
-/// Returns whether it waited.
-bool waitForWgmmas(Operation* access, OpBuilder& b) {
+/// Whether `op` is a read or write of an accumulator that waits for its multiplies (a
+/// store of zeros to an accumulator flagged zero only sets the flag: lowerAccumulatorStore).
+bool isWaitingAccumulatorAccess(Operation* op, GpuLowering& g) {
+  if (auto load = dyn_cast<LoadOp>(op)) return g.accumulators.count(load.getRef()) != 0;
+  if (auto store = dyn_cast<StoreOp>(op))
+    return g.accumulators.count(store.getRef()) &&
+           !(g.accumulatorIsZero.lookup(store.getRef()) && isZeroSplat(store.getValue()));
+  return false;
+}
+
+/// What an accumulator access waits for: wgmma.wait_group `pending` (-1: no wait), pinned
+/// after the work before it (emitPinnedWait) where that work should overlap a multiply.
+struct AccumulatorWait {
+  int64_t pending = -1;
+  bool pin = false;
+};
+
+/// wgmma.wait_group `pending` that ptxas keeps below the instructions before it. ptxas
+/// schedules a wait like any instruction without operands, as early in its basic block as
+/// it may: in attention's step it put the wait for P @ V above the softmax meant to run
+/// beside that multiply (the exps came after it). So the wait starts a basic block of its
+/// own: a branch on a condition ptxas cannot fold (%nctaid.x == 0, never true, and uniform)
+/// to one of two copies of it. Two instructions a step (the branch, and the jump over the
+/// other copy); the condition is loop-invariant.
+void emitPinnedWait(OpBuilder& b, Location loc, int64_t pending) {
+  const std::string wait = "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";\n";
+  const std::string text =
+      "{\n.reg .pred p;\n.reg .b32 n;\nmov.u32 n, %nctaid.x;\n"
+      "setp.eq.u32 p, n, 0;\n@p bra.uni PIN_SKIP;\n" +
+      wait + "bra.uni PIN_DONE;\nPIN_SKIP:\n" + wait + "PIN_DONE:\n}";
+  auto asmOp = LLVM::InlineAsmOp::create(
+      b, loc, TypeRange{}, ValueRange{}, text, /*constraints=*/"", /*has_side_effects=*/true,
+      /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT), ArrayAttr());
+  asmOp->setAttr(kPinnedWaitAttrName, b.getI32IntegerAttr(static_cast<int32_t>(pending)));
+}
+
+/// How many multiplies may still be in flight when `access` reads or writes the accumulator
+/// `ref`, or -1 where none needs waiting for (nothing of this kernel's is); pinned where
+/// the multiply it waits for was started in the access's block and other work came after
+/// the block's last multiply (the work the multiply should overlap). Pallas'
+/// accumulator dereference waits for every multiply in flight; this waits only for those
+/// writing `ref`, which is all a thread needs: wgmma groups complete in the order they were
+/// committed (PTX's wgmma.wait_group N waits until at most the newest N are pending), and
+/// each pallas.wgmma is one group (lowerWgmma). So if `ref`'s last multiply is followed by
+/// n others, wait_group n completes it; an explicit wgmma_wait or an earlier access that
+/// already completed it makes the wait unneeded.
+///
+/// Known in straight-line code only: the ops before `access` in its own block are replayed
+/// (the groups committed, and up to which one they are known complete). A multiply of
+/// `ref`'s before the block (the previous step of a loop, outside a `when`) may be in
+/// flight: wait for all (0), unless a wait for all in the block came after it. An op
+/// holding a multiply in a region (it may or may not run) forgets what came before it.
+///
+/// Worked example (attention's step, FlashAttention-3's overlap of softmax and P @ V):
+///   wgmma(s, q, k)       group 0 writes s
+///   wgmma(o, p, v)       group 1 writes o
+///   s.load()             s's last group is 0, one after it: wait_group 1 (o's multiply
+///                        keeps running beside the softmax computed from s)
+///   o.load()             o's last group is 1, none after it: wait_group 0
+///   o.store(o * c)       group 1 is known complete: no wait
+AccumulatorWait pendingAllowed(Operation* access, Value ref, GpuLowering& g) {
+  auto kernel = access->getParentOfType<func::FuncOp>();
   bool any = false;
+  if (kernel) kernel.walk([&](WgmmaOp) { any = true; });
+  if (!any) return {};
+  const Value storage = g.accumulators.lookup(ref);
+  SmallVector<Value> groups;  // the accumulator each group of this block writes, in order
+  size_t complete = 0;        // groups [0, complete) are known to be done
+  bool earlierDone = false;   // every group committed before this block is done
+  bool workSinceMma = false;  // ops other than multiplies and waits since the last multiply
+  auto waitFor = [&](int64_t pending) {  // the effect of wait_group `pending`
+    const size_t count = groups.size();
+    complete = std::max(complete, count - std::min<size_t>(count, pending));
+    if (pending == 0) earlierDone = true;
+  };
+  // The decision for an access to `accStorage` in the state so far (-1: no wait).
+  auto decide = [&](Value accStorage) -> int64_t {
+    for (size_t i = groups.size(); i-- > 0;)
+      if (groups[i] == accStorage)
+        return i < complete ? -1 : static_cast<int64_t>(groups.size() - i - 1);
+    return earlierDone ? -1 : 0;
+  };
+  for (Operation& op : *access->getBlock()) {
+    if (&op == access) {
+      const int64_t pending = decide(storage);
+      const bool known = llvm::is_contained(groups, storage);
+      return {pending, pending >= 0 && known && workSinceMma};
+    }
+    if (!isa<WgmmaOp, WgmmaWaitOp>(op)) workSinceMma = true;
+    if (auto mma = dyn_cast<WgmmaOp>(op)) {
+      groups.push_back(g.accumulators.lookup(mma.getAcc()));
+      workSinceMma = false;
+    } else if (auto wait = dyn_cast<WgmmaWaitOp>(op)) {
+      waitFor(wait.getPending());
+    } else if (isWaitingAccumulatorAccess(&op, g)) {
+      Value accRef = isa<LoadOp>(op) ? cast<LoadOp>(op).getRef() : cast<StoreOp>(op).getRef();
+      if (const int64_t pending = decide(g.accumulators.lookup(accRef)); pending >= 0)
+        waitFor(pending);
+    } else if (op.getNumRegions() != 0) {
+      bool multiplies = false;
+      op.walk([&](WgmmaOp) { multiplies = true; });
+      if (multiplies) {  // its groups are unknown: nothing before it is known done
+        groups.clear();
+        complete = 0;
+        earlierDone = false;
+      }
+      // (Waits inside a region are ignored: they only complete more.)
+    }
+  }
+  return {0, false};  // not reached: `access` is in its block
+}
+
+/// Waits (wgmma.wait_group) as pendingAllowed says before `access` of accumulator `ref`.
+/// Returns whether the kernel has multiplies in flight at all, i.e. whether the access is
+/// fenced (fenceOperands) against LLVM moving it across a wait.
+bool waitForAccumulator(Operation* access, Value ref, GpuLowering& g, OpBuilder& b) {
+  const AccumulatorWait wait = pendingAllowed(access, ref, g);
+  if (wait.pin)
+    emitPinnedWait(b, access->getLoc(), wait.pending);
+  else if (wait.pending >= 0)
+    NVVM::WgmmaWaitGroupSyncOp::create(b, access->getLoc(), static_cast<int32_t>(wait.pending));
+  if (wait.pending != -1) return true;
+  bool any = false;  // -1 also where an earlier wait completed ref's multiplies
   if (auto kernel = access->getParentOfType<func::FuncOp>())
     kernel.walk([&](WgmmaOp) { any = true; });
-  if (any) NVVM::WgmmaWaitGroupSyncOp::create(b, access->getLoc(), 0);
   return any;
 }
 
@@ -903,7 +1021,7 @@ LogicalResult lowerAccumulatorBlock(BlockOp blk, GpuLowering& g, OpBuilder& b) {
 /// 64..127, in order.
 LogicalResult lowerAccumulatorLoad(LoadOp load, GpuLowering& g, OpBuilder& b) {
   Location loc = load.getLoc();
-  const bool waited = waitForWgmmas(load, b);
+  const bool waited = waitForAccumulator(load, load.getRef(), g, b);
   auto layout = dyn_cast_or_null<TiledLayoutAttr>(g.layoutOf(load.getResult()));
   if (!layout) return load.emitOpError("an accumulator is loaded in its tiled layout");
   auto refType = cast<RefType>(load.getRef().getType());
@@ -947,7 +1065,7 @@ LogicalResult lowerAccumulatorStore(StoreOp store, GpuLowering& g, OpBuilder& b)
     return success();
   }
   setZero(false);
-  const bool waited = waitForWgmmas(store, b);
+  const bool waited = waitForAccumulator(store, store.getRef(), g, b);
   FailureOr<Value> frag = g.operandIn(b, store.getLoc(), store.getValue(), layout);
   if (failed(frag))
     return store.emitOpError("stores a value in layout ")
