@@ -21,6 +21,14 @@ using boost::context::detail::fcontext_t;
 /// Why a thread is not running.
 enum class Wait { kRunnable, kBarrier, kCollective, kSpin, kDone };
 
+/// One accumulator register's value from a wgmma, and the wgmma group that computed it
+/// (wgmma.cc, "Accumulator tokens").
+struct WgmmaResult {
+  uint32_t token = 0;  // the bits the register holds meanwhile
+  float value = 0;
+  uint64_t group = 0;
+};
+
 struct Thread {
   int linear = 0;  // x + y * ntid.x + z * ntid.x * ntid.y
   int x = 0, y = 0, z = 0;
@@ -43,6 +51,10 @@ struct Thread {
   /// `wgmma_committed` until wgmma.commit_group; wgmma.wait_group(n) completes
   /// all but the newest n committed groups (wgmma.cc).
   uint64_t wgmma_committed = 0, wgmma_completed = 0;
+  /// The results of this thread's wgmmas, which its accumulator registers hold as tokens
+  /// until read (wgmma.cc, "Accumulator tokens"): a ring, allocated at the first wgmma.
+  std::vector<WgmmaResult> wgmma_results;
+  uint32_t wgmma_result_serial = 0;  // of the last result handed out (0: none yet)
   /// Shared offsets this thread's cp.async copies wrote that no
   /// cp.async.mbarrier.arrive tracks yet.
   std::vector<int64_t> cp_async_untracked;

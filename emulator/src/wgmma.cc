@@ -24,6 +24,19 @@
 // Accumulator fragment (PTX ISA, wgmma .m64nNk16 D): register i of thread t
 // (warp w = t / 32 of the warpgroup, lane l) holds row 16 w + l / 4 +
 // 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
+// Accumulator tokens. A wgmma writes its accumulator registers asynchronously: reading
+// them before wgmma.wait_group completes its group is undefined (PTX ISA). The emulator
+// multiplies when the wgmma is issued, so instead of the results it leaves tokens in the
+// registers: quiet NaNs 0x7fe00000 | s, s the thread's result serial (21 bits, never 0),
+// whose ring slot s % kResultSlots keeps the value and the wgmma group. A read through the
+// compiler's copy fence (kCopyOperandsAsm: the load of an accumulator, after the wait
+// the lowering chose) resolves them and fails where the group is not complete; a wgmma
+// that accumulates onto them, and the in-place fence around a multiply, resolve them
+// unchecked (multiplies into one accumulator run in order). Read any other way, a token
+// is a NaN, which the kernel's result shows. Worked example: wgmma(s) is group 0, wgmma(o)
+// group 1; wait_group 1 completes group 0, so reading s resolves and reading o fails
+// until wait_group 0.
+//
 // A in registers (PTX ISA, "Register fragment" of A for .m64nNk16 f16/bf16):
 // element i (0..7; word i / 2, low half first) of lane l of warp w is row
 // 16 w + l / 4 + 8 ((i / 2) % 2), column 2 (l % 4) + i % 2 + 8 (i / 4), so a
@@ -168,6 +181,52 @@ void multiply_accumulate(float* acc, int32_t n, int warp, int lane, bool scale_d
   }
 }
 
+constexpr uint32_t kTokenBits = 0x7fe00000u, kTokenMask = 0xffe00000u, kSerialMask = 0x1fffffu;
+constexpr size_t kResultSlots = 1024;  // results a thread holds unread at most
+
+uint32_t bits_of(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
+float float_of(uint32_t bits) {
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+/// The value register `v` of thread `t` stands for: its wgmma's result if it holds a
+/// token (checked: the wgmma's group must be complete), else itself.
+float resolve(const Thread& t, float v, bool checked) {
+  const uint32_t bits = bits_of(v);
+  if ((bits & kTokenMask) != kTokenBits || t.wgmma_results.empty()) return v;
+  const WgmmaResult& r = t.wgmma_results[(bits & kSerialMask) % kResultSlots];
+  if (r.token != bits) return v;  // a NaN of the kernel's own, or a result long overwritten
+  if (checked && r.group >= t.wgmma_completed)
+    fail(
+        "a read of an accumulator register while the wgmma writing it is in flight (wgmma "
+        "group " +
+        std::to_string(r.group) + " of thread " + std::to_string(t.linear) +
+        ", not yet waited for): wait for the multiply (wgmma.wait_group) before reading its "
+        "accumulator");
+  return r.value;
+}
+
+/// Replaces the thread's `count` freshly computed registers by tokens of group
+/// `wgmma_committed` (the group the wgmma belongs to until the next commit).
+void hand_out_tokens(Thread& t, float* acc, int32_t count) {
+  if (t.wgmma_results.empty()) t.wgmma_results.resize(kResultSlots);
+  for (int32_t i = 0; i < count; ++i) {
+    t.wgmma_result_serial = (t.wgmma_result_serial + 1) & kSerialMask;
+    if (t.wgmma_result_serial == 0) t.wgmma_result_serial = 1;
+    const uint32_t token = kTokenBits | t.wgmma_result_serial;
+    t.wgmma_results[t.wgmma_result_serial % kResultSlots] =
+        WgmmaResult{token, acc[i], t.wgmma_committed};
+    acc[i] = float_of(token);
+  }
+}
+
 void check_n(int32_t n, const char* what) {
   if (n % 8 != 0 || n < 8 || n > 256)
     fail(std::string(what) + " n = " + std::to_string(n) + " is not 8..256");
@@ -183,10 +242,12 @@ extern "C" void pallas_emu_wgmma(float* acc, int32_t n, int64_t desc_a, int64_t 
   const Operand a = decode(desc_a, trans_a != 0, "a"), b = decode(desc_b, trans_b != 0, "b");
   const bool bf16 = type == 1;
   const int t = s.thread->linear % 128;
+  for (int32_t i = 0; i < n / 2; ++i) acc[i] = resolve(*s.thread, acc[i], /*checked=*/false);
   multiply_accumulate(
       acc, n, t / 32, t % 32, scale_d != 0,
       [&](int64_t row, int64_t k) { return element(cta, a, row, k, bf16, "wgmma operand a"); },
       [&](int64_t col, int64_t k) { return element(cta, b, col, k, bf16, "wgmma operand b"); });
+  hand_out_tokens(*s.thread, acc, n / 2);
 }
 
 extern "C" void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t* a_words,
@@ -215,12 +276,19 @@ extern "C" void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t
     return half_to_float(static_cast<uint16_t>(i % 2 ? word >> 16 : word & 0xffff), bf16);
   };
   // Rows of A count from the warp's first (warp 0): each warp holds its own 16.
+  for (int32_t i = 0; i < n / 2; ++i) acc[i] = resolve(*s.thread, acc[i], /*checked=*/false);
   multiply_accumulate(acc, n, /*warp=*/0, lane, scale_d != 0, a, [&](int64_t col, int64_t k) {
     return element(cta, b, col, k, bf16, "wgmma operand b");
   });
+  hand_out_tokens(*s.thread, acc, n / 2);
 }
 
 extern "C" void pallas_emu_wgmma_fence(void) {}
+
+extern "C" void pallas_emu_wgmma_read(float* registers, int32_t count, int32_t checked) {
+  const Thread& t = *current().thread;
+  for (int32_t i = 0; i < count; ++i) registers[i] = resolve(t, registers[i], checked != 0);
+}
 
 extern "C" void pallas_emu_fence_proxy_async(void) { ++current().thread->proxy_fences; }
 

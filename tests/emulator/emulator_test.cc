@@ -458,7 +458,7 @@ int64_t descriptor_high(int64_t swizzle) {
 }
 
 std::string run_wgmma(std::vector<float>& out, std::vector<uint16_t>& x, int64_t descriptor_swizzle,
-                      bool early, uint64_t seed = 0) {
+                      bool early, uint64_t seed = 0, bool read_early = false) {
   EmuTensorMap map{};
   map.magic = kEmuTensorMapMagic;
   map.rank = 2;
@@ -479,6 +479,7 @@ std::string run_wgmma(std::vector<float>& out, std::vector<uint16_t>& x, int64_t
   args.push_back(&descriptor);
   args.push_back(&high);
   args.push_back(&early);
+  args.push_back(&read_early);
   std::vector<Buffer> buffers{buffer("out", out), buffer("x", x)};
   return launch_error(config_for("wgmma_tma_operand", pallas_emu_kernel_wgmma_tma_operand,
                                  pallas_emu_kernel_wgmma_tma_operand_shared_bytes, args, buffers, 1,
@@ -523,6 +524,19 @@ TEST(EmulatorChecks, WgmmaOperandOverwrittenBeforeItsWait) {
   EXPECT_THAT(error, HasSubstr("a store by this thread overwrites shared offset "));
   EXPECT_THAT(error, HasSubstr("while a wgmma still reads it (wgmma group 0 of thread "));
   EXPECT_THAT(error, HasSubstr("not yet waited for): wait for the multiply (wgmma.wait_group"));
+}
+
+// The accumulator read before wgmma.wait_group completes its group (what a lowering that
+// waited too little for an accumulator load would do): its registers still hold the
+// emulator's tokens, and the read fails.
+TEST(EmulatorChecks, WgmmaAccumulatorReadBeforeItsWait) {
+  std::vector<float> out(512);
+  std::vector<uint16_t> x = small_bf16_matrix();
+  std::string error = run_wgmma(out, x, 32, /*early=*/false, 0, /*read_early=*/true);
+  EXPECT_THAT(error, HasSubstr("a read of an accumulator register while the wgmma writing it is "
+                               "in flight (wgmma group 0 of thread "));
+  EXPECT_THAT(error, HasSubstr("wait for the multiply (wgmma.wait_group) before reading its "
+                               "accumulator"));
 }
 
 TEST(EmulatorChecks, WgmmaDescriptorSwizzleDiffersFromTheCopy) {

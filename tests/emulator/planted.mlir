@@ -542,8 +542,10 @@ module attributes {gpu.container_module} {
     // mode) the test gives, and each thread writes its 4 accumulator
     // registers to out[4 tid ..]. With %early thread 0 zeroes buf[0] after a
     // barrier but before the wgmma.wait_group, while the multiply may still
-    // read it; without it, after the wait (the twin).
-    gpu.func @wgmma_tma_operand(%out: memref<?xf32>, %desc: !llvm.ptr, %desc_high: i64, %early: i1) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}, %buf: memref<4096xbf16, #gpu.address_space<workgroup>> {llvm.align = 1024 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+    // read it; without it, after the wait (the twin). The results are read as
+    // the compiler's accumulator loads read them, through the copy fence
+    // (kCopyOperandsAsm), after the wait; with %read_early (planted) before it.
+    gpu.func @wgmma_tma_operand(%out: memref<?xf32>, %desc: !llvm.ptr, %desc_high: i64, %early: i1, %read_early: i1) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}, %buf: memref<4096xbf16, #gpu.address_space<workgroup>> {llvm.align = 1024 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
       %tid = gpu.thread_id x
       %c0 = arith.constant 0 : index
       %is0 = arith.cmpi eq, %tid, %c0 : index
@@ -592,12 +594,6 @@ module attributes {gpu.container_module} {
       scf.if %now {
         memref.store %zb, %buf[%c0] : memref<4096xbf16, #gpu.address_space<workgroup>>
       }
-      nvvm.wgmma.wait.group.sync.aligned 0
-      gpu.barrier
-      %after = arith.andi %is0, %late : i1
-      scf.if %after {
-        memref.store %zb, %buf[%c0] : memref<4096xbf16, #gpu.address_space<workgroup>>
-      }
       %c1 = arith.constant 1 : index
       %c2 = arith.constant 2 : index
       %c3 = arith.constant 3 : index
@@ -610,10 +606,29 @@ module attributes {gpu.container_module} {
       %e1 = llvm.extractvalue %r[1] : !llvm.struct<(f32, f32, f32, f32)>
       %e2 = llvm.extractvalue %r[2] : !llvm.struct<(f32, f32, f32, f32)>
       %e3 = llvm.extractvalue %r[3] : !llvm.struct<(f32, f32, f32, f32)>
-      memref.store %e0, %out[%o0] : memref<?xf32>
-      memref.store %e1, %out[%o1] : memref<?xf32>
-      memref.store %e2, %out[%o2] : memref<?xf32>
-      memref.store %e3, %out[%o3] : memref<?xf32>
+      %read_late = arith.xori %read_early, %true : i1
+      scf.if %read_early {
+        %v = llvm.inline_asm has_side_effects asm_dialect = att "// pallas: copy wgmma operands", "=f,=f,=f,=f,f,f,f,f" %e0, %e1, %e2, %e3 : (f32, f32, f32, f32) -> !llvm.struct<(f32, f32, f32, f32)>
+        %v0 = llvm.extractvalue %v[0] : !llvm.struct<(f32, f32, f32, f32)>
+        memref.store %v0, %out[%o0] : memref<?xf32>
+      }
+      nvvm.wgmma.wait.group.sync.aligned 0
+      gpu.barrier
+      %after = arith.andi %is0, %late : i1
+      scf.if %after {
+        memref.store %zb, %buf[%c0] : memref<4096xbf16, #gpu.address_space<workgroup>>
+      }
+      scf.if %read_late {
+        %v = llvm.inline_asm has_side_effects asm_dialect = att "// pallas: copy wgmma operands", "=f,=f,=f,=f,f,f,f,f" %e0, %e1, %e2, %e3 : (f32, f32, f32, f32) -> !llvm.struct<(f32, f32, f32, f32)>
+        %v0 = llvm.extractvalue %v[0] : !llvm.struct<(f32, f32, f32, f32)>
+        %v1 = llvm.extractvalue %v[1] : !llvm.struct<(f32, f32, f32, f32)>
+        %v2 = llvm.extractvalue %v[2] : !llvm.struct<(f32, f32, f32, f32)>
+        %v3 = llvm.extractvalue %v[3] : !llvm.struct<(f32, f32, f32, f32)>
+        memref.store %v0, %out[%o0] : memref<?xf32>
+        memref.store %v1, %out[%o1] : memref<?xf32>
+        memref.store %v2, %out[%o2] : memref<?xf32>
+        memref.store %v3, %out[%o3] : memref<?xf32>
+      }
       gpu.return
     }
   }

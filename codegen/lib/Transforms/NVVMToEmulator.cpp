@@ -218,8 +218,22 @@ class Rewriter {
     if (auto ld = dyn_cast<NVVM::LdMatrixOp>(op)) return rewriteLdmatrix(ld);
     if (auto fence = dyn_cast<LLVM::InlineAsmOp>(op);
         fence && (fence.getAsmString() == kFenceOperandsAsm ||
-                  fence.getAsmString().starts_with(kCopyOperandsAsm))) {  // values pass through
-      Value s = LLVM::UndefOp::create(b_, loc, fence.getResult(0).getType());
+                  fence.getAsmString().starts_with(kCopyOperandsAsm))) {
+      // Accumulator registers (f32) hold the runtime's tokens for wgmma results: the copy
+      // (an accumulator's load) reads them, checked against the wgmma groups waited for;
+      // the in-place fence around a multiply resolves them unchecked (emulator/src/wgmma.cc,
+      // "Accumulator tokens"). A's words (i32) pass through.
+      Type structType = fence.getResult(0).getType();
+      const auto count = static_cast<int64_t>(fence.getOperands().size());
+      if (count > 0 && fence.getOperands()[0].getType().isF32()) {
+        Value registers = storeOnStack(op, b_.getF32Type(), fence.getOperands());
+        const bool copy = fence.getAsmString().starts_with(kCopyOperandsAsm);
+        call(loc, "pallas_emu_wgmma_read", Type(),
+             {registers, constI32(loc, static_cast<int32_t>(count)), constI32(loc, copy ? 1 : 0)});
+        replace(op, structFromStack(loc, registers, structType, b_.getF32Type(), count));
+        return success();
+      }
+      Value s = LLVM::UndefOp::create(b_, loc, structType);
       for (auto [i, v] : llvm::enumerate(fence.getOperands()))
         s = LLVM::InsertValueOp::create(b_, loc, s, v, ArrayRef<int64_t>{static_cast<int64_t>(i)});
       replace(op, s);

@@ -132,6 +132,10 @@ void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t* a_words, 
 /// failure (and a descriptor's swizzle must match the TMA copy that wrote
 /// the operand).
 void pallas_emu_wgmma_fence(void);
+/// A read of `count` accumulator registers (f32) in place: their tokens become the values the
+/// wgmmas computed (wgmma.cc, "Accumulator tokens"). With `checked` (the load of an
+/// accumulator, after its wait) a register whose wgmma group is not complete is a failure.
+void pallas_emu_wgmma_read(float* registers, int32_t count, int32_t checked);
 /// fence.proxy.async (.shared::cta or all state spaces): the thread's earlier
 /// shared-memory stores become visible to the async proxy; a TMA store or a
 /// wgmma reading a thread's store that no such fence followed fails.
