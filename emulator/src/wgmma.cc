@@ -182,7 +182,10 @@ void multiply_accumulate(float* acc, int32_t n, int warp, int lane, bool scale_d
 }
 
 constexpr uint32_t kTokenBits = 0x7fe00000u, kTokenMask = 0xffe00000u, kSerialMask = 0x1fffffu;
-constexpr size_t kResultSlots = 1024;  // results a thread holds unread at most
+/// The ring's slots: a token stays readable until its thread has handed out this many more
+/// (attention d128 hands out 256 a multiply: 64 S registers in 4 instructions, then 64 O in
+/// 4; a product whose one multiply hands out more than that fails, naming this limit).
+constexpr size_t kResultSlots = 1024;
 
 uint32_t bits_of(float v) {
   uint32_t bits;
@@ -196,14 +199,33 @@ float float_of(uint32_t bits) {
   return v;
 }
 
+/// How a register holding a token is read (resolve).
+enum class Read {
+  kLenient,      // the in-place fence: registers may be stale bytes (before a first multiply)
+  kAccumulated,  // a multiply adds onto them (scale-d 1): in flight is fine, dropped is not
+  kChecked,      // an accumulator's load: its multiply must be complete
+};
+
 /// The value register `v` of thread `t` stands for: its wgmma's result if it holds a
-/// token (checked: the wgmma's group must be complete), else itself.
-float resolve(const Thread& t, float v, bool checked) {
+/// token of the thread's, else itself.
+float resolve(const Thread& t, float v, Read read) {
   const uint32_t bits = bits_of(v);
   if ((bits & kTokenMask) != kTokenBits || t.wgmma_results.empty()) return v;
   const WgmmaResult& r = t.wgmma_results[(bits & kSerialMask) % kResultSlots];
-  if (r.token != bits) return v;  // a NaN of the kernel's own, or a result long overwritten
-  if (checked && r.group >= t.wgmma_completed)
+  if (r.token != bits) {
+    // Not a live token of this thread's: a result it has since overwritten in the ring, or
+    // bits that merely look like one (an accumulator's registers before its first
+    // multiply are stale stack bytes, maybe another thread's tokens; the multiply, scale-d
+    // 0, ignores them). Added onto or loaded, it is refused rather than read as NaN.
+    const uint32_t since = (t.wgmma_result_serial - (bits & kSerialMask)) & kSerialMask;
+    if (read != Read::kLenient && since >= kResultSlots)
+      fail("the emulator dropped a wgmma result before it was read: thread " +
+           std::to_string(t.linear) + " handed out " + std::to_string(since) +
+           " accumulator results since (the emulator keeps the last " +
+           std::to_string(kResultSlots) + " a thread; emulator/src/wgmma.cc, kResultSlots)");
+    return v;
+  }
+  if (read == Read::kChecked && r.group >= t.wgmma_completed)
     fail(
         "a read of an accumulator register while the wgmma writing it is in flight (wgmma "
         "group " +
@@ -211,6 +233,13 @@ float resolve(const Thread& t, float v, bool checked) {
         ", not yet waited for): wait for the multiply (wgmma.wait_group) before reading its "
         "accumulator");
   return r.value;
+}
+
+/// The accumulator registers a multiply reads: resolved where it adds onto them (scale-d
+/// 1), left alone where it ignores them.
+void resolve_inputs(const Thread& t, float* acc, int32_t count, int32_t scale_d) {
+  if (scale_d == 0) return;
+  for (int32_t i = 0; i < count; ++i) acc[i] = resolve(t, acc[i], Read::kAccumulated);
 }
 
 /// Replaces the thread's `count` freshly computed registers by tokens of group
@@ -242,7 +271,7 @@ extern "C" void pallas_emu_wgmma(float* acc, int32_t n, int64_t desc_a, int64_t 
   const Operand a = decode(desc_a, trans_a != 0, "a"), b = decode(desc_b, trans_b != 0, "b");
   const bool bf16 = type == 1;
   const int t = s.thread->linear % 128;
-  for (int32_t i = 0; i < n / 2; ++i) acc[i] = resolve(*s.thread, acc[i], /*checked=*/false);
+  resolve_inputs(*s.thread, acc, n / 2, scale_d);
   multiply_accumulate(
       acc, n, t / 32, t % 32, scale_d != 0,
       [&](int64_t row, int64_t k) { return element(cta, a, row, k, bf16, "wgmma operand a"); },
@@ -276,7 +305,7 @@ extern "C" void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t
     return half_to_float(static_cast<uint16_t>(i % 2 ? word >> 16 : word & 0xffff), bf16);
   };
   // Rows of A count from the warp's first (warp 0): each warp holds its own 16.
-  for (int32_t i = 0; i < n / 2; ++i) acc[i] = resolve(*s.thread, acc[i], /*checked=*/false);
+  resolve_inputs(*s.thread, acc, n / 2, scale_d);
   multiply_accumulate(acc, n, /*warp=*/0, lane, scale_d != 0, a, [&](int64_t col, int64_t k) {
     return element(cta, b, col, k, bf16, "wgmma operand b");
   });
@@ -287,7 +316,8 @@ extern "C" void pallas_emu_wgmma_fence(void) {}
 
 extern "C" void pallas_emu_wgmma_read(float* registers, int32_t count, int32_t checked) {
   const Thread& t = *current().thread;
-  for (int32_t i = 0; i < count; ++i) registers[i] = resolve(t, registers[i], checked != 0);
+  for (int32_t i = 0; i < count; ++i)
+    registers[i] = resolve(t, registers[i], checked != 0 ? Read::kChecked : Read::kLenient);
 }
 
 extern "C" void pallas_emu_fence_proxy_async(void) { ++current().thread->proxy_fences; }

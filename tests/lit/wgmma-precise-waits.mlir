@@ -31,17 +31,39 @@
 
 // CHECK-LABEL: gpu.func @unknown_before_block
 // o's multiply in the previous step of the loop is not in the access's block:
-// o.load waits for every multiply.
+// o.load, the step's first op, waits for every multiply; o.store after it
+// needs no wait of its own. After the loop (a region holding a multiply),
+// o.load waits for all again.
 // CHECK: scf.for
-// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK-NOT: nvvm.wgmma.wait.group
-// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
-// CHECK-NOT: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK: }
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-NOT: nvvm.wgmma.wait.group
+// CHECK: gpu.return
 
 // CHECK-LABEL: gpu.func @explicit_wait
 // wgmma_wait 0 after both: the loads need no wait of their own.
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK-NOT: nvvm.wgmma.wait.group
+// CHECK: gpu.return
+
+// CHECK-LABEL: gpu.func @region_and_zero_store
+// s's multiply, o's, then a `when` holding another of o's: the groups after
+// s's are not known (one or two), so s.load waits for all (0, not 1),
+// unpinned. The zero store to o before them only sets o's flag: it neither
+// waits nor counts as one.
+// CHECK-NOT: nvvm.wgmma.wait.group
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NOT: nvvm.wgmma.wait.group
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NOT: nvvm.wgmma.wait.group
+// CHECK: scf.if
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-NOT: nvvm.wgmma.wait.group
+// CHECK-NOT: pallas.wgmma_wait_pinned
 // CHECK: gpu.return
 
 module {
@@ -111,6 +133,30 @@ module {
     %ov = pallas.load %ob[[0, 0]] [[64, 64]] : <64x64xf32> -> vector<64x64xf32>
     %sum = arith.addf %sv, %ov : vector<64x64xf32>
     pallas.store %sum, %db[[0, 0]] : vector<64x64xf32>, <64x64xf32>
+    return
+  }
+  func.func @region_and_zero_store(%x: memref<?x?xbf16, strided<[?, 1]>>, %w1: memref<?x?xbf16, strided<[?, 1]>>, %d: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.grid = ["cdiv(m, 64)", "cdiv(n, 64)"], pallas.grid_rank = 2 : i32, pallas.kernel, pallas.operand_names = ["x", "w1", "d", "s", "o"], pallas.threads = 128 : i64} {
+    %s = pallas.scratch accumulator {name = "s"} : memref<64x64xf32>
+    %o = pallas.scratch accumulator {name = "o"} : memref<64x64xf32>
+    %i = pallas.program_id 0
+    %j = pallas.program_id 1
+    %c0 = arith.constant 0 : index
+    %xb = pallas.block %x[%i, %c0] {block_shape = array<i64: 64, 64>, name = "x", squeezed = array<i1: false, false>, staged, swizzle = 128 : i64} : memref<?x?xbf16, strided<[?, 1]>> -> <64x64xbf16>
+    %w1b = pallas.block %w1[%c0, %c0] {block_shape = array<i64: 64, 64>, name = "w1", squeezed = array<i1: false, false>, staged, swizzle = 128 : i64} : memref<?x?xbf16, strided<[?, 1]>> -> <64x64xbf16>
+    %db = pallas.block %d[%i, %j] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> <64x64xf32>
+    %sb = pallas.block %s[%c0, %c0] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<64x64xf32> -> <64x64xf32>
+    %ob = pallas.block %o[%c0, %c0] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<64x64xf32> -> <64x64xf32>
+    %cst = arith.constant 0.000000e+00 : f32
+    %zeros = vector.broadcast %cst : f32 to vector<64x64xf32>
+    pallas.store %zeros, %ob[[0, 0]] : vector<64x64xf32>, <64x64xf32>
+    pallas.wgmma %sb, %xb, %w1b {transpose_b} : <64x64xf32>, !pallas.ref<64x64xbf16>, <64x64xbf16>
+    pallas.wgmma %ob, %xb, %w1b {transpose_b} : <64x64xf32>, !pallas.ref<64x64xbf16>, <64x64xbf16>
+    %first = arith.cmpi eq, %j, %c0 : index
+    scf.if %first {
+      pallas.wgmma %ob, %xb, %w1b {transpose_b} : <64x64xf32>, !pallas.ref<64x64xbf16>, <64x64xbf16>
+    }
+    %sv = pallas.load %sb[[0, 0]] [[64, 64]] : <64x64xf32> -> vector<64x64xf32>
+    pallas.store %sv, %db[[0, 0]] : vector<64x64xf32>, <64x64xf32>
     return
   }
 }

@@ -366,7 +366,8 @@ def Pallas_WgmmaOp : Pallas_Op<"wgmma"> {
     the accumulator waits for the multiplies into it (Pallas'
     `wgmma_accumulator_deref` waits for all): groups complete in order, so
     wgmma.wait_group n where n multiplies were started after its last one in
-    the same block, else 0 (MatmulRules.cpp, pendingAllowed).
+    the same block, none where a wait in the block already completed it,
+    else 0 (MatmulRules.cpp, pendingAllowed).
 
     ```mlir
     pallas.wgmma %acc, %a, %b {transpose_b}
