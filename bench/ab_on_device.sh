@@ -4,6 +4,7 @@
 # clocks and cuBLASLt:
 #
 #   bench/pack_for_device.sh --keep-previous    # here, after ninja -C build
+#   (or bench/build_previous_bench.sh REV, then bench/pack_for_device.sh: REV's bench)
 #   run(command="bench/ab_on_device.sh 2 matmul_bt,8192,8192,8192 matmul_bt,64,4096,4096",
 #       carry=["build/device"])
 #
