@@ -35,7 +35,8 @@
 // unchecked (multiplies into one accumulator run in order). Read any other way, a token
 // is a NaN, which the kernel's result shows. Worked example: wgmma(s) is group 0, wgmma(o)
 // group 1; wait_group 1 completes group 0, so reading s resolves and reading o fails
-// until wait_group 0.
+// until wait_group 0. A store of a block value into an accumulator's registers
+// (kAccumulatorStoreAttrName) fails where they still hold a token of an incomplete group.
 //
 // A in registers (PTX ISA, "Register fragment" of A for .m64nNk16 f16/bf16):
 // element i (0..7; word i / 2, low half first) of lane l of warp w is row
@@ -313,6 +314,24 @@ extern "C" void pallas_emu_wgmma_register_a(float* acc, int32_t n, const int32_t
 }
 
 extern "C" void pallas_emu_wgmma_fence(void) {}
+
+extern "C" void pallas_emu_wgmma_overwrite(const float* registers, int32_t count) {
+  const Thread& t = *current().thread;
+  if (t.wgmma_results.empty()) return;
+  for (int32_t i = 0; i < count; ++i) {
+    const uint32_t bits = bits_of(registers[i]);
+    if ((bits & kTokenMask) != kTokenBits) continue;
+    const WgmmaResult& r = t.wgmma_results[(bits & kSerialMask) % kResultSlots];
+    // (Not a live token: stale bytes or a result long read; nothing writes them any more.)
+    if (r.token == bits && r.group >= t.wgmma_completed)
+      fail(
+          "a store to an accumulator register while the wgmma writing it is in flight "
+          "(wgmma group " +
+          std::to_string(r.group) + " of thread " + std::to_string(t.linear) +
+          ", not yet waited for): the multiply would overwrite the store; wait for it "
+          "(wgmma.wait_group) before writing its accumulator");
+  }
+}
 
 extern "C" void pallas_emu_wgmma_read(float* registers, int32_t count, int32_t checked) {
   const Thread& t = *current().thread;

@@ -458,7 +458,8 @@ int64_t descriptor_high(int64_t swizzle) {
 }
 
 std::string run_wgmma(std::vector<float>& out, std::vector<uint16_t>& x, int64_t descriptor_swizzle,
-                      bool early, uint64_t seed = 0, bool read_early = false) {
+                      bool early, uint64_t seed = 0, bool read_early = false,
+                      bool store_early = false) {
   EmuTensorMap map{};
   map.magic = kEmuTensorMapMagic;
   map.rank = 2;
@@ -480,6 +481,7 @@ std::string run_wgmma(std::vector<float>& out, std::vector<uint16_t>& x, int64_t
   args.push_back(&high);
   args.push_back(&early);
   args.push_back(&read_early);
+  args.push_back(&store_early);
   std::vector<Buffer> buffers{buffer("out", out), buffer("x", x)};
   return launch_error(config_for("wgmma_tma_operand", pallas_emu_kernel_wgmma_tma_operand,
                                  pallas_emu_kernel_wgmma_tma_operand_shared_bytes, args, buffers, 1,
@@ -537,6 +539,17 @@ TEST(EmulatorChecks, WgmmaAccumulatorReadBeforeItsWait) {
                                "in flight (wgmma group 0 of thread "));
   EXPECT_THAT(error, HasSubstr("wait for the multiply (wgmma.wait_group) before reading its "
                                "accumulator"));
+}
+
+// An accumulator store before the wait: the multiply would write the registers after it.
+TEST(EmulatorChecks, WgmmaAccumulatorStoredBeforeItsWait) {
+  std::vector<float> out(512);
+  std::vector<uint16_t> x = small_bf16_matrix();
+  std::string error =
+      run_wgmma(out, x, 32, /*early=*/false, 0, /*read_early=*/false, /*store_early=*/true);
+  EXPECT_THAT(error, HasSubstr("a store to an accumulator register while the wgmma writing it "
+                               "is in flight (wgmma group 0 of thread "));
+  EXPECT_THAT(error, HasSubstr("wait for it (wgmma.wait_group) before writing its accumulator"));
 }
 
 TEST(EmulatorChecks, WgmmaDescriptorSwizzleDiffersFromTheCopy) {

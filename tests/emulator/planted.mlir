@@ -545,7 +545,10 @@ module attributes {gpu.container_module} {
     // read it; without it, after the wait (the twin). The results are read as
     // the compiler's accumulator loads read them, through the copy fence
     // (kCopyOperandsAsm), after the wait; with %read_early (planted) before it.
-    gpu.func @wgmma_tma_operand(%out: memref<?xf32>, %desc: !llvm.ptr, %desc_high: i64, %early: i1, %read_early: i1) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}, %buf: memref<4096xbf16, #gpu.address_space<workgroup>> {llvm.align = 1024 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+    // With %store_early (planted) the registers, kept in a slot as the lowering
+    // keeps an accumulator, are overwritten by an accumulator store
+    // (pallas.accumulator_store) before the wait.
+    gpu.func @wgmma_tma_operand(%out: memref<?xf32>, %desc: !llvm.ptr, %desc_high: i64, %early: i1, %read_early: i1, %store_early: i1) workgroup(%bar: memref<1xi64, #gpu.address_space<workgroup>> {llvm.align = 8 : i64}, %buf: memref<4096xbf16, #gpu.address_space<workgroup>> {llvm.align = 1024 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
       %tid = gpu.thread_id x
       %c0 = arith.constant 0 : index
       %is0 = arith.cmpi eq, %tid, %c0 : index
@@ -607,6 +610,22 @@ module attributes {gpu.container_module} {
       %e2 = llvm.extractvalue %r[2] : !llvm.struct<(f32, f32, f32, f32)>
       %e3 = llvm.extractvalue %r[3] : !llvm.struct<(f32, f32, f32, f32)>
       %read_late = arith.xori %read_early, %true : i1
+      scf.if %store_early {
+        %n1 = llvm.mlir.constant(1 : i32) : i32
+        %slot = llvm.alloca %n1 x vector<4xf32> : (i32) -> !llvm.ptr
+        %u4 = llvm.mlir.undef : vector<4xf32>
+        %i0 = llvm.mlir.constant(0 : i32) : i32
+        %i1 = llvm.mlir.constant(1 : i32) : i32
+        %i2 = llvm.mlir.constant(2 : i32) : i32
+        %i3 = llvm.mlir.constant(3 : i32) : i32
+        %w0 = llvm.insertelement %e0, %u4[%i0 : i32] : vector<4xf32>
+        %w1 = llvm.insertelement %e1, %w0[%i1 : i32] : vector<4xf32>
+        %w2 = llvm.insertelement %e2, %w1[%i2 : i32] : vector<4xf32>
+        %w3 = llvm.insertelement %e3, %w2[%i3 : i32] : vector<4xf32>
+        llvm.store %w3, %slot : vector<4xf32>, !llvm.ptr
+        %zeros4 = llvm.mlir.constant(dense<0.0> : vector<4xf32>) : vector<4xf32>
+        llvm.store %zeros4, %slot {pallas.accumulator_store} : vector<4xf32>, !llvm.ptr
+      }
       scf.if %read_early {
         %v = llvm.inline_asm has_side_effects asm_dialect = att "// pallas: copy wgmma operands", "=f,=f,=f,=f,f,f,f,f" %e0, %e1, %e2, %e3 : (f32, f32, f32, f32) -> !llvm.struct<(f32, f32, f32, f32)>
         %v0 = llvm.extractvalue %v[0] : !llvm.struct<(f32, f32, f32, f32)>

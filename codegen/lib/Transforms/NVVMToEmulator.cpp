@@ -333,8 +333,16 @@ class Rewriter {
         load && load.getAddr().getDefiningOp<LLVM::AllocaOp>())
       return success();
     if (auto store = dyn_cast<LLVM::StoreOp>(op);
-        store && store.getAddr().getDefiningOp<LLVM::AllocaOp>())
+        store && store.getAddr().getDefiningOp<LLVM::AllocaOp>()) {
+      // A block value stored into an accumulator's registers: no wgmma writing them may
+      // still be in flight (emulator/src/wgmma.cc, "Accumulator tokens").
+      if (store->hasAttr(kAccumulatorStoreAttrName))
+        if (auto type = dyn_cast<VectorType>(store.getValue().getType());
+            type && type.getElementType().isF32())
+          call(loc, "pallas_emu_wgmma_overwrite", Type(),
+               {store.getAddr(), constI32(loc, type.getNumElements())});
       return success();
+    }
     if (auto load = dyn_cast<LLVM::LoadOp>(op)) {
       // An atomic load (a semaphore or flag read) may sit in a spin loop:
       // yield first, so the threads it waits for get to run.

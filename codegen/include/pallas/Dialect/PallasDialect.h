@@ -67,6 +67,10 @@ inline constexpr llvm::StringLiteral kWgmmaRegisterAAttrName = "pallas.wgmma_reg
 /// it (MatmulRules.cpp, emitPinnedWait): the i32 number of groups it leaves pending, for
 /// the emulator, which runs it as that wait.
 inline constexpr llvm::StringLiteral kPinnedWaitAttrName = "pallas.wgmma_wait_pinned";
+/// On the llvm.store of a block value into an accumulator's registers (MatmulRules.cpp,
+/// lowerAccumulatorStore; wgmma targets): the emulator checks first that no wgmma writing
+/// those registers is still in flight.
+inline constexpr llvm::StringLiteral kAccumulatorStoreAttrName = "pallas.accumulator_store";
 /// Name of the array attribute holding the layout of each vector result of
 /// an op (see PallasLayouts.td); set by pallas-assign-layouts.
 inline constexpr llvm::StringLiteral kLayoutsAttrName = "pallas.layouts";

@@ -1070,8 +1070,10 @@ LogicalResult lowerAccumulatorStore(StoreOp store, GpuLowering& g, OpBuilder& b)
   if (failed(frag))
     return store.emitOpError("stores a value in layout ")
            << g.layoutOf(store.getValue()) << " to an accumulator; it must be in " << layout;
-  LLVM::StoreOp::create(b, store.getLoc(), waited ? fenceOperands(b, store.getLoc(), *frag) : *frag,
-                        g.accumulators.at(store.getRef()));
+  auto write = LLVM::StoreOp::create(b, store.getLoc(),
+                                     waited ? fenceOperands(b, store.getLoc(), *frag) : *frag,
+                                     g.accumulators.at(store.getRef()));
+  if (g.wgmma) write->setAttr(kAccumulatorStoreAttrName, b.getUnitAttr());
   return success();
 }
 

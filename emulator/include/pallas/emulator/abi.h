@@ -136,6 +136,10 @@ void pallas_emu_wgmma_fence(void);
 /// wgmmas computed (wgmma.cc, "Accumulator tokens"). With `checked` (the load of an
 /// accumulator, after its wait) a register whose wgmma group is not complete is a failure.
 void pallas_emu_wgmma_read(float* registers, int32_t count, int32_t checked);
+/// Before `count` accumulator registers (f32, at `registers`) are overwritten by a store: a
+/// register that still holds a token of a wgmma group not yet complete is a failure (the
+/// multiply would write it after the store).
+void pallas_emu_wgmma_overwrite(const float* registers, int32_t count);
 /// fence.proxy.async (.shared::cta or all state spaces): the thread's earlier
 /// shared-memory stores become visible to the async proxy; a TMA store or a
 /// wgmma reading a thread's store that no such fence followed fails.
