@@ -16,8 +16,11 @@ cd "$(dirname "$0")/.."
 rev=${1:?usage: bench/build_previous_bench.sh REV}
 src=build/previous-src
 commit=$(git rev-parse --verify "$rev^{commit}")
-if [ -d "$src" ]; then
+if [ -f "$src/.git" ]; then  # a worktree of this repository (its .git is a file)
   git -C "$src" checkout -q --detach "$commit"
+elif [ -e "$src" ]; then  # git -C would find this checkout's .git above it, and check REV out here
+  echo "build_previous_bench: $src exists but is not a worktree; remove it first" >&2
+  exit 1
 else
   mkdir -p build
   git worktree prune  # a worktree whose build/ was deleted since

@@ -184,8 +184,11 @@ void multiply_accumulate(float* acc, int32_t n, int warp, int lane, bool scale_d
 
 constexpr uint32_t kTokenBits = 0x7fe00000u, kTokenMask = 0xffe00000u, kSerialMask = 0x1fffffu;
 /// The ring's slots: a token stays readable until its thread has handed out this many more
-/// (attention d128 hands out 256 a multiply: 64 S registers in 4 instructions, then 64 O in
-/// 4; a product whose one multiply hands out more than that fails, naming this limit).
+/// results. Each instruction of a multiply consumes the tokens of the one before (its
+/// accumulator input), so what counts is how long an accumulator sits unread while others
+/// are multiplied into: attention d128 hands out 256 a step (S: 32 registers x 8
+/// instructions, O: 64 x 4) and reads both within it. A kernel that leaves one unread for
+/// 1024 results fails, naming this limit.
 constexpr size_t kResultSlots = 1024;
 
 uint32_t bits_of(float v) {

@@ -16,8 +16,14 @@
 // CHECK-NEXT: llvm.call @pallas_emu_wgmma_wait(%[[PENDING]]) : (i32) -> ()
 // CHECK: %[[CHECKED:.*]] = llvm.mlir.constant(1 : i32) : i32
 // CHECK-NEXT: llvm.call @pallas_emu_wgmma_read(%{{.*}}, %{{.*}}, %[[CHECKED]]) : (!llvm.ptr, i32, i32) -> ()
-// CHECK: llvm.call @pallas_emu_wgmma_overwrite(%[[SLOT:.*]], %{{.*}}) : (!llvm.ptr, i32) -> ()
-// CHECK-NEXT: llvm.store %{{.*}}, %[[SLOT]]
+// The accumulator's alloca starts zero (not stale stack bytes), then the store
+// of its 4 registers is checked.
+// CHECK: %[[SLOT:.*]] = llvm.alloca %{{.*}} x vector<4xf32>
+// CHECK-NEXT: %[[ZERO:.*]] = llvm.mlir.constant(dense<0.000000e+00> : vector<4xf32>)
+// CHECK-NEXT: llvm.store %[[ZERO]], %[[SLOT]] : vector<4xf32>, !llvm.ptr
+// CHECK: %[[FOUR:.*]] = llvm.mlir.constant(4 : i32) : i32
+// CHECK-NEXT: llvm.call @pallas_emu_wgmma_overwrite(%[[SLOT]], %[[FOUR]]) : (!llvm.ptr, i32) -> ()
+// CHECK-NEXT: llvm.store %{{.*}}, %[[SLOT]] {pallas.accumulator_store}
 // CHECK-NOT: wgmma.wait_group
 // CHECK-NOT: pallas: fence wgmma operands
 // CHECK-NOT: pallas: copy wgmma operands

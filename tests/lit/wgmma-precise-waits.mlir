@@ -13,6 +13,9 @@
 
 // CHECK-LABEL: gpu.func @overlap
 // s's multiply (from shared memory), then o's (a in registers): two groups.
+// Their results go into the accumulators' registers unmarked; o.store's value
+// is marked pallas.accumulator_store (the emulator checks it).
+// CHECK-NOT: pallas.accumulator_store
 // CHECK: nvvm.wgmma.commit.group.sync.aligned
 // CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16
 // CHECK: nvvm.wgmma.commit.group.sync.aligned
@@ -26,6 +29,8 @@
 // CHECK: llvm.inline_asm has_side_effects asm_dialect = att {pallas.wgmma_wait_pinned = 0 : i32}
 // CHECK-SAME: "{\0A.reg .pred p;\0A.reg .b32 n;\0Amov.u32 n, %nctaid.x;\0Asetp.eq.u32 p, n, 0;\0A@p bra.uni PIN_SKIP;\0Awgmma.wait_group.sync.aligned 0;\0Abra.uni PIN_DONE;\0APIN_SKIP:\0Awgmma.wait_group.sync.aligned 0;\0APIN_DONE:\0A}"
 // o.store after it, and d's store: no further wait.
+// CHECK-NOT: nvvm.wgmma.wait.group
+// CHECK: llvm.store %{{.*}}, %{{.*}} {pallas.accumulator_store} : vector<32xf32>, !llvm.ptr
 // CHECK-NOT: nvvm.wgmma.wait.group
 // CHECK: gpu.return
 

@@ -338,9 +338,21 @@ class Rewriter {
       // still be in flight (emulator/src/wgmma.cc, "Accumulator tokens").
       if (store->hasAttr(kAccumulatorStoreAttrName))
         if (auto type = dyn_cast<VectorType>(store.getValue().getType());
-            type && type.getElementType().isF32())
+            type && type.getElementType().isF32()) {
+          // The accumulator's registers start zero here, not as stale stack bytes, which a
+          // fiber stack reused from an earlier program may have left holding tokens that
+          // look like this thread's own.
+          auto alloca = store.getAddr().getDefiningOp<LLVM::AllocaOp>();
+          if (zeroedAccumulators_.insert(alloca.getOperation()).second) {
+            OpBuilder zb(alloca->getContext());
+            zb.setInsertionPointAfter(alloca);
+            LLVM::StoreOp::create(
+                zb, alloca.getLoc(),
+                LLVM::ConstantOp::create(zb, alloca.getLoc(), type, zb.getZeroAttr(type)), alloca);
+          }
           call(loc, "pallas_emu_wgmma_overwrite", Type(),
                {store.getAddr(), constI32(loc, type.getNumElements())});
+        }
       return success();
     }
     if (auto load = dyn_cast<LLVM::LoadOp>(op)) {
@@ -684,6 +696,8 @@ class Rewriter {
   ModuleOp module_;
   MLIRContext* ctx_;
   OpBuilder b_;
+  /// Accumulator allocas given a zero store at their definition (the store rule above).
+  llvm::DenseSet<Operation*> zeroedAccumulators_;
   DataLayout layout_;
   std::map<std::pair<Operation*, StringRef>, int64_t> sharedOffsets_;
   SmallVector<Operation*> toErase_;
