@@ -71,6 +71,17 @@
 // CHECK-NOT: pallas.wgmma_wait_pinned
 // CHECK: gpu.return
 
+// CHECK-LABEL: gpu.func @zero_store_is_no_wait
+// A zero store to o (its flag only), s's multiply, then o.load: o's multiply,
+// if any, was before the block, so the load waits for all (0). Were the zero
+// store taken for an access that waited for all, the load would not wait.
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NOT: nvvm.wgmma.wait.group
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NOT: pallas.wgmma_wait_pinned
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: gpu.return
+
 module {
   func.func @overlap(%x: memref<?x?xbf16, strided<[?, 1]>>, %w1: memref<?x?xbf16, strided<[?, 1]>>, %w2: memref<?x?xbf16, strided<[?, 1]>>, %d: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.grid = ["cdiv(m, 64)", "cdiv(n, 64)"], pallas.grid_rank = 2 : i32, pallas.kernel, pallas.operand_names = ["x", "w1", "w2", "d", "s", "o"], pallas.threads = 128 : i64} {
     %s = pallas.scratch accumulator {name = "s"} : memref<64x64xf32>
@@ -162,6 +173,25 @@ module {
     }
     %sv = pallas.load %sb[[0, 0]] [[64, 64]] : <64x64xf32> -> vector<64x64xf32>
     pallas.store %sv, %db[[0, 0]] : vector<64x64xf32>, <64x64xf32>
+    return
+  }
+  func.func @zero_store_is_no_wait(%x: memref<?x?xbf16, strided<[?, 1]>>, %w1: memref<?x?xbf16, strided<[?, 1]>>, %d: memref<?x?xf32, strided<[?, 1]>>) attributes {pallas.grid = ["cdiv(m, 64)", "cdiv(n, 64)"], pallas.grid_rank = 2 : i32, pallas.kernel, pallas.operand_names = ["x", "w1", "d", "s", "o"], pallas.threads = 128 : i64} {
+    %s = pallas.scratch accumulator {name = "s"} : memref<64x64xf32>
+    %o = pallas.scratch accumulator {name = "o"} : memref<64x64xf32>
+    %i = pallas.program_id 0
+    %j = pallas.program_id 1
+    %c0 = arith.constant 0 : index
+    %xb = pallas.block %x[%i, %c0] {block_shape = array<i64: 64, 64>, name = "x", squeezed = array<i1: false, false>, staged, swizzle = 128 : i64} : memref<?x?xbf16, strided<[?, 1]>> -> <64x64xbf16>
+    %w1b = pallas.block %w1[%c0, %c0] {block_shape = array<i64: 64, 64>, name = "w1", squeezed = array<i1: false, false>, staged, swizzle = 128 : i64} : memref<?x?xbf16, strided<[?, 1]>> -> <64x64xbf16>
+    %db = pallas.block %d[%i, %j] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<?x?xf32, strided<[?, 1]>> -> <64x64xf32>
+    %sb = pallas.block %s[%c0, %c0] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<64x64xf32> -> <64x64xf32>
+    %ob = pallas.block %o[%c0, %c0] {block_shape = array<i64: 64, 64>, squeezed = array<i1: false, false>} : memref<64x64xf32> -> <64x64xf32>
+    %cst = arith.constant 0.000000e+00 : f32
+    %zeros = vector.broadcast %cst : f32 to vector<64x64xf32>
+    pallas.store %zeros, %ob[[0, 0]] : vector<64x64xf32>, <64x64xf32>
+    pallas.wgmma %sb, %xb, %w1b {transpose_b} : <64x64xf32>, !pallas.ref<64x64xbf16>, <64x64xbf16>
+    %ov = pallas.load %ob[[0, 0]] [[64, 64]] : <64x64xf32> -> vector<64x64xf32>
+    pallas.store %ov, %db[[0, 0]] : vector<64x64xf32>, <64x64xf32>
     return
   }
 }
