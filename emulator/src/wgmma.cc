@@ -210,12 +210,20 @@ enum class Read {
   kChecked,      // an accumulator's load: its multiply must be complete
 };
 
+/// The ring slot a register holding `bits` names, if they have a token's shape (null
+/// otherwise); the slot holds that very token only while the result is live.
+const WgmmaResult* slot_of(const Thread& t, uint32_t bits) {
+  if ((bits & kTokenMask) != kTokenBits || t.wgmma_results.empty()) return nullptr;
+  return &t.wgmma_results[(bits & kSerialMask) % kResultSlots];
+}
+
 /// The value register `v` of thread `t` stands for: its wgmma's result if it holds a
 /// token of the thread's, else itself.
 float resolve(const Thread& t, float v, Read read) {
   const uint32_t bits = bits_of(v);
-  if ((bits & kTokenMask) != kTokenBits || t.wgmma_results.empty()) return v;
-  const WgmmaResult& r = t.wgmma_results[(bits & kSerialMask) % kResultSlots];
+  const WgmmaResult* slot = slot_of(t, bits);
+  if (slot == nullptr) return v;
+  const WgmmaResult& r = *slot;
   if (r.token != bits) {
     // Not a live token of this thread's: a result it has since overwritten in the ring, or
     // bits that merely look like one (an accumulator's registers before its first
@@ -320,17 +328,15 @@ extern "C" void pallas_emu_wgmma_fence(void) {}
 
 extern "C" void pallas_emu_wgmma_overwrite(const float* registers, int32_t count) {
   const Thread& t = *current().thread;
-  if (t.wgmma_results.empty()) return;
   for (int32_t i = 0; i < count; ++i) {
     const uint32_t bits = bits_of(registers[i]);
-    if ((bits & kTokenMask) != kTokenBits) continue;
-    const WgmmaResult& r = t.wgmma_results[(bits & kSerialMask) % kResultSlots];
+    const WgmmaResult* r = slot_of(t, bits);
     // (Not a live token: stale bytes or a result long read; nothing writes them any more.)
-    if (r.token == bits && r.group >= t.wgmma_completed)
+    if (r != nullptr && r->token == bits && r->group >= t.wgmma_completed)
       fail(
           "a store to an accumulator register while the wgmma writing it is in flight "
           "(wgmma group " +
-          std::to_string(r.group) + " of thread " + std::to_string(t.linear) +
+          std::to_string(r->group) + " of thread " + std::to_string(t.linear) +
           ", not yet waited for): the multiply would overwrite the store; wait for it "
           "(wgmma.wait_group) before writing its accumulator");
   }

@@ -852,6 +852,7 @@ bool isWaitingAccumulatorAccess(Operation* op, GpuLowering& g) {
 struct AccumulatorWait {
   int64_t pending = -1;
   bool pin = false;
+  bool multiplies = false;  // the kernel has wgmmas: the access is fenced (fenceOperands)
 };
 
 /// wgmma.wait_group `pending` that ptxas keeps below the instructions before it. ptxas
@@ -924,7 +925,7 @@ AccumulatorWait pendingAllowed(Operation* access, Value ref, GpuLowering& g) {
     if (&op == access) {
       const int64_t pending = decide(storage);
       const bool known = llvm::is_contained(groups, storage);
-      return {pending, pending >= 0 && known && workSinceMma};
+      return {pending, pending >= 0 && known && workSinceMma, /*multiplies=*/true};
     }
     if (!isa<WgmmaOp, WgmmaWaitOp>(op)) workSinceMma = true;
     if (auto mma = dyn_cast<WgmmaOp>(op)) {
@@ -947,7 +948,7 @@ AccumulatorWait pendingAllowed(Operation* access, Value ref, GpuLowering& g) {
       // (Waits inside a region are ignored: they only complete more.)
     }
   }
-  return {0, false};  // not reached: `access` is in its block
+  return {0, false, true};  // not reached: `access` is in its block
 }
 
 /// Waits (wgmma.wait_group) as pendingAllowed says before `access` of accumulator `ref`.
@@ -959,11 +960,7 @@ bool waitForAccumulator(Operation* access, Value ref, GpuLowering& g, OpBuilder&
     emitPinnedWait(b, access->getLoc(), wait.pending);
   else if (wait.pending >= 0)
     NVVM::WgmmaWaitGroupSyncOp::create(b, access->getLoc(), static_cast<int32_t>(wait.pending));
-  if (wait.pending != -1) return true;
-  bool any = false;  // -1 also where an earlier wait completed ref's multiplies
-  if (auto kernel = access->getParentOfType<func::FuncOp>())
-    kernel.walk([&](WgmmaOp) { any = true; });
-  return any;
+  return wait.multiplies;
 }
 
 }  // namespace
