@@ -108,9 +108,12 @@ std::shared_ptr<Fence> record_fence(Stream stream, int device) {
   return fence;
 }
 
-// The stream's process-wide id, or 0 (no same-stream reuse) when CUDA cannot say.
+// The stream's process-wide id, or 0 (no same-stream reuse) when CUDA cannot say. Never
+// asked of a capturing stream (it would invalidate the capture, see acquire_resources); asked
+// in relaxed mode, since another stream may be capturing in the global mode.
 unsigned long long stream_id_of(Stream stream) {
   unsigned long long id = 0;
+  RelaxedCaptureMode relaxed;
   if (cudaStreamGetId(stream, &id) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
@@ -315,8 +318,11 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
                            std::string(name) + ": no usable CUDA device: " + cuda_text(e));
     }
     if (!stream_known) {
-      out.stream_id_ = stream_id_of(launch.stream);
       out.device_ = device;
+      // The capture status first: cudaStreamGetId on a stream capturing in the global mode
+      // fails (cudaErrorStreamCaptureUnsupported) and invalidates the capture (seen on an
+      // H200, driver 580, CUDA 13.0). A captured launch needs no stream id: it never takes
+      // its stream's in-flight regions (take_region).
       cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
       if (cudaError_t e = cudaStreamGetCaptureInfo(launch.stream, &capture); e != cudaSuccess)
         return cuda_failure(name, "cudaStreamGetCaptureInfo", e);
@@ -326,6 +332,7 @@ Status acquire_resources(const KernelImage& image, const Launch& launch,
                                  ": the stream's graph capture has been invalidated by an "
                                  "earlier call; end it (cudaStreamEndCapture) and capture again");
       out.captured_ = capture == cudaStreamCaptureStatusActive;
+      if (!out.captured_) out.stream_id_ = stream_id_of(launch.stream);
       stream_known = true;
     }
     if (req.kind == ResourceKind::kErrors) {  // one record per kernel and device, kept

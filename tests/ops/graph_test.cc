@@ -129,6 +129,7 @@ TEST(GraphCapture, CapturedOpsReplayOnFreshInputsBesideEagerCalls) {
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
 
+  size_t pooled_after_first = 0;
   for (int round = 0; round < 3; ++round) {
     const std::string who = "round " + std::to_string(round);
     captured.refill(rng);
@@ -140,8 +141,17 @@ TEST(GraphCapture, CapturedOpsReplayOnFreshInputsBesideEagerCalls) {
     ASSERT_EQ(cudaStreamSynchronize(capturing.get()), cudaSuccess) << who;
     ASSERT_EQ(cudaStreamSynchronize(beside.get()), cudaSuccess) << who;
     // In this process of its own the pool held nothing but the graph's regions: the eager
-    // calls had to allocate four of their own, then reuse them.
-    if (pooled_before == 0) EXPECT_EQ(detail::pooled_regions(device), pooled_captured + 4) << who;
+    // calls had to allocate regions of their own (one to four: on their one stream the
+    // matmul may take sum_all's regions again, as an H200 showed: three), then reuse them;
+    // the graph's stay the graph's.
+    const size_t pooled = detail::pooled_regions(device);
+    if (pooled_before == 0) {
+      EXPECT_GT(pooled, pooled_captured) << who;
+      EXPECT_LE(pooled, pooled_captured + 4) << who;
+      if (round > 0) EXPECT_EQ(pooled, pooled_after_first) << who << ": the eager calls' pool grew";
+    }
+    if (round == 0) pooled_after_first = pooled;
+    EXPECT_EQ(detail::graph_owned_regions(device), owned_before + 4) << who;
     captured.check(("replay, " + who).c_str());
     eager.check(("eager beside the replay, " + who).c_str());
   }

@@ -305,8 +305,13 @@ TEST_F(CudaLaunch, CapturedLaunchTakesNoRegionInFlight) {
     ASSERT_EQ(eager.size(), 2u);
     ASSERT_CUDA(cudaStreamBeginCapture(a, cudaStreamCaptureModeGlobal));
     captured = acquire(a);
+    // An eager launch on another stream while `a` captures in the global mode: its calls (the
+    // stream's id, event queries, a fence) must not invalidate the capture.
+    const std::vector<void*> beside = acquire(b);
     ASSERT_CUDA(cudaStreamEndCapture(a, &graph));
     ASSERT_EQ(captured.size(), 2u);
+    ASSERT_EQ(beside.size(), 2u);
+    EXPECT_NE(beside[0], captured[0]) << "an eager launch beside the capture got its workspace";
     EXPECT_NE(captured[0], eager[0]) << "the capture took a workspace in flight on its stream";
     EXPECT_NE(captured[1], eager[1]) << "the capture took semaphores in flight on its stream";
     EXPECT_EQ(detail::graph_owned_regions(device), owned_before + 2);
