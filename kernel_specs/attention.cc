@@ -23,11 +23,7 @@
 //
 // Q's block is staged once by TMA; K and V blocks are pipelined through
 // shared memory (TMA on sm_90a, cp.async on sm_80), read in place by wgmma
-// (sm_90a) or ldmatrix + mma.sync (sm_80), two stages. On sm_90a the two
-// multiplies of a step run asynchronously into accumulators and overlap the
-// softmax (FlashAttention-3's intra-warpgroup pipelining): step j starts
-// S_j = Q K_j^T and O += P_{j-1} V_{j-1}, computes the softmax of S_j while
-// the second runs, then rescales O (the body, below).
+// (sm_90a) or ldmatrix + mma.sync (sm_80), two stages.
 //
 // Masks: keys past Skv (TMA's zero fill, or the direct twin's masked loads)
 // are -inf. `causal_attention` adds FlashAttention's causal mask aligned to
@@ -102,13 +98,8 @@ void declare_attention(KernelSpec& spec, Mask mask) {
   auto whole = [](const ProgramIds&) { return at(0, 0, 0, 0); };
   spec.block(k, {full, full, full, full}, whole);
   spec.block(v, {full, full, full, full}, whole);
-  // S = Q K^T and the output's running sum O, as accumulators (registers in the WGMMA layout):
-  // the staged instances multiply into them asynchronously (below); the direct twin (no
-  // TMA, blocks loaded into registers) multiplies with dot and leaves them unused.
-  spec.accumulator("s", {kBlockQ, kBlockKv});
-  spec.accumulator("acc", {kBlockQ, kD});
   const bool spec_direct = spec.direct();
-  spec.body([=](Ref q, Ref k, Ref v, Ref o, Ref s_acc, Ref o_acc) {
+  spec.body([=](Ref q, Ref k, Ref v, Ref o) {
     Value b = program_id(0), h = program_id(1), i = program_id(2);
     Value rows_q = q.extent(0), keys = k.extent(2);  // q's block drops the squeezed dims
     Value blocks = (keys + index(kBlockKv - 1)) / index(kBlockKv);
@@ -140,97 +131,55 @@ void declare_attention(KernelSpec& spec, Mask mask) {
     // Grouped-query attention: this head's key-value head.
     Value kv_head = h / (num_programs(1) / k.extent(1));
     auto kv = [b, kv_head](const Value& j) { return at(b, kv_head, j, 0); };
-    const std::vector<BlockDim> kv_block = {squeezed, squeezed, Blocked{kBlockKv}, Blocked{kD}};
-    // s * scale * log2(e) for key block j, its keys masked where some row must not see them.
-    auto scaled_scores = [&](Value j, Value s) {
-      s = s * qk_scale;
-      // Only blocks from `whole` on have keys some row must not see: the
-      // mask runs in a loop of one trip there and none before (a branch
-      // that carries s), so the other blocks skip its ~60 instructions.
-      Value masked = select(j < whole, index(0), index(1));
-      return fori(index(0), masked, {s}, [&](Value, std::vector<Value> sm) {
-        Value col = col0 + (j * index(kBlockKv)).cast(i32);
-        // The last key each row sees: keys - 1, or causally r + keys - rows_q.
-        Value last = broadcast_to(keys.cast(i32) - 1, {kBlockQ, kBlockKv});
-        if (mask == Mask::kCausal) last = minimum(last, row + (keys.cast(i32) - rows_q.cast(i32)));
-        return std::vector<Value>{select(col <= last, sm[0], neg_inf)};
-      })[0];
+    std::vector<Value> carry = {
+        broadcast_to(neg_inf, {kBlockQ, 1}),
+        broadcast_to(constant(0, f32), {kBlockQ, 1}),
+        broadcast_to(constant(0, f32), {kBlockQ, kD}),
     };
-    // The online softmax's step: {m, l, p, correction} from the scaled scores s and the
-    // carried m and l.
-    auto softmax_step = [&](Value s, Value m_prev, Value l_prev) {
-      Value m = maximum(m_prev, max(s, 1, true));
-      // A row with no visible key so far keeps m = -inf: subtract 0 instead
-      // (its p and correction are then exp2(-inf) = 0, not NaN).
-      Value m_safe = select(m == neg_inf, constant(0, f32), m);
-      Value p = exp2(s - m_safe);
-      Value correction = exp2(m_prev - m_safe);
-      Value l = l_prev * correction + sum(p, 1, true);
-      return std::vector<Value>{m, l, p, correction};
-    };
-    Value m0 = broadcast_to(neg_inf, {kBlockQ, 1});
-    Value l0 = broadcast_to(constant(0, f32), {kBlockQ, 1});
-    Value l, acc;
-    if (spec_direct) {
-      // The direct twin: each step's two products complete in turn (dot).
-      std::vector<Value> out = emit_pipeline(
-          index(0), end,
-          {PipelineOperand{k, kv_block, kv, kv_tiles}, PipelineOperand{v, kv_block, kv, kv_tiles}},
-          {m0, l0, broadcast_to(constant(0, f32), {kBlockQ, kD})},
-          [&](Value j, std::vector<Ref> kv_blocks, std::vector<Value> c) {
-            Value s;
-            if (kD == 128) {  // in halves of the head dim: fewer registers live
-              Ref kb = kv_blocks[0];
-              s = dot(q.load({0, 0}, {kBlockQ, 64}), kb.load({0, 0}, {kBlockKv, 64}),
-                      {.transpose_b = true});
-              s = dot(q.load({0, 64}, {kBlockQ, 64}), kb.load({0, 64}, {kBlockKv, 64}), s,
-                      {.transpose_b = true});
-            } else {
-              s = dot(q.load(), kv_blocks[0].load(), {.transpose_b = true});
-            }
-            std::vector<Value> step = softmax_step(scaled_scores(j, s), c[0], c[1]);
-            Value next = dot(step[2].cast(T), kv_blocks[1].load(), c[2] * step[3]);
-            return std::vector<Value>{step[0], step[1], next};
-          });
-      l = out[1];
-      acc = out[2];
-    } else {
-      // FlashAttention-3's overlap inside the warpgroup: step j starts S_j = Q K_j^T and
-      // then O += P_{j-1} V_{j-1}, both asynchronous, and computes the softmax of S_j
-      // while the second multiply runs. Reading s waits for its multiply only (the
-      // older of the two: wgmma.wait_group 1), reading o for both. V's blocks therefore
-      // lag K's by one step, and the loop runs one step more than there are key blocks:
-      //
-      //   step   0          1          ...  end - 1            end
-      //   K      K_0        K_1             K_{end-1}          K_{end-1} again
-      //   V      V_0 (x 0)  V_0             V_{end-2}          V_{end-1}
-      //
-      // Step 0 multiplies V_0 by P_{-1} = 0 (adding nothing), and step end repeats the
-      // last K block at key offset end 64, past every key a row sees: the mask makes
-      // its scores -inf, so m and l stay as they were (correction 1) and its P is not
-      // used. With no block to walk (end = 0) the loop runs no step.
-      Value steps = select(end > index(0), end + index(1), index(0));
-      auto k_at = [kv, end](const Value& j) { return kv(select(j < end, j, end - index(1))); };
-      auto v_at = [kv](const Value& j) { return kv(select(j > index(0), j - index(1), index(0))); };
-      Value zeros_s = broadcast_to(constant(0, f32), {kBlockQ, kBlockKv});
-      std::vector<Value> out = emit_pipeline(
-          index(0), steps,
-          {PipelineOperand{k, kv_block, k_at, kv_tiles},
-           PipelineOperand{v, kv_block, v_at, kv_tiles}},
-          {m0, l0, broadcast_to(constant(0, T), {kBlockQ, kBlockKv})},
-          [&](Value j, std::vector<Ref> kv_blocks, std::vector<Value> c) {
-            s_acc.store(zeros_s);  // the next multiply writes s (scale-d 0), not adds to it
-            wgmma(s_acc, q, kv_blocks[0], {.transpose_b = true});
-            wgmma(o_acc, c[2], kv_blocks[1]);  // P_{j-1} from registers
-            std::vector<Value> step = softmax_step(scaled_scores(j, s_acc.load()), c[0], c[1]);
-            o_acc.store(o_acc.load() * step[3]);
-            return std::vector<Value>{step[0], step[1], step[2].cast(T)};
-          },
-          kDefaultPipelineDepth);
-      l = out[1];
-      acc = o_acc.load();
-    }
-    o.store((acc * select(l > 0.0, 1.0 / l, constant(0, f32))).cast(T));
+    std::vector<Value> out = emit_pipeline(
+        index(0), end,
+        {PipelineOperand{k, {squeezed, squeezed, Blocked{kBlockKv}, Blocked{kD}}, kv, kv_tiles},
+         PipelineOperand{v, {squeezed, squeezed, Blocked{kBlockKv}, Blocked{kD}}, kv, kv_tiles}},
+        carry,
+        [&](Value j, std::vector<Ref> kv_blocks, std::vector<Value> c) {
+          // Q is read where TMA put it (sm_90a), or loaded at each step (the
+          // direct twin: not held in registers across the loop).
+          Value s;
+          if (spec_direct && kD == 128) {  // in halves of the head dim: fewer registers live
+            Ref kb = kv_blocks[0];
+            s = dot(q.load({0, 0}, {kBlockQ, 64}), kb.load({0, 0}, {kBlockKv, 64}),
+                    {.transpose_b = true});
+            s = dot(q.load({0, 64}, {kBlockQ, 64}), kb.load({0, 64}, {kBlockKv, 64}), s,
+                    {.transpose_b = true});
+          } else {
+            s = dot(q.load(), kv_blocks[0].load(), {.transpose_b = true});
+          }
+          s = s * qk_scale;
+          // Only blocks from `whole` on have keys some row must not see: the
+          // mask runs in a loop of one trip there and none before (a branch
+          // that carries s), so the other blocks skip its ~60 instructions.
+          Value masked = select(j < whole, index(0), index(1));
+          s = fori(index(0), masked, {s}, [&](Value, std::vector<Value> sm) {
+            Value col = col0 + (j * index(kBlockKv)).cast(i32);
+            // The last key each row sees: keys - 1, or causally r + keys - rows_q.
+            Value last = broadcast_to(keys.cast(i32) - 1, {kBlockQ, kBlockKv});
+            if (mask == Mask::kCausal)
+              last = minimum(last, row + (keys.cast(i32) - rows_q.cast(i32)));
+            return std::vector<Value>{select(col <= last, sm[0], neg_inf)};
+          })[0];
+          Value m = maximum(c[0], max(s, 1, true));
+          // A row with no visible key so far keeps m = -inf: subtract 0 instead
+          // (its p and correction are then exp2(-inf) = 0, not NaN).
+          Value m_safe = select(m == neg_inf, constant(0, f32), m);
+          Value p = exp2(s - m_safe);
+          Value correction = exp2(c[0] - m_safe);
+          Value l = c[1] * correction + sum(p, 1, true);
+          Value acc = dot(p.cast(T), kv_blocks[1].load(), c[2] * correction);
+          return std::vector<Value>{m, l, acc};
+        },
+        kDefaultPipelineDepth);
+    Value l = out[1];
+    o.store((out[2] * select(l > 0.0, 1.0 / l, constant(0, f32))).cast(T));
   });
 }
 

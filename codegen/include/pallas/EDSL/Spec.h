@@ -740,7 +740,7 @@ class Ref {
 /// Loading or storing the accumulator first waits for the multiplies into
 /// it, and so for those started before them (they complete in order): after
 /// wgmma(s, ...) and then wgmma(o, ...), s.load() leaves o's multiply
-/// running (FlashAttention-3's overlap, kernel_specs/attention.cc). Where
+/// running (FlashAttention-3's intra-warpgroup overlap). Where
 /// that is not known from the ops before the access in its block (the
 /// multiply was in an earlier loop step, or under a `when`), it waits for
 /// all of them. Targets without asynchronous MMAs (the host, sm_80) multiply
