@@ -75,15 +75,16 @@
 // tiles of 128 x 256; the chooser counts 64 tiles of 128 x 64 (the choice
 // does not depend on the instance) and 64 K steps: split-K. The decode
 // instance runs 32 tiles of 16 x 128: min(cdiv(64, 4), floor(132 / 32)) = 4
-// splits (splits_for), per = cdiv(64, 4) = 16 steps, S = 4: 128 programs,
-// one wave, instead of 16. K = 4000 (63 steps, the last partial): per = 16,
-// S = 4, the last split 15 steps and one past K. Where the decode instance
+// splits (splits_for), 3 where the splits meet in clusters (cluster_splits_for:
+// an H100 or H200 holds 39 clusters of 3, 30 of 4), per = cdiv(64, 3) = 22
+// steps, S = 3: 96 programs, one wave, instead of 16. K = 4000 (63 steps, the
+// last partial): per = 21, S = 3. Where the decode instance
 // does not fit (sm_80), split-K's 32 tiles of 64 x 128 take S = min(16,
 // floor(264 / 32)) = 8 splits of 8 steps, 256 programs. M = 64, the same N
 // and K: 32 tiles of 64 x 128, one wave of 132: S = min(16, floor(132 / 32))
-// = 4 splits of 16 steps, 128 programs. M = 128, N = 11008: 172 tiles of 128
-// x 64 (split-K's: 2 x 86 of 64 x 128), S = 1, 172 programs (the tiles
-// schedule: 43 of 128 x 256).
+// = 4, splitk_deep's clusters 3 splits of 22 steps, 96 programs. M = 128, N =
+// 11008: 172 tiles of 128 x 64 (split-K's: 2 x 86 of 64 x 128), S = 1, 172
+// programs (the tiles schedule: 43 of 128 x 256).
 //
 // `linear_*` take the weight as a linear layer stores it, [N, K], and keep
 // the activations' dtype; bias is one value per column of Y. As in BLAS, gemm
@@ -126,6 +127,11 @@ constexpr int64_t kDeepSplitMinRows = 17;
 /// programs, through distributed shared memory, where S is at most this (CUDA's portable
 /// cluster size; see `finish` below).
 constexpr int64_t kMaxClusterSplits = 8;
+/// Clusters of s programs of one program an SM that the device holds at once, by s (1..8), on
+/// an H100 or H200 (132 SMs; cudaOccupancyMaxActiveClusters on an H200, thirty-second session):
+/// a cluster's programs share a GPC, and the GPCs' SMs do not divide evenly, so clusters of 4
+/// hold 120 programs, of 3 only 117, of 6 102.
+constexpr int64_t kResidentClusters[kMaxClusterSplits + 1] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
 /// A partial tile's row in shared memory: the accumulator's columns (rows of D) and 8 more
 /// floats, so that the accumulator's 8-byte stores are free of bank conflicts (see `finish`).
 constexpr int64_t kPartRowPad = 8;
@@ -212,6 +218,35 @@ Splits splits_for(const DimExpr& tiles, const DimExpr& k_steps, const DimExpr& t
   const DimExpr one_wave = max(cdiv(target + 1, max(tiles, 1)) - 1, 1);
   DimExpr wanted = max(min(cdiv(k_steps, kMinStepsPerSplit), one_wave), 1);
   DimExpr per = max(cdiv(k_steps, wanted), 1);
+  return {per, max(cdiv(k_steps, per), 1)};
+}
+/// The deep split instances' splits (splits_for's, target 132), fewer where that lets the
+/// splits meet in clusters: the launch asks for clusters only where the device holds every
+/// cluster of the grid at once (launch.cc; else the sum goes through the workspace), so where
+/// S is 2..8 it becomes the largest s <= S whose `tiles` clusters an H100 or H200 holds
+/// (kResidentClusters). Worked example: 32 tiles (M = 1..64, N = 4096), 64 K steps: S = 4 of 16
+/// steps would need 32 clusters of 4 (the device holds 30); S = 3 of 22 steps (39 clusters of
+/// 3 fit), 96 programs. 16 tiles: S = 8 -> 6 (17 of 6 fit, 15 of 7 or 8). 64 tiles: S = 2 (66).
+///
+/// The decode instance (`few_rows`: 16 rows a tile) takes fewer splits only up to
+/// kDecodeClusterSteps K steps. Its workspace sum is one slab of 16 rows, about 5 us more than
+/// the cluster sum, while three splits instead of four lengthen every split by about K steps /
+/// 12, ~0.46 us a step: on an H200 (thirty-second session, back to back) 1 x 4096 x 4096 (64
+/// steps) went from 18.0 to 15.9 us, 16 x 4096 x 11008 (172 steps) from 30.3 to 32.5.
+/// splitk_deep's 64 rows (four slabs through the workspace) gained at both lengths: 64 x 4096 x
+/// 4096 20.4 -> 19.5 us, gemm_bt 64 x 4096 x 11008 39.8 -> 35.0.
+constexpr int64_t kDecodeClusterSteps = 128;
+Splits cluster_splits_for(const DimExpr& tiles, const DimExpr& k_steps, bool few_rows) {
+  const Splits one_wave = splits_for(tiles, k_steps, DimExpr(kSmCount));
+  DimExpr fitting(1);  // the largest s whose clusters all fit: kResidentClusters falls with s
+  for (int64_t s = 2; s <= kMaxClusterSplits; ++s)
+    fitting = fitting + le(tiles, kResidentClusters[s]);
+  DimExpr in_clusters =
+      (DimExpr(1) - le(one_wave.count, 1)) * le(one_wave.count, kMaxClusterSplits);
+  if (few_rows) in_clusters = in_clusters * le(k_steps, kDecodeClusterSteps);
+  const DimExpr wanted =
+      one_wave.count - in_clusters * (one_wave.count - min(one_wave.count, fitting));
+  const DimExpr per = max(cdiv(k_steps, wanted), 1);
   return {per, max(cdiv(k_steps, per), 1)};
 }
 
@@ -416,7 +451,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // semaphores (S per tile of D, a semaphore per tile), none of either in the tiles schedule.
   DimExpr tiles = cdiv(m, kTileM) * cdiv(n, kTileN);
   // (splitk_deep's m is above 16, so its target is split_target's 132 too.)
-  Splits splits = splits_for(tiles, cdiv(k, kTileK), decode ? DimExpr(kSmCount) : split_target(m));
+  Splits splits = cluster_sum ? cluster_splits_for(tiles, cdiv(k, kTileK), decode)
+                              : splits_for(tiles, cdiv(k, kTileK), split_target(m));
   // With K = 0 the product is zero and D is still its epilogue (BLAS's
   // D = beta C): the direct twin, which the entry point runs then (TMA needs
   // positive extents), takes one K step of blocks past the array. (The TMA
@@ -628,10 +664,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //    no L2 round trip) and stores them, then the cluster meets again so that no program
   //    exits while another reads its part. The tile's epilogue is spread over its S programs'
   //    SMs instead of run by one. Worked example, M = 64, N = K = 4096 (splitk_deep; 32 tiles
-  //    of 64 x 128, S = 4, 128 programs in 32 clusters of 4): each tile's sum is 4 pieces, its
-  //    slabs of 16 rows of D ([128, 16] of D^T), program r of the cluster sums piece r, four
-  //    loads of 8 KiB, one from each program's shared memory. The decode instance's tile (16
-  //    rows of D, one slab) is 4 pieces of 32 of its columns, one a program for S = 4.
+  //    of 64 x 128, S = 3 (cluster_splits_for), 96 programs in 32 clusters of 3): each tile's
+  //    sum is 4 pieces, its slabs of 16 rows of D ([128, 16] of D^T), program r of the
+  //    cluster sums pieces r and r + 3 (program 0 two, the others one), three loads of 8 KiB
+  //    a piece, one from each program's shared memory. The decode instance's tile (16 rows of
+  //    D, one slab) is 4 pieces of 32 of its columns.
   // Both sum in split order, so the result does not depend on which path or program ran it.
   auto finish = [=](const Ref& acc, const Ref* e, const Ref& d, const Ref* partials,
                     const Ref* part_tile) {

@@ -593,6 +593,10 @@ TEST_P(MatmulTest, EntryPointRecordsItsChoice) {
        kernels::matmul_bt_bf16_bf16_splitk_deep_metadata().targets[0].shared_bytes - 1},
       // Swapped (D^T = B A^T): 1 tile of 16 x 128, 10 K steps: 3 splits, one cluster.
       {Backend::kEmulator, 1, 65, 600, "matmul_bt_bf16_bf16_decode", {3, 1, 1}, 3},
+      // 32 tiles of 16 x 128, 13 K steps: one wave would take 4 splits, but an H100 or H200
+      // holds only 30 clusters of 4, so 3 splits (of 5, 5 and 3 steps) in 32 clusters of 3
+      // (cluster_splits_for).
+      {Backend::kEmulator, 1, 4096, 832, "matmul_bt_bf16_bf16_decode", {3, 1, 32}, 3},
       // 1 tile, 40 K steps: 10 splits, more than a cluster holds (8): no clusters.
       {Backend::kEmulator, 1, 65, 2560, "matmul_bt_bf16_bf16_decode", {10, 1, 1}},
       // sm_80's 163 KiB: no room for the decode pipeline; 1 tile of 64 x 128, 3 splits.
@@ -1019,10 +1023,10 @@ TEST(MatmulCudaPdl, DependentChainEqualsTheSerialOne) {
 }
 
 // The deep split instances' cluster sum on a device (sm_90): decode (1 x 4096 x 4096) and
-// splitk_deep (64 x 4096 x 4096), 32 tiles in 4 splits each, 32 clusters of 4, which an H100
-// or H200 holds at once (one program an SM). Launch::max_cluster = 1 runs the same kernel's
-// workspace sum instead: both sum in split order, so D is the same bit for bit, and the first
-// equals a float64 reference.
+// splitk_deep (64 x 4096 x 4096), 32 tiles in 3 splits each, 32 clusters of 3, which an H100
+// or H200 holds at once (one program an SM: 39 clusters of 3, but only 30 of 4, hence 3).
+// Launch::max_cluster = 1 runs the same kernel's workspace sum instead: both sum in split order, so
+// D is the same bit for bit, and the first equals a float64 reference.
 TEST(MatmulCudaClusters, SplitsMeetInClustersAndEqualTheWorkspaceSum) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   int device = 0, major = 0;
@@ -1055,9 +1059,9 @@ TEST(MatmulCudaClusters, SplitsMeetInClustersAndEqualTheWorkspaceSum) {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       EXPECT_STREQ(record.instance,
                    m == 1 ? "matmul_bt_bf16_bf16_decode" : "matmul_bt_bf16_bf16_splitk_deep");
-      EXPECT_EQ(record.grid, (std::array<int64_t, 3>{4, 1, 32}));
-      EXPECT_EQ(record.launched_cluster, max_cluster == 1 ? 1 : 4)
-          << "the device did not place 32 clusters of 4 at once (PALLAS_LOG_LAUNCH=1 says how "
+      EXPECT_EQ(record.grid, (std::array<int64_t, 3>{3, 1, 32}));
+      EXPECT_EQ(record.launched_cluster, max_cluster == 1 ? 1 : 3)
+          << "the device did not place 32 clusters of 3 at once (PALLAS_LOG_LAUNCH=1 says how "
              "many it holds)";
       d.download();
       d_by_path[max_cluster] = d.host();
