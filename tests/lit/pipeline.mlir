@@ -52,11 +52,16 @@
 // CHECK: nvvm.mbarrier.arrive.expect_tx %{{.*}}, %c4096_i32
 // CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %[[DX]], %{{.*}}, box
 // Step k uses buffer (k - lo) % 2 and waits for phase (k - lo) / 2 of its
-// barrier: parity ((k - lo) / 2) & 1.
+// barrier: parity ((k - lo) / 2) & 1. The division is in 32 bits (a step
+// count; a 64-bit one by a slot count that is not a power of two is a long
+// multiply-high sequence).
 // CHECK: scf.for %[[K:.*]] = %[[LO:.*]] to %{{.*}} step
 // CHECK: %[[I:.*]] = arith.subi %[[K]], %[[LO]]
-// CHECK: %[[SLOT:.*]] = arith.remui %[[I]], %c2
-// CHECK: %[[PHASE:.*]] = arith.divui %[[I]], %c2
+// CHECK: %[[I32:.*]] = arith.index_castui %[[I]] : index to i32
+// CHECK: %[[SLOT32:.*]] = arith.remui %[[I32]], %c2_i32 : i32
+// CHECK: %[[SLOT:.*]] = arith.index_castui %[[SLOT32]] : i32 to index
+// CHECK: %[[PHASE32:.*]] = arith.divui %[[I32]], %c2_i32 : i32
+// CHECK: %[[PHASE:.*]] = arith.index_castui %[[PHASE32]] : i32 to index
 // CHECK: %[[P:.*]] = arith.andi %[[PHASE]], %c1
 // CHECK: %[[PARITY:.*]] = arith.index_cast %[[P]] : index to i32
 // CHECK: memref.extract_aligned_pointer_as_index %[[BARS]]

@@ -45,8 +45,9 @@
 // TMA-NEXT: %c32 = arith.constant 32 : index
 // TMA-NEXT: %[[LANE:.*]] = arith.remui %thread_id_x, %c32
 // TMA-NEXT: %[[LANE32:.*]] = arith.index_castui %[[LANE]] : index to i32
-// TMA: %[[SLOT:.*]] = arith.addi %[[STEP]], %c2
-// TMA-NEXT: arith.remui %[[SLOT]], %c3
+// TMA: %[[STEP32:.*]] = arith.index_castui %[[STEP]] : index to i32
+// TMA: %[[SLOT:.*]] = arith.addi %[[STEP32]], %c2_i32 : i32
+// TMA: arith.remui %[[SLOT]], %c3_i32{{.*}} : i32
 // TMA: %[[FIRST:.*]] = arith.cmpi eq, %[[LANE32]], %c0_i32
 // TMA-NEXT: scf.if %[[FIRST]] {
 // TMA-NEXT: nvvm.mbarrier.arrive

@@ -53,8 +53,9 @@
 // WGMMA: gpu.barrier
 // WGMMA: %[[NEXT:.*]] = arith.addi %[[K]], %c2
 // WGMMA: %[[I:.*]] = arith.subi %[[K]], %[[LO]]
-// WGMMA: %[[I2:.*]] = arith.addi %[[I]], %c2
-// WGMMA: %[[SLOT:.*]] = arith.remui %[[I2]], %c3
+// WGMMA: %[[I32:.*]] = arith.index_castui %[[I]] : index to i32
+// WGMMA: %[[I2:.*]] = arith.addi %[[I32]], %c2_i32 : i32
+// WGMMA: %[[SLOT:.*]] = arith.remui %[[I2]], %c3_i32{{.*}} : i32
 // WGMMA: arith.cmpi uge, %[[I]], %c1
 // WGMMA: nvvm.mbarrier.arrive.expect_tx
 // WGMMA: nvvm.cp.async.bulk.tensor.shared.cluster.global

@@ -171,6 +171,34 @@ Value indexConst(OpBuilder& b, Location loc, int64_t v) {
   return arith::ConstantIndexOp::create(b, loc, v);
 }
 
+/// Step `i`'s slot, (i + offset) mod n, and round, (i + offset) / n (index values), computed in
+/// 32 bits. i counts a pipeline's steps from 0 (in a persistent program, over all its tiles):
+/// each step copies at least a 16-byte block, at 32-bit TMA coordinates, so i + offset stays
+/// far below 2^32. On index (i64) a division by
+/// a slot count that is not a power of two is a 64-bit multiply-high sequence: in
+/// splitk_deep's seven stages (thirty-second session) ~17 dependent instructions between the
+/// wait for a step's multiply and the arrival that releases its slot, and ~25 at each step's
+/// start; in 32 bits, a multiply-high and a shift.
+struct SlotAndRound {
+  Value slot, round;
+};
+SlotAndRound slotAndRound(OpBuilder& b, Location loc, Value i, int64_t offset, int64_t n,
+                          bool withRound = true) {
+  Value i32 = arith::IndexCastUIOp::create(b, loc, b.getI32Type(), i);
+  if (offset != 0) i32 = arith::AddIOp::create(b, loc, i32, constI32(b, loc, offset));
+  Value n32 = constI32(b, loc, n);
+  auto widen = [&](Value v) {
+    return arith::IndexCastUIOp::create(b, loc, b.getIndexType(), v).getResult();
+  };
+  SlotAndRound out{widen(arith::RemUIOp::create(b, loc, i32, n32)), Value()};
+  if (withRound) out.round = widen(arith::DivUIOp::create(b, loc, i32, n32));
+  return out;
+}
+/// Step `i`'s slot alone: (i + offset) mod n.
+Value slotOf(OpBuilder& b, Location loc, Value i, int64_t offset, int64_t n) {
+  return slotAndRound(b, loc, i, offset, n, /*withRound=*/false).slot;
+}
+
 /// The TMA coordinates of `stage`'s block at step `step` (lowered index value).
 FailureOr<SmallVector<Value>> coordsAt(const Stage& stage, scf::ForOp loop, Value step,
                                        GpuLowering& g, OpBuilder& b) {
@@ -326,8 +354,7 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
       Value i = arith::SubIOp::create(sb, loc, k, lo);
       for (auto [index, s] : llvm::enumerate(stages)) {
         Value n = indexConst(sb, loc, s.st.slots);
-        Value slot = arith::RemUIOp::create(sb, loc, i, n);
-        Value round = arith::DivUIOp::create(sb, loc, i, n);
+        auto [slot, round] = slotAndRound(sb, loc, i, 0, s.st.slots);
         Value reused = arith::CmpIOp::create(sb, loc, arith::CmpIPredicate::uge, i, n);
         Value empty = empties[sharedRelease ? 0 : index];
         if (!sharedRelease || index == 0)
@@ -374,9 +401,8 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
   auto atStepStart = [&](OpBuilder& nb, Value k) -> LogicalResult {
     Value i = arith::SubIOp::create(nb, loc, k, lo);  // steps since the first
     for (Stage& s : stages) {
-      Value n = indexConst(nb, loc, s.st.slots);
-      s.st.slot = arith::RemUIOp::create(nb, loc, i, n);
-      Value phase = arith::DivUIOp::create(nb, loc, i, n);
+      auto [slot, phase] = slotAndRound(nb, loc, i, 0, s.st.slots);
+      s.st.slot = slot;
       s.st.parity = arith::IndexCastOp::create(
           nb, loc, nb.getI32Type(), arith::AndIOp::create(nb, loc, phase, indexConst(nb, loc, 1)));
       g.pipelineStages[s.op] = s.st;
@@ -426,9 +452,7 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
         });
       };
       for (auto [empty, s] : llvm::zip_first(empties, stages)) {
-        Value slot = arith::RemUIOp::create(
-            rb, l, arith::AddIOp::create(rb, l, i, indexConst(rb, l, s.st.slots - delay)),
-            indexConst(rb, l, s.st.slots));
+        Value slot = slotOf(rb, l, i, s.st.slots - delay, s.st.slots);
         Value bar = barrierPointer(rb, l, empty, slot);
         auto local = [&](OpBuilder& ab, Location al) {
           Value first =
@@ -514,10 +538,7 @@ LogicalResult lowerPipelinedFor(scf::ForOp loop, GpuLowering& g, OpBuilder& b) {
       Value slot = current.slot;
       if (delay > 0) {  // step k - delay's buffer, once there is such a step
         Value i = arith::SubIOp::create(nb, loc, k, lo);
-        Value n = indexConst(nb, loc, s->st.slots);
-        slot = arith::RemUIOp::create(
-            nb, loc, arith::AddIOp::create(nb, loc, i, indexConst(nb, loc, s->st.slots - delay)),
-            n);
+        slot = slotOf(nb, loc, i, s->st.slots - delay, s->st.slots);
         inRange = arith::AndIOp::create(nb, loc, inRange,
                                         arith::CmpIOp::create(nb, loc, arith::CmpIPredicate::uge, i,
                                                               indexConst(nb, loc, delay)));
