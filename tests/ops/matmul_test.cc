@@ -1085,5 +1085,50 @@ TEST(MatmulCudaClusters, SplitsMeetInClustersAndEqualTheWorkspaceSum) {
   }
 }
 
+// Above kDecodeClusterSteps (128) K steps the decode instance keeps the splits of one wave
+// (16 x 4096 x 11008: 172 steps, 32 tiles, S = 4) and sums them through the workspace: an
+// H100 or H200 holds only 30 clusters of 4, and three splits in clusters measured slower
+// there (bench/RESULTS.md, thirty-second session). D against a float64 reference on every
+// row, every 41st column.
+TEST(MatmulCudaClusters, LongDecodeKeepsItsSplitsThroughTheWorkspace) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  if (major != 9) GTEST_SKIP() << "the deep split instances are sm_90's";
+  constexpr int64_t kM = 16, kN = 4096, kK = 11008;
+  std::mt19937 rng(fresh_seed());
+  Array<bfloat16> a(Backend::kCuda, kM * kK), w(Backend::kCuda, kN * kK),
+      d(Backend::kCuda, kM * kN);
+  a.fill_random(rng, -1, 1);
+  w.fill_random(rng, -1, 1);
+  d.poison();
+  a.upload();
+  w.upload();
+  d.upload();
+  Launch launch{Backend::kCuda, nullptr};
+  LaunchRecord record;
+  launch.record = &record;
+  Status s = kernels::matmul_bt(TensorView<const bfloat16, 2>(a.data(), {kM, kK}),
+                                TensorView<const bfloat16, 2>(w.data(), {kN, kK}),
+                                TensorView<bfloat16, 2>(d.data(), {kM, kN}), launch);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_STREQ(record.instance, "matmul_bt_bf16_bf16_decode");
+  EXPECT_EQ(record.grid, (std::array<int64_t, 3>{4, 1, 32}));
+  EXPECT_EQ(record.launched_cluster, 1) << "32 clusters of 4 placed at once on this device?";
+  d.download();
+  int misses = 0;
+  for (int64_t i = 0; i < kM && misses < 5; ++i)
+    for (int64_t j = 0; j < kN && misses < 5; j += 41) {
+      double acc = 0;
+      for (int64_t k = 0; k < kK; ++k)
+        acc += to_float(a.host()[i * kK + k]) * double{to_float(w.host()[j * kK + k])};
+      if (!expect_close(d.host()[i * kN + j], acc,
+                        "d[" + std::to_string(i) + ", " + std::to_string(j) + "]"))
+        ++misses;
+    }
+}
+
 }  // namespace
 }  // namespace pallas::testing
