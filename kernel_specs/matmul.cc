@@ -322,7 +322,8 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // S = 1, which stays on the four stages), on an H200 (twenty-seventh) equal within 1 %
     // but 6..8 % faster at 64 x 11008 x 4096 [N, K] (bench/RESULTS.md); 128 and 256 rows
     // 3..4 % faster on the H100. Worked example: M = 64, N = K = 4096: 32 tiles of 64 x 128,
-    // S = min(cdiv(64, 4), floor(132 / 32)) = 4: splitk_deep; N = 11008: 86 tiles, S = 1:
+    // S = min(cdiv(64, 4), floor(132 / 32)) = 4: splitk_deep (which runs 3, the splits that
+    // meet in clusters: cluster_splits_for); N = 11008: 86 tiles, S = 1:
     // splitk.
     const DimExpr few_rows = le(m, kDecodeRows);
     const DimExpr deep_tiles = cdiv(m, 64) * cdiv(n, 128);  // splitk_deep's tiles of D
@@ -370,10 +371,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // programs of three steps (96 KiB) with 64 rows. (Twelve until the cluster sum.)
   // cuBLASLt's decode kernels keep 8 to 16 stages of one unsplit pipeline per CTA (bench/
   // RESULTS.md, twenty-third session). One program an SM, its splits fill one wave of 132
-  // (splits_for), not 264: M = 1, N = K = 4096 runs 32 tiles in 4 splits of 16 steps (128
-  // programs, four parts to sum), not 8 of 8. On an H100 (twenty-sixth session) it ran 0..5 %
-  // faster than split-K's four stages at M = 1..16 (16 x 14336 x 4096: 57.0 us against 60.2,
-  // three runs); both stayed ~5 us above cuBLASLt at every N (bench/RESULTS.md).
+  // (splits_for), not 264: M = 1, N = K = 4096 runs 32 tiles in 3 splits of 22 steps (96
+  // programs in clusters of 3, cluster_splits_for; 4 of 16 before the cluster sum), not 8 of 8. On
+  // an H100 (twenty-sixth session) it ran 0..5 % faster than split-K's four stages at M = 1..16 (16
+  // x 14336 x 4096: 57.0 us against 60.2, three runs); both stayed ~5 us above cuBLASLt at every N
+  // (bench/RESULTS.md).
   //
   // `splitk_deep` is split-K's 64-row instance in seven stages (168 KiB; 213 KiB a block with
   // the cluster sum's partial tile) for D above 64 rows (above 16 where its 2..8 splits meet in

@@ -274,6 +274,7 @@ LaunchResources::~LaunchResources() {
       return;
     }
   }
+  RelaxedCaptureMode relaxed;  // another stream may be capturing in the global mode
   const bool drained = cudaStreamSynchronize(stream_) == cudaSuccess;
   (void)cudaGetLastError();
   if (!drained) return;

@@ -141,12 +141,12 @@ TEST(GraphCapture, CapturedOpsReplayOnFreshInputsBesideEagerCalls) {
     ASSERT_EQ(cudaStreamSynchronize(capturing.get()), cudaSuccess) << who;
     ASSERT_EQ(cudaStreamSynchronize(beside.get()), cudaSuccess) << who;
     // In this process of its own the pool held nothing but the graph's regions: the eager
-    // calls had to allocate regions of their own (one to four: on their one stream the
-    // matmul may take sum_all's regions again, as an H200 showed: three), then reuse them;
-    // the graph's stay the graph's.
+    // calls had to allocate regions of their own (two to four, a workspace and semaphores at
+    // least: on their one stream the matmul may take sum_all's regions again, as an H200
+    // showed: three), then reuse them; the graph's stay the graph's.
     const size_t pooled = detail::pooled_regions(device);
     if (pooled_before == 0) {
-      EXPECT_GT(pooled, pooled_captured) << who;
+      EXPECT_GE(pooled, pooled_captured + 2) << who;
       EXPECT_LE(pooled, pooled_captured + 4) << who;
       if (round > 0) EXPECT_EQ(pooled, pooled_after_first) << who << ": the eager calls' pool grew";
     }

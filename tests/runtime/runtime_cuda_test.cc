@@ -312,6 +312,7 @@ TEST_F(CudaLaunch, CapturedLaunchTakesNoRegionInFlight) {
     ASSERT_EQ(captured.size(), 2u);
     ASSERT_EQ(beside.size(), 2u);
     EXPECT_NE(beside[0], captured[0]) << "an eager launch beside the capture got its workspace";
+    EXPECT_NE(beside[0], eager[0]) << "stream b got stream a's workspace while a's is in flight";
     EXPECT_NE(captured[0], eager[0]) << "the capture took a workspace in flight on its stream";
     EXPECT_NE(captured[1], eager[1]) << "the capture took semaphores in flight on its stream";
     EXPECT_EQ(detail::graph_owned_regions(device), owned_before + 2);

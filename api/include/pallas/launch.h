@@ -126,6 +126,8 @@ struct Launch {
 // running on other streams may record failures after this reads: synchronize them first.
 // Errors of the synchronization itself are kCudaError; a stream that is capturing a CUDA graph
 // is kInvalidArgument (synchronizing it would break the capture): call it after a replay.
+// Like any synchronizing CUDA call, not while another stream of this process captures in
+// cudaStreamCaptureModeGlobal (CUDA would invalidate that capture).
 [[nodiscard]] Status take_device_errors(Stream stream = nullptr);
 
 // True when a usable CUDA device exists (cudaGetDeviceCount succeeds and reports at least one).

@@ -172,11 +172,11 @@ Value indexConst(OpBuilder& b, Location loc, int64_t v) {
 }
 
 /// Step `i`'s slot, (i + offset) mod n, and round, (i + offset) / n (index values), computed in
-/// 32 bits. i counts a pipeline's steps from 0 (in a persistent program, over all its tiles):
-/// each step copies at least a 16-byte block, at 32-bit TMA coordinates, so i + offset stays
-/// far below 2^32. On index (i64) a division by
-/// a slot count that is not a power of two is a 64-bit multiply-high sequence: in
-/// splitk_deep's seven stages (thirty-second session) ~17 dependent instructions between the
+/// 32 bits. i counts a pipeline's steps from 0; in a persistent program, over all its tiles,
+/// so 2^32 steps would be one program running for about an hour (a K step is at least a few
+/// hundred cycles), past which slots and phases would go wrong: no kernel comes near it. On index
+/// (i64) a division by a slot count that is not a power of two is a 64-bit multiply-high sequence:
+/// in splitk_deep's seven stages (thirty-second session) ~17 dependent instructions between the
 /// wait for a step's multiply and the arrival that releases its slot, and ~25 at each step's
 /// start; in 32 bits, a multiply-high and a shift.
 struct SlotAndRound {
