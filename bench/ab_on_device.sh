@@ -10,6 +10,13 @@
 #
 #   ab_on_device.sh ROUNDS ROW...    # ROW as pallas_matmul_bench --only takes it
 #
+# PREVIOUS_BENCH names the previous build's archive (default build/device/previous-bench.gz;
+# bench/build_previous_bench.sh REV OUT.gz writes others), so one call can time this build
+# against several earlier ones:
+#
+#   bench/ab_on_device.sh 2 ROWS...; PREVIOUS_BENCH=build/device/e5a67ce-bench.gz \
+#     OUT=$OUT/e5 bench/ab_on_device.sh 2 ROWS...
+#
 # With PREVIOUS_ARGS set, "previous" is this build run with those arguments instead of the
 # previous build, e.g. PREVIOUS_ARGS="--max-cluster 1": the deep split-K instances' workspace
 # sum against their cluster sum, one binary (no previous-bench.gz needed).
@@ -31,9 +38,10 @@ if [ -n "${PREVIOUS_ARGS:-}" ]; then
   read -r -a previous_args <<< "$PREVIOUS_ARGS"
   previous=build/bench/pallas_matmul_bench
 else
-  [ -f build/device/previous-bench.gz ] || { echo "no build/device/previous-bench.gz"; exit 1; }
+  archive=${PREVIOUS_BENCH:-build/device/previous-bench.gz}
+  [ -f "$archive" ] || { echo "no $archive"; exit 1; }
   previous=$(mktemp)
-  gunzip -c build/device/previous-bench.gz > "$previous" && chmod +x "$previous"
+  gunzip -c "$archive" > "$previous" && chmod +x "$previous"
 fi
 only=()
 for row in "$@"; do only+=(--only "$row"); done
