@@ -45,7 +45,7 @@
 // Where the device has room for their pipelines (sm_90) the split instance
 // is a deep one: `decode` with at most 16 rows of D (16 rows of D a tile,
 // eleven stages, one program an SM), `splitk_deep` with more than 64, or more
-// than 16 where its splits meet in a cluster (split-K's tiles in seven stages);
+// than 16 where its splits meet in a cluster (split-K's tiles in eight stages);
 // see `decode` below. They sum a tile's splits in a
 // thread-block cluster of its S programs, through distributed shared memory,
 // instead of through the workspace (see `finish` below). Their direct twins
@@ -116,9 +116,12 @@ constexpr int64_t kWideStages = 4;
 /// 11 stages of 18 KiB (see the stages below).
 constexpr int64_t kDecodeRows = 16;
 constexpr int64_t kDecodeStages = 11;
-/// The `splitk_deep` instance: split-K's 64 x 128 tiles in 7 stages of 24 KiB (see the stages
+/// The `splitk_deep` instance: split-K's 64 x 128 tiles in 8 stages of 24 KiB (see the stages
 /// below).
-constexpr int64_t kDeepSplitStages = 7;
+constexpr int64_t kDeepSplitStages = 8;
+/// ... whose cluster sum goes through its partial tile in halves of 32 rows of D (`finish`),
+/// so that eight stages fit beside it (seven beside a whole 64-row partial tile).
+constexpr int64_t kDeepPartRows = 32;
 /// ... for D of at least this many rows (two rows of its tiles), and from kDeepSplitMinRows
 /// (above the decode instance's) where its splits meet in a cluster (see the chooser).
 constexpr int64_t kDeepSplitAllRows = 65;
@@ -287,13 +290,13 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   bool deep = false;    // the splitk_deep instance (likewise)
   const int64_t kWidePlanBytes = kWideStages * (128 + 256) * kTileK * 2 + 1024;  // + barriers
   // The deep split instances' stages, the sum's [128, 16] f32 transposition buffer, the
-  // partial tile for the cluster's sum ([128, rows + kPartRowPad] f32), barriers.
-  auto split_plan_bytes = [](int64_t stages, int64_t rows) {
-    return stages * (128 + rows) * kTileK * 2 + 128 * 16 * 4 + 128 * (rows + kPartRowPad) * 4 +
+  // partial tile for the cluster's sum ([128, part_rows + kPartRowPad] f32), barriers.
+  auto split_plan_bytes = [](int64_t stages, int64_t rows, int64_t part_rows) {
+    return stages * (128 + rows) * kTileK * 2 + 128 * 16 * 4 + 128 * (part_rows + kPartRowPad) * 4 +
            1024;
   };
-  const int64_t kDecodePlanBytes = split_plan_bytes(kDecodeStages, kDecodeRows);
-  const int64_t kDeepSplitPlanBytes = split_plan_bytes(kDeepSplitStages, 64);
+  const int64_t kDecodePlanBytes = split_plan_bytes(kDecodeStages, kDecodeRows, kDecodeRows);
+  const int64_t kDeepSplitPlanBytes = split_plan_bytes(kDeepSplitStages, 64, kDeepPartRows);
   const DimExpr too_small = le(KernelSpec::device_shared_bytes(), kWidePlanBytes - 1);
   if (form.batched) {
     narrow = spec.variant("schedule", {"tiles", "tiles128"}, too_small) == 1;
@@ -377,8 +380,9 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // x 14336 x 4096: 57.0 us against 60.2, three runs); both stayed ~5 us above cuBLASLt at every N
   // (bench/RESULTS.md).
   //
-  // `splitk_deep` is split-K's 64-row instance in seven stages (168 KiB; 213 KiB a block with
-  // the cluster sum's partial tile) for D above 64 rows (above 16 where its 2..8 splits meet in
+  // `splitk_deep` is split-K's 64-row instance in eight stages (192 KiB; 221 KiB a block with
+  // half of the cluster sum's partial tile; seven stages from the twenty-ninth session to the
+  // thirty-second) for D above 64 rows (above 16 where its 2..8 splits meet in
   // a cluster) and at most 132 tiles, where split-K
   // runs one program an SM anyway (splits_for's target of 132) with four stages, 98 KiB of the
   // 227: six steps (96 KiB of B) in flight instead of three. The same programs and splits. In
@@ -474,7 +478,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   Semaphores arrived = spec.semaphores("arrived", split ? tiles : DimExpr(0));
   // The deep split instances: this split's partial tile, for its cluster's sum (`finish`).
   if (cluster_sum) {
-    spec.scratch("part", f32, {kTileN, kTileM + kPartRowPad});
+    spec.scratch("part", f32, {kTileN, (deep ? kDeepPartRows : kTileM) + kPartRowPad});
     spec.cluster_first_axis(kMaxClusterSplits);
   }
   std::vector<DimExpr> grid = mat({cdiv(m, kTileM), cdiv(n, kTileN), k_steps});
@@ -554,13 +558,14 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     //
     // The decode instance (above) keeps eleven stages of 18 KiB: 202752 bytes, 224020 with the
     // sum's transposition buffer, the cluster sum's partial tile and the barriers (sm_90 allows
-    // 232448 a block); splitk_deep seven of 24 KiB (217780 in all). With that many stages one fewer
-    // ahead costs little, and the wait for the multiply did cost: on an H200 (twenty-seventh
-    // session, ncu, M = 1, N = 11008: 86 programs, 33.2 us, 2.79 TB/s) the consumer warps spent 16
-    // % of their samples at that wait (WARPGROUP.DEPBAR) and 20 % at the full barriers, where
-    // cuBLASLt's kernel of the same 86 CTAs (3.49 TB/s) waited on its barriers only: its loop never
-    // waits for a multiply. So the deep instances pipeline their multiplies as the tiles schedule
-    // does (wgmma_wait(1), the stage released a step later: `deep_split_pipelined`).
+    // 232448 a block); splitk_deep eight of 24 KiB (225972 in all, its partial tile in halves).
+    // With that many stages one fewer ahead costs little, and the wait for the multiply did cost:
+    // on an H200 (twenty-seventh session, ncu, M = 1, N = 11008: 86 programs, 33.2 us, 2.79 TB/s)
+    // the consumer warps spent 16 % of their samples at that wait (WARPGROUP.DEPBAR) and 20 % at
+    // the full barriers, where cuBLASLt's kernel of the same 86 CTAs (3.49 TB/s) waited on its
+    // barriers only: its loop never waits for a multiply. So the deep instances pipeline their
+    // multiplies as the tiles schedule does (wgmma_wait(1), the stage released a step later:
+    // `deep_split_pipelined`).
     spec.max_concurrent_steps(decode  ? kDecodeStages
                               : deep  ? kDeepSplitStages
                               : split ? 4
@@ -741,32 +746,41 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     // The cluster's sum: pieces of [piece_n, 16] of D^T's tile (piece q: columns n0 = (q %
     // pieces_n) piece_n of D, rows r0 = (q / pieces_n) 16), piece q summed by split q % S.
     // The part is stored in D^T's orientation, kPartRowPad more floats a row: element (n, m)
-    // at float n (kTileM + 8) + m. A half-warp's 8-byte accumulator stores (lanes 4 r + c:
-    // row n = r of 0..3, columns m = 2 c, 2 c + 1) start at float r (kTileM + 8) + 2 c: with
-    // rows of 24 or 72 floats (24 r or 8 r mod 32) the four rows take four distinct groups of
-    // 8 banks, where rows of 16 or 64 floats (0 mod 16) would put rows 0 and 2 on the same.
+    // at float n (part_rows + 8) + m. A half-warp's 8-byte accumulator stores (lanes 4 r + c:
+    // row n = r of 0..3, columns m = 2 c, 2 c + 1) start at float r (part_rows + 8) + 2 c:
+    // with rows of 24 or 40 floats (24 r or 8 r mod 32) the four rows take four distinct
+    // groups of 8 banks, where rows of 16 or 32 floats (0 mod 16) would put rows 0 and 2 on
+    // the same. splitk_deep's part holds half of its 64 rows of D (kDeepPartRows), so the sum
+    // runs in two rounds, each: store that half, meet, sum its pieces, meet (no split
+    // overwrites or exits while another reads its part). Worked example, S = 3: round 0
+    // stores columns 0..31 of the accumulator (rows 0..31 of D), programs 0 and 1 sum pieces 0
+    // and 1 (rows 0..15, 16..31); round 1 stores columns 32..63, programs 2 and 0 sum pieces 2
+    // and 3.
     auto in_cluster = [&] {
-      part_tile->store(acc.load(), {0, 0});
-      cluster_barrier();  // every split's part stored
+      const int64_t part_rows = part_tile->shape()[1] - kPartRowPad;
       const int64_t piece_n = kTileM == kDecodeRows ? 32 : kTileN;
       const int64_t pieces_n = kTileN / piece_n;
       Value me = program_id(0);  // split s is the cluster's rank s (the cluster is axis 0)
-      for (int64_t q = 0; q < pieces_n * (kTileM / slab); ++q) {
-        const int64_t n0 = (q % pieces_n) * piece_n, r0 = (q / pieces_n) * slab;
-        Value owner = index(q) - index(q) / count * count;  // q mod S
-        when(index(r0) < rows, [&] {                        // a piece with rows of D
-          when(owner == me, [&] {
-            Value sum = sum_splits(
-                [&](const Value& s) {
-                  return part_tile->in_cluster_program(s).load_at({index(n0), index(r0)},
-                                                                  {piece_n, slab});
-                },
-                {piece_n, slab});
-            store_part(transpose(sum), e, d, r0, slab, n0, piece_n);
+      for (int64_t h0 = 0; h0 < kTileM; h0 += part_rows) {
+        part_tile->store(acc.load({0, h0}, {kTileN, part_rows}), {0, 0});
+        cluster_barrier();  // every split's part stored
+        for (int64_t q = h0 / slab * pieces_n; q < (h0 + part_rows) / slab * pieces_n; ++q) {
+          const int64_t n0 = (q % pieces_n) * piece_n, r0 = (q / pieces_n) * slab;
+          Value owner = index(q) - index(q) / count * count;  // q mod S
+          when(index(r0) < rows, [&] {                        // a piece with rows of D
+            when(owner == me, [&] {
+              Value sum = sum_splits(
+                  [&](const Value& s) {
+                    return part_tile->in_cluster_program(s).load_at({index(n0), index(r0 - h0)},
+                                                                    {piece_n, slab});
+                  },
+                  {piece_n, slab});
+              store_part(transpose(sum), e, d, r0, slab, n0, piece_n);
+            });
           });
-        });
+        }
+        cluster_barrier();  // no split overwrites its part or exits while another reads it
       }
-      cluster_barrier();  // no split exits while another reads its part
     };
     when(count != index(1), [&] {
       if (!part_tile) return through_workspace();
