@@ -122,6 +122,8 @@ constexpr int64_t kDeepSplitStages = 8;
 /// ... whose cluster sum goes through its partial tile in halves of 32 rows of D (`finish`),
 /// so that eight stages fit beside it (seven beside a whole 64-row partial tile).
 constexpr int64_t kDeepPartRows = 32;
+static_assert(64 % kDeepPartRows == 0 && kDeepPartRows % 16 == 0,
+              "a round of the cluster sum is whole 16-row slabs of splitk_deep's 64-row tile");
 /// ... for D of at least this many rows (two rows of its tiles), and from kDeepSplitMinRows
 /// (above the decode instance's) where its splits meet in a cluster (see the chooser).
 constexpr int64_t kDeepSplitAllRows = 65;
@@ -385,7 +387,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   // thirty-second) for D above 64 rows (above 16 where its 2..8 splits meet in
   // a cluster) and at most 132 tiles, where split-K
   // runs one program an SM anyway (splits_for's target of 132) with four stages, 98 KiB of the
-  // 227: six steps (96 KiB of B) in flight instead of three. The same programs and splits. In
+  // 227: seven steps (112 KiB of B) in flight instead of three. The same programs and splits. In
   // eight stages, before the cluster sum, on an H100 (twenty-sixth session) 128 and 256 rows
   // ran 3..4 % faster than in four stages on average, 64 rows 2..7 % slower (M = 64, N =
   // 11008: 49..53 us against 46; ncu: DRAM 67 % busy against 70 %, the same 86 programs); on
@@ -558,7 +560,7 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
     //
     // The decode instance (above) keeps eleven stages of 18 KiB: 202752 bytes, 224020 with the
     // sum's transposition buffer, the cluster sum's partial tile and the barriers (sm_90 allows
-    // 232448 a block); splitk_deep eight of 24 KiB (225972 in all, its partial tile in halves).
+    // 232448 a block); splitk_deep eight of 24 KiB (225988 in all, its partial tile in halves).
     // With that many stages one fewer ahead costs little, and the wait for the multiply did cost:
     // on an H200 (twenty-seventh session, ncu, M = 1, N = 11008: 86 programs, 33.2 us, 2.79 TB/s)
     // the consumer warps spent 16 % of their samples at that wait (WARPGROUP.DEPBAR) and 20 % at
@@ -666,10 +668,11 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
   //    and their fence, the semaphore, then S loads per slab) and stores the whole tile;
   //  - in a thread-block cluster of the tile's S splits (the deep instances where S is at
   //    most 8 and the launch placed the clusters, cluster_size() == S): every split stores its
-  //    part to its shared memory (`part_tile`), the cluster meets, and split r sums pieces r,
-  //    r + S, ... of the tile from the S programs' shared memory (distributed shared memory,
-  //    no L2 round trip) and stores them, then the cluster meets again so that no program
-  //    exits while another reads its part. The tile's epilogue is spread over its S programs'
+  //    part to its shared memory (`part_tile`; splitk_deep half its rows at a time, in two
+  //    rounds), the cluster meets, and split r sums pieces r, r + S, ... of the tile from the
+  //    S programs' shared memory (distributed shared memory, no L2 round trip) and stores
+  //    them, then the cluster meets again so that no program overwrites its part or exits
+  //    while another reads it. The tile's epilogue is spread over its S programs'
   //    SMs instead of run by one. Worked example, M = 64, N = K = 4096 (splitk_deep; 32 tiles
   //    of 64 x 128, S = 3 (cluster_splits_for), 96 programs in 32 clusters of 3): each tile's
   //    sum is 4 pieces, its slabs of 16 rows of D ([128, 16] of D^T), program r of the
@@ -761,26 +764,30 @@ void declare_product(KernelSpec& spec, Form form, Epilogue epilogue,
       const int64_t piece_n = kTileM == kDecodeRows ? 32 : kTileN;
       const int64_t pieces_n = kTileN / piece_n;
       Value me = program_id(0);  // split s is the cluster's rank s (the cluster is axis 0)
-      for (int64_t h0 = 0; h0 < kTileM; h0 += part_rows) {
-        part_tile->store(acc.load({0, h0}, {kTileN, part_rows}), {0, 0});
-        cluster_barrier();  // every split's part stored
-        for (int64_t q = h0 / slab * pieces_n; q < (h0 + part_rows) / slab * pieces_n; ++q) {
-          const int64_t n0 = (q % pieces_n) * piece_n, r0 = (q / pieces_n) * slab;
-          Value owner = index(q) - index(q) / count * count;  // q mod S
-          when(index(r0) < rows, [&] {                        // a piece with rows of D
-            when(owner == me, [&] {
-              Value sum = sum_splits(
-                  [&](const Value& s) {
-                    return part_tile->in_cluster_program(s).load_at({index(n0), index(r0 - h0)},
-                                                                    {piece_n, slab});
-                  },
-                  {piece_n, slab});
-              store_part(transpose(sum), e, d, r0, slab, n0, piece_n);
+      // A round runs where the tile has rows of D in it (`rows` is the tile's, the same in
+      // every program of the cluster, so all meet at the same barriers): M = 17..32 skips
+      // splitk_deep's second round.
+      for (int64_t h0 = 0; h0 < kTileM; h0 += part_rows)
+        when(index(h0) < rows, [&] {
+          part_tile->store(acc.load({0, h0}, {kTileN, part_rows}), {0, 0});
+          cluster_barrier();  // every split's part stored
+          for (int64_t q = h0 / slab * pieces_n; q < (h0 + part_rows) / slab * pieces_n; ++q) {
+            const int64_t n0 = (q % pieces_n) * piece_n, r0 = (q / pieces_n) * slab;
+            Value owner = index(q) - index(q) / count * count;  // q mod S
+            when(index(r0) < rows, [&] {                        // a piece with rows of D
+              when(owner == me, [&] {
+                Value sum = sum_splits(
+                    [&](const Value& s) {
+                      return part_tile->in_cluster_program(s).load_at({index(n0), index(r0 - h0)},
+                                                                      {piece_n, slab});
+                    },
+                    {piece_n, slab});
+                store_part(transpose(sum), e, d, r0, slab, n0, piece_n);
+              });
             });
-          });
-        }
-        cluster_barrier();  // no split overwrites its part or exits while another reads it
-      }
+          }
+          cluster_barrier();  // no split overwrites its part or exits while another reads it
+        });
     };
     when(count != index(1), [&] {
       if (!part_tile) return through_workspace();

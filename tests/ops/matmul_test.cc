@@ -355,7 +355,7 @@ TEST_P(MatmulTest, EveryEdgeDim) {
 // Split-K, the `splitk` instance each non-batched product's entry point
 // picks when D has few tiles and K is long (decode: M of 1..128), and with
 // at most 16 rows of D the `decode` instance (16 rows a tile, 11 stages),
-// with more `splitk_deep` (7 stages), where the device has the shared memory
+// with more `splitk_deep` (8 stages), where the device has the shared memory
 // (here sm_90's; sm_80's runs `splitk`): several splits, a last split with fewer K steps (or only
 // steps past K), every epilogue, both orientations of B, the direct twin (a
 // row stride TMA cannot copy), and the sm_80 form. The deep instances sum a tile's splits in
@@ -405,7 +405,7 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
       EXPECT_STREQ(record.instance, "matmul_bf16_bf16_splitk_deep");
       EXPECT_EQ(record.launched_cluster, 3);
     }
-    // split-K's four stages on sm_90a (no room for splitk_deep's seven in 200 KiB).
+    // split-K's four stages on sm_90a (no room for splitk_deep's eight in 200 KiB).
     check_product<bfloat16, bfloat16>(backend, {true}, {200, 130, 600}, 90, 4, 200 * 1024);
     check_product<bfloat16, bfloat16>(backend, {true, Epilogue::kResidual}, {200, 130, 600}, 80);
     check_product<half, float>(backend, {false, Epilogue::kAlphaBetaC, 0.5f, -1.5f},
@@ -418,7 +418,7 @@ TEST_P(MatmulTest, DecodeShapesSplitK) {
     check_product<bfloat16, bfloat16>(backend, {true}, {17, 8576, 320});
     check_product<half, float>(backend, {false}, {17, 8576, 320});
     // The same in two rows of tiles: 68 tiles of 64 x 128, one split of 5 K steps, fewer than
-    // the deep instance's seven stages.
+    // the deep instance's eight stages.
     {
       LaunchRecord deep;
       check_product<bfloat16, bfloat16>(backend, {true}, {65, 4352, 320}, 90, 4, 0, true, 0, &deep);

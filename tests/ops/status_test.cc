@@ -333,7 +333,7 @@ TEST(Metadata, EveryKernelHasSpillFreeCubinsForBothTargets) {
   // A staged form no target part could launch is not built: the 128 x 256 tiles in four
   // stages (196704 bytes of shared memory) have no sm_80 cubin, since no sm_8x part has
   // more than 163 KiB a block (Driver.cpp); such a device runs tiles128, which has both. Nor
-  // has the decode instance's eleven stages (224020 bytes) or splitk_deep's seven (217780; sm_8x
+  // has the decode instance's eleven stages (224020 bytes) or splitk_deep's eight (225988; sm_8x
   // runs splitk).
   for (const KernelMetadata* m : {&kernels::matmul_bt_bf16_bf16_tiles_metadata(),
                                   &kernels::gemm_bt_bf16_bf16_tiles_metadata(),
