@@ -955,9 +955,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, MatmulTest,
 // split order), which the first step checks against float64.
 TEST(MatmulCudaPdl, DependentChainEqualsTheSerialOne) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  int device = 0, major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  const int major = cuda_compute_major();
+  ASSERT_GE(major, 0) << "cudaGetDevice or cudaDeviceGetAttribute failed";
   if (major < 9) GTEST_SKIP() << "programmatic dependent launch needs sm_90";
   constexpr int64_t kM = 16, kN = 4096, kSteps = 8;
   std::mt19937 rng(fresh_seed());
@@ -1029,9 +1028,8 @@ TEST(MatmulCudaPdl, DependentChainEqualsTheSerialOne) {
 // D is the same bit for bit, and the first equals a float64 reference.
 TEST(MatmulCudaClusters, SplitsMeetInClustersAndEqualTheWorkspaceSum) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  int device = 0, major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  const int major = cuda_compute_major();
+  ASSERT_GE(major, 0) << "cudaGetDevice or cudaDeviceGetAttribute failed";
   if (major != 9) GTEST_SKIP() << "the deep split instances are sm_90's";
   constexpr int64_t kN = 4096, kK = 4096;
   std::mt19937 rng(fresh_seed());
@@ -1092,9 +1090,8 @@ TEST(MatmulCudaClusters, SplitsMeetInClustersAndEqualTheWorkspaceSum) {
 // row, every 41st column.
 TEST(MatmulCudaClusters, LongDecodeKeepsItsSplitsThroughTheWorkspace) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  int device = 0, major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  const int major = cuda_compute_major();
+  ASSERT_GE(major, 0) << "cudaGetDevice or cudaDeviceGetAttribute failed";
   if (major != 9) GTEST_SKIP() << "the deep split instances are sm_90's";
   constexpr int64_t kM = 16, kN = 4096, kK = 11008;
   std::mt19937 rng(fresh_seed());

@@ -114,13 +114,23 @@ bool expect_close(T got_value, double want, const std::string& where) {
 /// descriptors are handed out): always on the emulator (an sm_90 by default), on CUDA where
 /// the device is an sm_90 (TMA) or sm_8x (the cp.async form, which takes the same
 /// descriptor parameters; the small test kernels' plans fit 99 KiB), never on the host.
+/// The current CUDA device's compute capability major (9 for sm_90), or -1 where CUDA cannot
+/// say (no device, a failed query).
+inline int cuda_compute_major() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return major;
+}
+
 inline bool tma_instance_runs(Backend backend) {
   if (backend == Backend::kEmulator) return true;
   if (backend != Backend::kCuda || !cuda_device_available()) return false;
-  int device = 0, major = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         (major == 8 || major == 9);
+  const int major = cuda_compute_major();
+  return major == 8 || major == 9;
 }
 
 class BackendTest : public ::testing::TestWithParam<Backend> {
